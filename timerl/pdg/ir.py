@@ -1,0 +1,148 @@
+"""The polyhedral dependence graph (PDG): nodes with domains, edges with dependences.
+
+Glossary (see ``docs/glossary.md``):
+
+* **dim**: a symbolic dimension, a pair (index symbol ``t``, bound symbol ``T``);
+  its points are ``0 <= t < T``.
+* **domain** of a node: the dims it varies over, in context order, intersected with
+  the node's ``cond`` (a boolean expression; ``TRUE`` for the full box).
+* **edge** ``sink <- src``: the sink, at point ``q`` of its domain, reads output
+  ``oid`` of ``src`` at the source points ``phi(q)`` (one index component per source
+  dim: a point expression or a :class:`Slice`) when ``cond(q)`` holds, as its input
+  ``iid``. A slice component stacks the points along a new leading per-point dim.
+  ``select`` (optional, gradient edges only) picks, for every stacked source point,
+  one element of the source's leading per-point dim: ``select`` is an expression in
+  the sink's symbols and :data:`SLICE_VAR` (the source coordinate of the slice).
+* ``order_only`` edges carry no data: they order effectful ops (env reset after the
+  previous episode's steps).
+* ``batch``: leading concrete dims that vectorization turned from symbolic dims
+  (``(64,)`` after vectorizing ``b`` with ``B = 64``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from timerl.pdg.ops import DType, Op, OpKind
+from timerl.symbolic import TRUE, Expr, Slice, Sym
+
+SLICE_VAR = Sym("_slice_q")
+"""Placeholder for the source coordinate inside :attr:`Edge.select`."""
+
+ShapeDim = int | Expr
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Per-point shape (ints or symbolic sizes such as ``T - t``) and dtype."""
+
+    shape: tuple[ShapeDim, ...]
+    dtype: DType
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """An op evaluated at every point of its domain."""
+
+    id: int
+    op: Op
+    domain: tuple[Sym, ...]
+    outputs: tuple[TensorSpec, ...]
+    num_inputs: int
+    cond: Expr = TRUE
+    batch: tuple[int, ...] = ()
+    name: str | None = None
+    where: str = "?"  # the user's defining line, for error messages
+
+    @property
+    def label(self) -> str:
+        """How errors name this node: the user's name, else the op and defining line."""
+        if self.name:
+            return f"'{self.name}'"
+        return f"{self.op.kind.name.lower()} defined at {self.where}"
+
+    def __repr__(self) -> str:
+        dom = ", ".join(s.name for s in self.domain)
+        c = "" if self.cond is TRUE else f" | {self.cond}"
+        b = f" batch={self.batch}" if self.batch else ""
+        nm = f" '{self.name}'" if self.name else ""
+        return f"%{self.id}{nm} = {self.op!r} [{dom}{c}]{b} -> {list(self.outputs)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """``sink`` (input ``iid``) reads ``src`` (output ``oid``) at ``phi(q)`` when ``cond(q)``."""
+
+    sink: int
+    src: int
+    iid: int
+    oid: int
+    phi: tuple[Expr | Slice, ...]
+    cond: Expr = TRUE
+    select: Expr | None = None
+    order_only: bool = False
+
+    def __repr__(self) -> str:
+        phi = ", ".join(map(str, self.phi))
+        c = "" if self.cond is TRUE else f" if {self.cond}"
+        s = "" if self.select is None else f" select {self.select}"
+        kind = "order" if self.order_only else f"in{self.iid}<-out{self.oid}"
+        return f"%{self.sink} <- %{self.src}[{phi}]{c}{s} ({kind})"
+
+
+@dataclass(frozen=True)
+class PDG:
+    """An immutable PDG. ``dims`` lists (index, bound) pairs in context order.
+
+    ``bounds`` maps bound symbols to ints (static) or to the id of the node whose
+    boolean output ends the dim (dynamic, via a ``SET_SYMBOL`` node). ``outputs``
+    are node ids the program must keep alive at the end (parameters' last values).
+    """
+
+    dims: tuple[tuple[Sym, Sym], ...]
+    nodes: Mapping[int, Node]
+    edges: tuple[Edge, ...]
+    static_bounds: Mapping[Sym, int] = field(default_factory=dict)
+    dynamic_bounds: frozenset[Sym] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", MappingProxyType(dict(self.nodes)))
+        object.__setattr__(self, "static_bounds", MappingProxyType(dict(self.static_bounds)))
+
+    # -- queries --------------------------------------------------------------------
+    def bound_of(self, sym: Sym) -> Sym:
+        for s, b in self.dims:
+            if s is sym:
+                return b
+        raise KeyError(sym)
+
+    def in_edges(self, nid: int) -> list[Edge]:
+        return [e for e in self.edges if e.sink == nid]
+
+    def out_edges(self, nid: int) -> list[Edge]:
+        return [e for e in self.edges if e.src == nid]
+
+    def data_in_edges(self, nid: int) -> list[Edge]:
+        return sorted((e for e in self.edges if e.sink == nid and not e.order_only), key=lambda e: e.iid)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes[k] for k in sorted(self.nodes))
+
+    def with_(self, **changes: object) -> PDG:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def pretty(self) -> str:
+        lines = [repr(n) for n in self]
+        lines += [repr(e) for e in self.edges]
+        return "\n".join(lines)
+
+
+def kinds(pdg: PDG, kind: OpKind) -> list[Node]:
+    """Nodes of one op kind, in id order."""
+    return [n for n in pdg if n.op.kind is kind]

@@ -1,0 +1,87 @@
+"""timerl's own AST: what the scheduler emits and the runtime interprets.
+
+Counters are symbols named ``_c0, _c1, ...``; every expression may use counters,
+bound symbols (``T``, possibly dynamic: known only at runtime) and constants.
+
+* ``Loop(var, init, cond, inc, body)``: ``for var = init; cond; var += inc``.
+* ``If(cond, then, else_)``.
+* ``Seq(children)``: run in order.
+* ``Exec(node, point)``: run PDG node ``node`` at the domain point given by
+  ``point`` (one expression per domain dim of the node, in the node's dim order).
+* ``Dealloc(node, point)``: the stored output of ``node`` at ``point`` has no
+  later reader and can be freed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timerl.symbolic import Expr, Sym
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    var: Sym
+    init: Expr
+    cond: Expr
+    inc: int
+    body: AstNode
+
+
+@dataclass(frozen=True, slots=True)
+class If:
+    cond: Expr
+    then: AstNode
+    else_: AstNode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    children: tuple[AstNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Exec:
+    node: int
+    point: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Dealloc:
+    node: int
+    point: tuple[Expr, ...]
+
+
+AstNode = Loop | If | Seq | Exec | Dealloc
+
+
+def pretty(node: AstNode, indent: int = 0) -> str:
+    """C-like listing of an AST (for debugging and docs)."""
+    pad = "  " * indent
+    if isinstance(node, Seq):
+        return "\n".join(pretty(c, indent) for c in node.children)
+    if isinstance(node, Loop):
+        head = f"{pad}for ({node.var} = {node.init}; {node.cond}; {node.var} += {node.inc}) {{"
+        return f"{head}\n{pretty(node.body, indent + 1)}\n{pad}}}"
+    if isinstance(node, If):
+        s = f"{pad}if ({node.cond}) {{\n{pretty(node.then, indent + 1)}\n{pad}}}"
+        if node.else_ is not None:
+            s += f" else {{\n{pretty(node.else_, indent + 1)}\n{pad}}}"
+        return s
+    args = ", ".join(map(str, node.point))
+    kind = "exec" if isinstance(node, Exec) else "free"
+    return f"{pad}{kind} %{node.node}({args})"
+
+
+def walk(node: AstNode):
+    """Yield every AST node, pre-order."""
+    yield node
+    if isinstance(node, Seq):
+        for c in node.children:
+            yield from walk(c)
+    elif isinstance(node, Loop):
+        yield from walk(node.body)
+    elif isinstance(node, If):
+        yield from walk(node.then)
+        if node.else_ is not None:
+            yield from walk(node.else_)
