@@ -153,6 +153,10 @@ class Expr:
     def __bool__(self) -> bool:
         if isinstance(self, Const):
             return bool(self.value)
+        if isinstance(self, Eq):
+            # Python-level `a == b` (e.g. `sym in tuple_of_syms`): structural equality.
+            # Expressions are interned, so distinct objects are structurally different.
+            return self.args[0] is self.args[1]
         raise SymbolicError(
             f"the truth value of the symbolic expression `{self}` is unknown at trace time; "
             "use it as an index (x[cond]) or in trl.where instead of a Python `if`"

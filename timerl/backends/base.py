@@ -1,0 +1,452 @@
+"""The backend interface and the batch rules shared by every backend.
+
+A backend executes one PDG op at a time (:meth:`AbstractBackend.run`) on its own tensor
+type, plus a few layout helpers the runtime needs (stack, concat, take, ...).
+
+**Batch semantics.** Vectorization turns symbolic dims into leading concrete dims. A node
+with batch shape ``batch`` (possibly ``()``) receives inputs of which some carry those
+leading dims (``batched[k]``) and some do not. The op's per-point semantics (see
+:class:`timerl.pdg.ops.OpKind`) is applied independently at every batch index, unbatched
+inputs being shared by all batch indices. The output always carries the batch dims when
+``batch != ()``. Concretely:
+
+- elementwise ops right-align per-point shapes: a batched input whose per-point rank is
+  below the largest per-point rank gets singleton axes right after its batch dims;
+- per-point ``dim``/``dims`` attributes are shifted by ``len(batch)`` on batched inputs;
+- when no input is batched, the kernel runs per point and :meth:`run` broadcasts the
+  result over ``batch`` (random ops instead draw ``batch + shape`` independent samples).
+
+Each final backend supplies ``kernels``: a table from :class:`OpKind` to a
+:data:`Kernel`. The adapters below (``unary``, ``elementwise``, ``reduction``, ...) wrap a
+native function with the batch rules so each table entry stays one line.
+
+Values are treated as immutable: kernels never write into their inputs, and callers must
+not write into outputs (they may alias inputs, e.g. ``IDENTITY`` or DLPack imports).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from timerl.errors import BackendError
+from timerl.pdg.ops import DType, Op, OpKind
+from timerl.symbolic import Expr, Sym, evaluate
+
+# Op kinds the runtime executes itself; a backend refuses them.
+RUNTIME_OPS = frozenset({OpKind.MERGE, OpKind.SET_SYMBOL, OpKind.UDF, OpKind.SINK, OpKind.EVAL_SYMBOL})
+# Op kinds whose kernel produces the batch dims itself (independent samples per index).
+BATCH_NATIVE_OPS = frozenset({OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL})
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCall:
+    """One execution of an op: its attributes, batch shape and the symbol values."""
+
+    op: Op
+    batch: tuple[int, ...]
+    batched: tuple[bool, ...]
+    env: Mapping[Sym, int]
+
+    @property
+    def any_batched(self) -> bool:
+        return any(self.batched)
+
+    def attr(self, name: str, default: Any = ...) -> Any:
+        return self.op.attr(name, default)
+
+    def int_attr(self, name: str) -> int:
+        """An integer attribute, evaluating a symbolic expression at this point."""
+        return eval_int(self.op.attr(name), self.env)
+
+    def shape_attr(self, name: str) -> tuple[int, ...]:
+        """A shape attribute whose entries may be symbolic expressions."""
+        return tuple(eval_int(s, self.env) for s in self.op.attr(name))
+
+    def dtype_attr(self, name: str = "dtype") -> DType:
+        dt = self.op.attr(name)
+        if not isinstance(dt, DType):
+            raise BackendError(f"{self.op!r}: attribute {name!r} must be a DType, got {dt!r}")
+        return dt
+
+    def offset(self, k: int) -> int:
+        """How many leading batch dims input ``k`` carries."""
+        return len(self.batch) if self.batched[k] else 0
+
+
+def eval_int(v: Any, env: Mapping[Sym, int]) -> int:
+    """Evaluate an int-or-Expr attribute entry."""
+    if isinstance(v, Expr):
+        return int(evaluate(v, env))
+    return int(v)
+
+
+# A kernel: (backend, call, inputs) -> output.
+Kernel = Callable[["AbstractBackend", KernelCall, Sequence[Any]], Any]
+
+
+class AbstractBackend(abc.ABC):
+    """A tensor library that runs PDG ops. Subclasses are final (``JaxBackend``, ``TorchBackend``)."""
+
+    name: ClassVar[str]
+    kernels: ClassVar[Mapping[OpKind, Kernel]]
+
+    def __init__(self) -> None:
+        # CONST values converted once per Op object; the Op is kept alive next to its id.
+        self._const_cache: dict[int, tuple[Op, Any]] = {}
+
+    # -- RNG and conversion ------------------------------------------------------------
+    @abc.abstractmethod
+    def seed(self, seed: int) -> None:
+        """Reset the RNG state used by ``RAND_*`` ops."""
+
+    @abc.abstractmethod
+    def from_numpy(self, a: np.ndarray) -> Any:
+        """Copy a NumPy array into a backend tensor, keeping its dtype."""
+
+    @abc.abstractmethod
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A NumPy view or copy of ``x`` (treat it as read-only)."""
+
+    # -- op execution --------------------------------------------------------------------
+    def run(
+        self,
+        op: Op,
+        inputs: Sequence[Any],
+        batch: tuple[int, ...],
+        batched: Sequence[bool],
+        env: Mapping[Sym, int],
+    ) -> Any:
+        """Run ``op`` on ``inputs`` and return its one output (see the module doc for batching).
+
+        **Arguments:** ``batch``: the node's leading batch shape, ``()`` if none;
+        ``batched[k]``: whether ``inputs[k]`` carries those leading dims; ``env``: values
+        of the symbols appearing in the op's attributes.
+        """
+        kernel = self.kernels.get(op.kind)
+        if kernel is None:
+            if op.kind in RUNTIME_OPS:
+                raise BackendError(
+                    f"{op!r} is executed by the runtime, not by a backend; "
+                    f"the runtime must handle {op.kind.name} before calling {self.name} backend's run()"
+                )
+            raise BackendError(f"the {self.name} backend has no kernel for {op.kind.name} ({op!r})")
+        if len(inputs) != len(batched):
+            raise BackendError(f"{op!r}: got {len(inputs)} inputs but {len(batched)} batched flags")
+        batch = tuple(int(b) for b in batch)
+        flags = tuple(bool(b) for b in batched) if batch else (False,) * len(inputs)
+        call = KernelCall(op, batch, flags, env)
+        try:
+            out = kernel(self, call, inputs)
+        except BackendError:
+            raise
+        except Exception as e:  # wrap native errors with the op and shapes involved
+            shapes = [tuple(x.shape) for x in inputs]
+            raise BackendError(
+                f"{self.name} kernel for {op!r} failed on input shapes {shapes} "
+                f"(batch={batch}, batched={list(flags)}): {type(e).__name__}: {e}"
+            ) from e
+        if batch and not call.any_batched and op.kind not in BATCH_NATIVE_OPS:
+            out = self.broadcast_batch(out, batch)
+        return out
+
+    def const_value(self, op: Op) -> Any:
+        """The ``CONST`` op's value as a backend tensor, converted once per op."""
+        hit = self._const_cache.get(id(op))
+        if hit is None:
+            hit = (op, self.from_numpy(np.asarray(op.attr("value"))))
+            self._const_cache[id(op)] = hit
+        return hit[1]
+
+    # -- layout helpers used by the runtime ---------------------------------------------
+    @abc.abstractmethod
+    def stack(self, xs: Sequence[Any], axis: int) -> Any:
+        """Stack tensors of equal shape along a new ``axis``."""
+
+    @abc.abstractmethod
+    def concat(self, xs: Sequence[Any], axis: int) -> Any:
+        """Concatenate tensors along an existing ``axis``."""
+
+    @abc.abstractmethod
+    def take(self, x: Any, axis: int, index: int) -> Any:
+        """Select element ``index`` along ``axis`` (the axis is removed)."""
+
+    @abc.abstractmethod
+    def zeros(self, shape: tuple[int, ...], dtype: DType) -> Any:
+        """A zero tensor."""
+
+    @abc.abstractmethod
+    def cast_like(self, x: Any, like: Any) -> Any:
+        """``x`` converted to the dtype of ``like``."""
+
+    @abc.abstractmethod
+    def broadcast_to(self, x: Any, shape: tuple[int, ...]) -> Any:
+        """NumPy ``broadcast_to`` (may return a view)."""
+
+    def broadcast_batch(self, x: Any, batch: tuple[int, ...]) -> Any:
+        """Prepend ``batch`` dims by broadcasting: shape ``s`` -> ``batch + s``."""
+        return self.broadcast_to(x, tuple(batch) + tuple(x.shape))
+
+    @abc.abstractmethod
+    def any_true(self, x: Any) -> bool:
+        """Whether any element is true."""
+
+    @abc.abstractmethod
+    def all_true(self, x: Any) -> bool:
+        """Whether every element is true."""
+
+    # -- interop and compilation -------------------------------------------------------
+    @abc.abstractmethod
+    def to_dlpack(self, x: Any) -> Any:
+        """An object exporting ``x`` through ``__dlpack__`` (pass it to another backend's ``from_dlpack``)."""
+
+    @abc.abstractmethod
+    def from_dlpack(self, obj: Any) -> Any:
+        """Import an object supporting ``__dlpack__`` without copying where the library allows."""
+
+    @abc.abstractmethod
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Compile a function of backend tensors (for fused regions)."""
+
+    @abc.abstractmethod
+    def nbytes(self, x: Any) -> int:
+        """Bytes used by the elements of ``x``."""
+
+
+# ---------------------------------------------------------------------------------------
+# Adapters: native function -> Kernel with the batch rules applied.
+# ---------------------------------------------------------------------------------------
+
+
+def unary(fn: Callable[[Any], Any]) -> Kernel:
+    """A unary elementwise op (batch dims need no care)."""
+    return lambda be, c, xs: fn(xs[0])
+
+
+def align_ranks(c: KernelCall, xs: Sequence[Any], trailing: Sequence[int] | None = None) -> list[Any]:
+    """Right-align per-point shapes of batched inputs: insert singleton axes after the batch dims.
+
+    ``trailing[k]`` per-point dims at the end of input ``k`` are kept out of the alignment
+    (e.g. the gathered axis); only the per-point dims before them are aligned.
+    """
+    if not c.any_batched:
+        return list(xs)
+    tr = list(trailing) if trailing is not None else [0] * len(xs)
+    nb = len(c.batch)
+    lead = [x.ndim - c.offset(k) - tr[k] for k, x in enumerate(xs)]
+    m = max(lead)
+    out = []
+    for k, x in enumerate(xs):
+        if c.batched[k] and lead[k] < m:
+            s = tuple(x.shape)
+            x = x.reshape(s[:nb] + (1,) * (m - lead[k]) + s[nb:])
+        out.append(x)
+    return out
+
+
+def elementwise(fn: Callable[..., Any]) -> Kernel:
+    """An n-ary elementwise op with NumPy broadcasting of the per-point shapes."""
+    return lambda be, c, xs: fn(*align_ranks(c, xs))
+
+
+def reduction(fn: Callable[[Any, tuple[int, ...], bool], Any]) -> Kernel:
+    """``fn(x, axes, keepdim)`` with per-point ``dims`` shifted past the batch dims."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        dims = c.attr("dims")
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        o = c.offset(0)
+        return fn(xs[0], tuple(d + o for d in dims), bool(c.attr("keepdim", False)))
+
+    return kernel
+
+
+def along_dim(fn: Callable[[Any, int], Any]) -> Kernel:
+    """``fn(x, axis)`` with the per-point ``dim`` attribute shifted past the batch dims."""
+    return lambda be, c, xs: fn(xs[0], c.int_attr("dim") + c.offset(0))
+
+
+def _index_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+    x = xs[0]
+    ax = c.int_attr("dim") + c.offset(0)
+    i = c.int_attr("index")
+    n = x.shape[ax]
+    if not -n <= i < n:
+        raise BackendError(f"{c.op!r}: index {i} out of range for per-point dim of size {n}")
+    return x[(slice(None),) * ax + (i,)]
+
+
+def _slice_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+    x = xs[0]
+    ax = c.int_attr("dim") + c.offset(0)
+    start, stop = c.int_attr("start"), c.int_attr("stop")
+    n = x.shape[ax]
+    if not 0 <= start <= stop <= n:
+        raise BackendError(
+            f"{c.op!r}: slice [{start}:{stop}] is outside the per-point dim of size {n} "
+            "(bounds must satisfy 0 <= start <= stop <= size)"
+        )
+    return x[(slice(None),) * ax + (slice(start, stop),)]
+
+
+def _permute_dims(c: KernelCall) -> tuple[int, ...]:
+    o = c.offset(0)
+    return tuple(range(o)) + tuple(int(d) + o for d in c.attr("dims"))
+
+
+def _reshape_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+    lead = c.batch if c.batched[0] else ()
+    return xs[0].reshape(lead + c.shape_attr("shape"))
+
+
+def _expand_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+    x = xs[0]
+    shape = c.shape_attr("shape")
+    if not c.batched[0]:
+        return be.broadcast_to(x, shape)
+    nb = len(c.batch)
+    s = tuple(x.shape)
+    pad = len(shape) - (len(s) - nb)
+    if pad > 0:
+        x = x.reshape(s[:nb] + (1,) * pad + s[nb:])
+    return be.broadcast_to(x, c.batch + shape)
+
+
+def _all_batched(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> tuple[list[Any], int]:
+    """Broadcast every input to batched (when any is) and return them with the dim offset."""
+    if not c.any_batched:
+        return list(xs), 0
+    ys = [x if b else be.broadcast_batch(x, c.batch) for x, b in zip(xs, c.batched, strict=True)]
+    return ys, len(c.batch)
+
+
+def multi_along_dim(fn: Callable[[Sequence[Any], int], Any]) -> Kernel:
+    """``fn(xs, axis)`` for CAT/STACK: all inputs broadcast to batched first."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        ys, o = _all_batched(be, c, xs)
+        return fn(ys, c.int_attr("dim") + o)
+
+    return kernel
+
+
+def gather(fn: Callable[[Any, Any], Any]) -> Kernel:
+    """``fn(x, idx)`` = ``x[..., idx]`` on equal leading shapes (``x``: ``(..., n)``, ``idx``: ``(...)``)."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        x, idx = align_ranks(c, xs, trailing=(1, 0))
+        lead = tuple(np.broadcast_shapes(tuple(x.shape[:-1]), tuple(idx.shape)))
+        return fn(be.broadcast_to(x, lead + (x.shape[-1],)), be.broadcast_to(idx, lead))
+
+    return kernel
+
+
+def matmul(fn: Callable[[Any, Any], Any]) -> Kernel:
+    """NumPy matmul on per-point shapes, 1-D operands included, either side batched."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        a, b = xs
+        oa, ob = c.offset(0), c.offset(1)
+        a_vec, b_vec = a.ndim - oa == 1, b.ndim - ob == 1
+        if a_vec:  # (k,) -> (1, k)
+            s = tuple(a.shape)
+            a = a.reshape(s[:oa] + (1,) + s[oa:])
+        if b_vec:  # (k,) -> (k, 1)
+            b = b.reshape(tuple(b.shape) + (1,))
+        a, b = align_ranks(c, [a, b])
+        out = fn(a, b)
+        if b_vec:
+            out = out.reshape(tuple(out.shape)[:-1])
+        if a_vec:
+            s = tuple(out.shape)
+            out = out.reshape(s[:-1] if b_vec else s[:-2] + s[-1:])
+        return out
+
+    return kernel
+
+
+def _discount_column(be: AbstractBackend, gamma: float, k: int, trailing: int, like: Any) -> Any:
+    """``gamma ** arange(k)`` (computed in float64) shaped ``(k, 1, ..., 1)`` with ``like``'s dtype."""
+    w = float(gamma) ** np.arange(k, dtype=np.float64)
+    w = be.from_numpy(w.reshape((k,) + (1,) * trailing))
+    return be.cast_like(w, like)
+
+
+def discounted_sum(sum_fn: Callable[[Any, int], Any]) -> Kernel:
+    """DISCOUNTED_SUM: ``sum_k gamma**k x[k]`` over the per-point dim 0; ``sum_fn(x, axis)`` sums."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        x = xs[0]
+        ax = c.offset(0)
+        w = _discount_column(be, c.attr("gamma"), x.shape[ax], x.ndim - ax - 1, x)
+        return sum_fn(x * w, ax)
+
+    return kernel
+
+
+def _discount_weights_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+    """DISCOUNT_WEIGHTS(g, x): ``out[k, ...] = gamma**k g[...]`` with x's per-point shape."""
+    g, x = xs
+    og, ox = c.offset(0), c.offset(1)
+    k = x.shape[ox]
+    s = tuple(g.shape)
+    g = g.reshape(s[:og] + (1,) + s[og:])  # new per-point dim 0
+    w = _discount_column(be, c.attr("gamma"), k, len(s) - og, g)
+    lead = c.batch if c.any_batched else ()
+    return be.broadcast_to(g * w, lead + tuple(x.shape[ox:]))
+
+
+def permute(fn: Callable[[Any, tuple[int, ...]], Any]) -> Kernel:
+    """``fn(x, axes)`` with batch dims kept in front."""
+    return lambda be, c, xs: fn(xs[0], _permute_dims(c))
+
+
+def pad_slice(fn: Callable[[Any, int, int, int], Any]) -> Kernel:
+    """PAD_SLICE: ``fn(x, axis, before, after)`` pads with zeros along ``axis``."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        x = xs[0]
+        ax = c.int_attr("dim") + c.offset(0)
+        start, size = c.int_attr("start"), c.int_attr("size")
+        n = x.shape[ax]
+        if start < 0 or start + n > size:
+            raise BackendError(
+                f"{c.op!r}: cannot place a per-point dim of size {n} at {start} in a dim of size {size}"
+            )
+        return fn(x, ax, start, size - start - n)
+
+    return kernel
+
+
+def random(fn: Callable[[AbstractBackend, tuple[int, ...], DType], Any]) -> Kernel:
+    """``fn(be, shape, dtype)`` draws ``batch + shape`` samples (independent per batch index)."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        dt = c.dtype_attr()
+        if not dt.is_float:
+            raise BackendError(f"{c.op!r}: random ops need a float dtype, got {dt.name}")
+        return fn(be, c.batch + c.shape_attr("shape"), dt)
+
+    return kernel
+
+
+def accumulate_dtype(dt: DType) -> DType:
+    """Dtype of SUM/CUMSUM results: floats keep theirs, ints and bools accumulate in int64 (as NumPy)."""
+    return dt if dt.is_float else DType.int64
+
+
+def shared_kernels() -> dict[OpKind, Kernel]:
+    """Kernels written once with array indexing/``reshape`` (valid for JAX and torch tensors)."""
+    return {
+        OpKind.CONST: lambda be, c, xs: be.const_value(c.op),
+        OpKind.INDEX: _index_kernel,
+        OpKind.SLICE: _slice_kernel,
+        OpKind.RESHAPE: _reshape_kernel,
+        OpKind.EXPAND: _expand_kernel,
+        OpKind.IDENTITY: lambda be, c, xs: xs[0],
+        OpKind.DISCOUNT_WEIGHTS: _discount_weights_kernel,
+    }

@@ -1,0 +1,193 @@
+"""The JAX backend: kernels on ``jax.Array`` values, ``jax.jit`` for fused regions.
+
+Importing this module enables ``jax_enable_x64`` (process-wide) so that int64/float64
+values keep their dtype; every kernel passes dtypes explicitly so float32 stays float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, final
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from timerl.backends import base
+from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
+from timerl.errors import BackendError
+from timerl.pdg.ops import DType, OpKind
+
+jax.config.update("jax_enable_x64", True)
+
+_DTYPES: dict[DType, Any] = {
+    DType.float32: jnp.float32,
+    DType.float64: jnp.float64,
+    DType.int32: jnp.int32,
+    DType.int64: jnp.int64,
+    DType.bool_: jnp.bool_,
+}
+
+
+def _sum(x: jax.Array, axes: tuple[int, ...], keepdim: bool) -> jax.Array:
+    dt = _DTYPES[accumulate_dtype(DType.from_numpy(x.dtype))]
+    return jnp.sum(x, axis=axes, keepdims=keepdim, dtype=dt)
+
+
+def _cumsum(x: jax.Array, axis: int) -> jax.Array:
+    return jnp.cumsum(x, axis=axis, dtype=_DTYPES[accumulate_dtype(DType.from_numpy(x.dtype))])
+
+
+def _pad(x: jax.Array, axis: int, before: int, after: int) -> jax.Array:
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (before, after)
+    return jnp.pad(x, widths)
+
+
+def _random(be: AbstractBackend, shape: tuple[int, ...], dtype: DType, normal: bool) -> jax.Array:
+    assert isinstance(be, JaxBackend)
+    key = be.next_key()
+    sample = jax.random.normal if normal else jax.random.uniform
+    return sample(key, shape, dtype=_DTYPES[dtype])
+
+
+def _one_hot(be: AbstractBackend, c: base.KernelCall, xs: Sequence[Any]) -> jax.Array:
+    return jax.nn.one_hot(xs[0], int(c.attr("num_classes")), dtype=_DTYPES[c.dtype_attr()])
+
+
+_KERNELS: dict[OpKind, Kernel] = {
+    **base.shared_kernels(),
+    OpKind.RAND_UNIFORM: base.random(lambda be, s, dt: _random(be, s, dt, False)),
+    OpKind.RAND_NORMAL: base.random(lambda be, s, dt: _random(be, s, dt, True)),
+    # elementwise unary
+    OpKind.NEG: base.unary(jnp.negative),
+    OpKind.EXP: base.unary(jnp.exp),
+    OpKind.LOG: base.unary(jnp.log),
+    OpKind.SQRT: base.unary(jnp.sqrt),
+    OpKind.TANH: base.unary(jnp.tanh),
+    OpKind.ABS: base.unary(jnp.abs),
+    OpKind.RELU: base.unary(jax.nn.relu),
+    OpKind.SIGMOID: base.unary(jax.nn.sigmoid),
+    OpKind.SIGN: base.unary(jnp.sign),
+    OpKind.LOGICAL_NOT: base.unary(jnp.logical_not),
+    OpKind.CAST: lambda be, c, xs: xs[0].astype(_DTYPES[c.dtype_attr()]),
+    # elementwise binary / ternary
+    OpKind.ADD: base.elementwise(jnp.add),
+    OpKind.SUB: base.elementwise(jnp.subtract),
+    OpKind.MUL: base.elementwise(jnp.multiply),
+    OpKind.DIV: base.elementwise(jnp.divide),
+    OpKind.POW: base.elementwise(jnp.power),
+    OpKind.MAXIMUM: base.elementwise(jnp.maximum),
+    OpKind.MINIMUM: base.elementwise(jnp.minimum),
+    OpKind.LT: base.elementwise(jnp.less),
+    OpKind.LE: base.elementwise(jnp.less_equal),
+    OpKind.GT: base.elementwise(jnp.greater),
+    OpKind.GE: base.elementwise(jnp.greater_equal),
+    OpKind.EQ: base.elementwise(jnp.equal),
+    OpKind.NE: base.elementwise(jnp.not_equal),
+    OpKind.LOGICAL_AND: base.elementwise(jnp.logical_and),
+    OpKind.LOGICAL_OR: base.elementwise(jnp.logical_or),
+    OpKind.WHERE: base.elementwise(jnp.where),
+    # reductions / scans
+    OpKind.SUM: base.reduction(_sum),
+    OpKind.MAX: base.reduction(lambda x, a, k: jnp.max(x, axis=a, keepdims=k)),
+    OpKind.MIN: base.reduction(lambda x, a, k: jnp.min(x, axis=a, keepdims=k)),
+    OpKind.ARGMAX: base.along_dim(lambda x, a: jnp.argmax(x, axis=a).astype(jnp.int64)),
+    OpKind.CUMSUM: base.along_dim(_cumsum),
+    OpKind.DISCOUNTED_SUM: base.discounted_sum(lambda x, a: jnp.sum(x, axis=a, dtype=x.dtype)),
+    OpKind.LOG_SOFTMAX: base.along_dim(lambda x, a: jax.nn.log_softmax(x, axis=a)),
+    OpKind.SOFTMAX: base.along_dim(lambda x, a: jax.nn.softmax(x, axis=a)),
+    # layout / indexing
+    OpKind.PERMUTE: base.permute(jnp.transpose),
+    OpKind.SQUEEZE: base.along_dim(lambda x, a: jnp.squeeze(x, axis=a)),
+    OpKind.UNSQUEEZE: base.along_dim(jnp.expand_dims),
+    OpKind.CAT: base.multi_along_dim(lambda xs, a: jnp.concatenate(xs, axis=a)),
+    OpKind.STACK: base.multi_along_dim(lambda xs, a: jnp.stack(xs, axis=a)),
+    OpKind.PAD_SLICE: base.pad_slice(_pad),
+    OpKind.GATHER: base.gather(lambda x, i: jnp.take_along_axis(x, i[..., None], axis=-1)[..., 0]),
+    OpKind.ONE_HOT: _one_hot,
+    OpKind.MATMUL: base.matmul(jnp.matmul),
+}
+
+
+@final
+class JaxBackend(AbstractBackend):
+    """Runs ops with ``jax.numpy``; RNG is a PRNG key split once per random op."""
+
+    name: ClassVar[str] = "jax"
+    kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self._key = jax.random.key(seed)
+
+    def seed(self, seed: int) -> None:
+        """Reset the PRNG key."""
+        self._key = jax.random.key(seed)
+
+    def next_key(self) -> jax.Array:
+        """Split the PRNG key: keep one half, return the other."""
+        self._key, sub = jax.random.split(self._key)
+        return sub
+
+    def from_numpy(self, a: np.ndarray) -> jax.Array:
+        """Copy into a ``jax.Array`` with the same dtype."""
+        return jnp.array(a, dtype=a.dtype, copy=True)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A read-only NumPy view (or copy) of ``x``."""
+        return np.asarray(x)
+
+    def stack(self, xs: Sequence[Any], axis: int) -> jax.Array:
+        """``jnp.stack``."""
+        return jnp.stack(list(xs), axis=axis)
+
+    def concat(self, xs: Sequence[Any], axis: int) -> jax.Array:
+        """``jnp.concatenate``."""
+        return jnp.concatenate(list(xs), axis=axis)
+
+    def take(self, x: Any, axis: int, index: int) -> jax.Array:
+        """``x`` at ``index`` along ``axis`` (axis removed)."""
+        return x[(slice(None),) * axis + (index,)]
+
+    def zeros(self, shape: tuple[int, ...], dtype: DType) -> jax.Array:
+        """``jnp.zeros``."""
+        return jnp.zeros(shape, dtype=_DTYPES[dtype])
+
+    def cast_like(self, x: Any, like: Any) -> jax.Array:
+        """``x.astype(like.dtype)``."""
+        return x.astype(like.dtype)
+
+    def broadcast_to(self, x: Any, shape: tuple[int, ...]) -> jax.Array:
+        """``jnp.broadcast_to``."""
+        return jnp.broadcast_to(x, shape)
+
+    def any_true(self, x: Any) -> bool:
+        """``bool(jnp.any(x))``."""
+        return bool(jnp.any(x))
+
+    def all_true(self, x: Any) -> bool:
+        """``bool(jnp.all(x))``."""
+        return bool(jnp.all(x))
+
+    def to_dlpack(self, x: Any) -> Any:
+        """A ``jax.Array`` exports itself through ``__dlpack__``."""
+        return x
+
+    def from_dlpack(self, obj: Any) -> jax.Array:
+        """``jax.dlpack.from_dlpack`` (zero-copy for aligned CPU buffers; int64/float64 kept)."""
+        try:
+            return jax.dlpack.from_dlpack(obj)
+        except (TypeError, BufferError, RuntimeError) as e:
+            raise BackendError(
+                f"jax cannot import {type(obj).__name__} through DLPack ({e}); pass an object with "
+                "__dlpack__ (e.g. from TorchBackend.to_dlpack), not a capsule"
+            ) from e
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``jax.jit``."""
+        return jax.jit(fn)
+
+    def nbytes(self, x: Any) -> int:
+        """``x.nbytes``."""
+        return int(x.nbytes)

@@ -1,0 +1,204 @@
+"""The PyTorch backend: kernels on ``torch.Tensor`` values (eager by default).
+
+Tensors are treated as immutable: kernels never write into inputs, and ``IDENTITY``
+returns its input. ``torch.compile`` is used only when asked for (``use_compile=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, final
+
+import numpy as np
+import torch
+
+from timerl.backends import base
+from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
+from timerl.errors import BackendError
+from timerl.pdg.ops import DType, OpKind
+
+_DTYPES: dict[DType, torch.dtype] = {
+    DType.float32: torch.float32,
+    DType.float64: torch.float64,
+    DType.int32: torch.int32,
+    DType.int64: torch.int64,
+    DType.bool_: torch.bool,
+}
+_FROM_TORCH: dict[torch.dtype, DType] = {v: k for k, v in _DTYPES.items()}
+
+
+def _acc_dtype(x: torch.Tensor) -> torch.dtype:
+    dt = _FROM_TORCH.get(x.dtype)
+    if dt is None:
+        return x.dtype
+    return _DTYPES[accumulate_dtype(dt)]
+
+
+def _sum(x: torch.Tensor, axes: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+    if not axes:  # torch reduces every dim for dim=(); NumPy reduces none
+        return x.to(_acc_dtype(x))
+    return torch.sum(x, dim=axes, keepdim=keepdim, dtype=_acc_dtype(x))
+
+
+def _minmax(fn: Callable[..., torch.Tensor]) -> Callable[[torch.Tensor, tuple[int, ...], bool], torch.Tensor]:
+    def reduce(x: torch.Tensor, axes: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+        return x if not axes else fn(x, dim=axes, keepdim=keepdim)
+
+    return reduce
+
+
+def _pad(x: torch.Tensor, axis: int, before: int, after: int) -> torch.Tensor:
+    shape = list(x.shape)
+    n = shape[axis]
+    shape[axis] = before + n + after
+    out = torch.zeros(shape, dtype=x.dtype, device=x.device)
+    out.narrow(axis, before, n).copy_(x)
+    return out
+
+
+def _random(be: AbstractBackend, shape: tuple[int, ...], dtype: DType, normal: bool) -> torch.Tensor:
+    assert isinstance(be, TorchBackend)
+    sample = torch.randn if normal else torch.rand
+    return sample(shape, generator=be.generator, dtype=_DTYPES[dtype])
+
+
+def _one_hot(be: AbstractBackend, c: base.KernelCall, xs: Sequence[Any]) -> torch.Tensor:
+    idx = xs[0].to(torch.int64)
+    out = torch.nn.functional.one_hot(idx, int(c.attr("num_classes")))
+    return out.to(_DTYPES[c.dtype_attr()])
+
+
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return torch.gather(x, -1, idx.to(torch.int64).unsqueeze(-1)).squeeze(-1)
+
+
+_KERNELS: dict[OpKind, Kernel] = {
+    **base.shared_kernels(),
+    OpKind.RAND_UNIFORM: base.random(lambda be, s, dt: _random(be, s, dt, False)),
+    OpKind.RAND_NORMAL: base.random(lambda be, s, dt: _random(be, s, dt, True)),
+    # elementwise unary
+    OpKind.NEG: base.unary(torch.neg),
+    OpKind.EXP: base.unary(torch.exp),
+    OpKind.LOG: base.unary(torch.log),
+    OpKind.SQRT: base.unary(torch.sqrt),
+    OpKind.TANH: base.unary(torch.tanh),
+    OpKind.ABS: base.unary(torch.abs),
+    OpKind.RELU: base.unary(torch.relu),
+    OpKind.SIGMOID: base.unary(torch.sigmoid),
+    OpKind.SIGN: base.unary(torch.sign),
+    OpKind.LOGICAL_NOT: base.unary(torch.logical_not),
+    OpKind.CAST: lambda be, c, xs: xs[0].to(_DTYPES[c.dtype_attr()]),
+    # elementwise binary / ternary
+    OpKind.ADD: base.elementwise(torch.add),
+    OpKind.SUB: base.elementwise(torch.sub),
+    OpKind.MUL: base.elementwise(torch.mul),
+    OpKind.DIV: base.elementwise(torch.div),
+    OpKind.POW: base.elementwise(torch.pow),
+    OpKind.MAXIMUM: base.elementwise(torch.maximum),
+    OpKind.MINIMUM: base.elementwise(torch.minimum),
+    OpKind.LT: base.elementwise(torch.lt),
+    OpKind.LE: base.elementwise(torch.le),
+    OpKind.GT: base.elementwise(torch.gt),
+    OpKind.GE: base.elementwise(torch.ge),
+    OpKind.EQ: base.elementwise(torch.eq),
+    OpKind.NE: base.elementwise(torch.ne),
+    OpKind.LOGICAL_AND: base.elementwise(torch.logical_and),
+    OpKind.LOGICAL_OR: base.elementwise(torch.logical_or),
+    OpKind.WHERE: base.elementwise(torch.where),
+    # reductions / scans
+    OpKind.SUM: base.reduction(_sum),
+    OpKind.MAX: base.reduction(_minmax(torch.amax)),
+    OpKind.MIN: base.reduction(_minmax(torch.amin)),
+    OpKind.ARGMAX: base.along_dim(lambda x, a: torch.argmax(x, dim=a)),
+    OpKind.CUMSUM: base.along_dim(lambda x, a: torch.cumsum(x, dim=a, dtype=_acc_dtype(x))),
+    OpKind.DISCOUNTED_SUM: base.discounted_sum(lambda x, a: torch.sum(x, dim=a)),
+    OpKind.LOG_SOFTMAX: base.along_dim(lambda x, a: torch.log_softmax(x, dim=a)),
+    OpKind.SOFTMAX: base.along_dim(lambda x, a: torch.softmax(x, dim=a)),
+    # layout / indexing
+    OpKind.PERMUTE: base.permute(torch.permute),
+    OpKind.SQUEEZE: base.along_dim(lambda x, a: torch.squeeze(x, a)),
+    OpKind.UNSQUEEZE: base.along_dim(torch.unsqueeze),
+    OpKind.CAT: base.multi_along_dim(lambda xs, a: torch.cat(list(xs), dim=a)),
+    OpKind.STACK: base.multi_along_dim(lambda xs, a: torch.stack(list(xs), dim=a)),
+    OpKind.PAD_SLICE: base.pad_slice(_pad),
+    OpKind.GATHER: base.gather(_gather),
+    OpKind.ONE_HOT: _one_hot,
+    OpKind.MATMUL: base.matmul(torch.matmul),
+}
+
+
+@final
+class TorchBackend(AbstractBackend):
+    """Runs ops with eager PyTorch; RNG is one ``torch.Generator``."""
+
+    name: ClassVar[str] = "torch"
+    kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
+
+    def __init__(self, seed: int = 0, use_compile: bool = False) -> None:
+        super().__init__()
+        self.generator = torch.Generator().manual_seed(seed)
+        self.use_compile = use_compile
+
+    def seed(self, seed: int) -> None:
+        """Reset the generator."""
+        self.generator.manual_seed(seed)
+
+    def from_numpy(self, a: np.ndarray) -> torch.Tensor:
+        """Copy into a new tensor with the same dtype."""
+        # A fresh torch allocation: 64-byte aligned, so DLPack exports stay zero-copy.
+        return torch.from_numpy(np.asarray(a, order="C")).clone()
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A NumPy view of ``x`` (shares memory: treat it as read-only)."""
+        return x.detach().cpu().numpy()
+
+    def stack(self, xs: Sequence[Any], axis: int) -> torch.Tensor:
+        """``torch.stack``."""
+        return torch.stack(list(xs), dim=axis)
+
+    def concat(self, xs: Sequence[Any], axis: int) -> torch.Tensor:
+        """``torch.cat``."""
+        return torch.cat(list(xs), dim=axis)
+
+    def take(self, x: Any, axis: int, index: int) -> torch.Tensor:
+        """``x`` at ``index`` along ``axis`` (axis removed; a view)."""
+        return torch.select(x, axis, index)
+
+    def zeros(self, shape: tuple[int, ...], dtype: DType) -> torch.Tensor:
+        """``torch.zeros``."""
+        return torch.zeros(shape, dtype=_DTYPES[dtype])
+
+    def cast_like(self, x: Any, like: Any) -> torch.Tensor:
+        """``x.to(like.dtype)``."""
+        return x.to(like.dtype)
+
+    def broadcast_to(self, x: Any, shape: tuple[int, ...]) -> torch.Tensor:
+        """``torch.broadcast_to`` (a stride-0 view)."""
+        return torch.broadcast_to(x, shape)
+
+    def any_true(self, x: Any) -> bool:
+        """``bool(x.any())``."""
+        return bool(torch.any(x))
+
+    def all_true(self, x: Any) -> bool:
+        """``bool(x.all())``."""
+        return bool(torch.all(x))
+
+    def to_dlpack(self, x: Any) -> torch.Tensor:
+        """The detached tensor (tensors requiring grad cannot be exported)."""
+        return x.detach()
+
+    def from_dlpack(self, obj: Any) -> torch.Tensor:
+        """``torch.from_dlpack``: zero-copy; the result aliases ``obj``'s buffer (do not write into it)."""
+        try:
+            return torch.from_dlpack(obj)
+        except (TypeError, BufferError, RuntimeError) as e:
+            raise BackendError(f"torch cannot import {type(obj).__name__} through DLPack: {e}") from e
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with ``use_compile=True``."""
+        return torch.compile(fn) if self.use_compile else fn
+
+    def nbytes(self, x: Any) -> int:
+        """``numel * element_size``."""
+        return int(x.numel() * x.element_size())

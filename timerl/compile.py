@@ -1,0 +1,97 @@
+"""``ctx.compile``: RT program -> PDG -> passes -> isl schedule -> AST -> runtime executor."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from timerl.errors import TimeRLError
+from timerl.pdg.ir import PDG
+from timerl.pdg.ops import OpKind
+from timerl.rt.context import Context
+
+log = logging.getLogger("timerl.compile")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Switches for every pass, so each can be checked by running with and without it."""
+
+    vectorize: bool = True  # turn batch-like dims (identity-accessed, static) into concrete dims
+    dce: bool = True  # dead-code elimination
+    check_reads: bool = True  # compile-time check that every read point is defined
+    seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
+
+    @staticmethod
+    def from_kwargs(kwargs: Mapping[str, Any]) -> CompileOptions:
+        names = {f.name for f in fields(CompileOptions)}
+        bad = sorted(set(kwargs) - names)
+        if bad:
+            raise TimeRLError(f"unknown compile option(s) {bad}; valid options: {sorted(names)}")
+        return CompileOptions(**kwargs)
+
+
+class Executor:
+    """A compiled program. ``execute()`` runs it once over all its points."""
+
+    def __init__(self, pdg: PDG, schedule: Any, backend: Any, options: CompileOptions) -> None:
+        from timerl.runtime.interpreter import Executor as _Interp
+
+        self.pdg = pdg
+        self.schedule = schedule
+        self.backend = backend
+        self.options = options
+        self._interp = _Interp(pdg, schedule.ast, backend, seed=options.seed)
+
+    def execute(self) -> None:
+        """Run the whole program (all iterations)."""
+        self._interp.execute()
+
+    def memory_stats(self) -> Any:
+        return self._interp.memory_stats()
+
+    def pretty(self) -> str:
+        """The PDG and the schedule's AST, for debugging."""
+        return f"{self.pdg.pretty()}\n\n{self.schedule.pretty()}"
+
+
+def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) -> PDG:
+    """Lower the program and run the PDG passes selected by ``options``."""
+    from timerl.pdg.passes.dce import eliminate_dead_code
+    from timerl.pdg.passes.vectorize import vectorize
+    from timerl.pdg.verify import verify_pdg
+    from timerl.rt.lower import lower
+
+    pdg = lower(ctx, bounds)
+    verify_pdg(pdg)
+    required = frozenset(s for n in ctx.graph.nodes.values() for s in n.batch_dims)
+    if options.vectorize or required:
+        pdg = vectorize(pdg, None if options.vectorize else sorted(required, key=str), required)
+        verify_pdg(pdg)
+    if options.dce:
+        keep = frozenset(n.id for n in ctx.graph.nodes.values() if n.is_param)
+        pdg = eliminate_dead_code(pdg, keep)
+        verify_pdg(pdg)
+    return pdg
+
+
+def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwargs: Any) -> Executor:
+    from timerl.backends import get_backend
+    from timerl.schedule.check import check_reads_defined
+    from timerl.schedule.scheduler import schedule_pdg
+
+    options = CompileOptions.from_kwargs(kwargs)
+    t0 = time.perf_counter()
+    be = get_backend(backend)
+    pdg = build_pdg(ctx, bounds, options)
+    if options.check_reads:
+        check_reads_defined(pdg)
+    sched = schedule_pdg(pdg)
+    for n in pdg:
+        if n.op.kind is OpKind.UDF:
+            n.op.attr("fn").bind(pdg.static_bounds)
+    log.info("compiled %d nodes, %d edges in %.2fs", len(pdg.nodes), len(pdg.edges), time.perf_counter() - t0)
+    return Executor(pdg, sched, be, options)

@@ -1,0 +1,5 @@
+"""Environments as UDF ops: ``trl.env.make("gym.<id>", num_envs=B)``."""
+
+from timerl.envs.registry import make as make
+
+__all__ = ["make"]

@@ -1,0 +1,167 @@
+"""gymnasium vector environments as UDF ops.
+
+``reset(domain=(b, i))`` and ``step(action)`` become UDF nodes vectorized over the
+batch dim ``b`` (bound ``num_envs``): one gymnasium vector env steps all ``B`` envs at
+once. Episodes end per env; once an env is done it stays done (reward 0, its last
+observation repeated, ``done`` true) until the next reset, so the dynamic bound
+``T: d`` ends the episode when *every* env is done (``T`` = longest episode). Reset
+``i`` is seeded with ``seed + i``, so a run is reproducible whatever the schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from timerl.errors import RTDefinitionError, RuntimeExecutionError
+from timerl.pdg.ops import DType
+from timerl.rt.context import current
+from timerl.rt.creation import space_spec
+from timerl.rt.graph import BInput
+from timerl.rt.tensor import RecurrentTensor
+from timerl.rt.udf import UDFFn, udf
+from timerl.symbolic import Slice, Sym, lift
+
+log = logging.getLogger("timerl.envs")
+
+
+class _GymState:
+    """The live vector env and per-env done flags (created at compile time by ``bind``)."""
+
+    def __init__(self, env_id: str, num_envs: Any, seed: int, kwargs: dict[str, Any]) -> None:
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.seed = seed
+        self.kwargs = kwargs
+        self.venv: Any = None
+        self.n = 0
+        self.done: np.ndarray | None = None
+        self.last_obs: np.ndarray | None = None
+
+    def bind(self, bounds: Mapping[Sym, int]) -> None:
+        import gymnasium as gym
+
+        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
+        if n is None:
+            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
+        if self.venv is not None and self.n == n:
+            return
+        try:
+            self.venv = gym.make_vec(self.env_id, num_envs=n, vectorization_mode="vector_entry_point", **self.kwargs)
+        except Exception:  # no native vector env: fall back to a synchronous one
+            self.venv = gym.make_vec(self.env_id, num_envs=n, vectorization_mode="sync", **self.kwargs)
+        self.n = n
+
+    def reset(self, point: dict[str, int]) -> np.ndarray:
+        k = sum(point.values())
+        obs, _ = self.venv.reset(seed=self.seed + 7919 * k)
+        self.done = np.zeros(self.n, dtype=bool)
+        self.last_obs = np.asarray(obs)
+        return self.last_obs
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.done is None or self.last_obs is None:
+            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+        obs, rew, term, trunc, _ = self.venv.step(action)
+        was_done = self.done
+        obs = np.where(was_done.reshape((-1,) + (1,) * (np.ndim(obs) - 1)), self.last_obs, obs)
+        rew = np.where(was_done, 0.0, rew).astype(np.float32)
+        self.done = was_done | np.asarray(term) | np.asarray(trunc)
+        self.last_obs = np.asarray(obs)
+        return self.last_obs, rew, self.done.copy()
+
+
+class _Fn(UDFFn):
+    def __init__(self, state: _GymState, kind: str) -> None:
+        super().__init__(self._call, f"{state.env_id}.{kind}")
+        self.state = state
+        self.kind = kind
+
+    def bind(self, bounds: Mapping[Sym, int]) -> None:
+        self.state.bind(bounds)
+
+    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> Sequence[np.ndarray]:
+        if self.kind == "reset":
+            return [self.state.reset(point)]
+        return list(self.state.step(inputs[0]))
+
+
+class GymEnv:
+    """A gymnasium environment family usable in RT programs."""
+
+    def __init__(self, env_id: str, num_envs: Any, seed: int = 0, **kwargs: Any) -> None:
+        import gymnasium as gym
+
+        probe = gym.make(env_id, **kwargs)
+        self.obs_space = probe.observation_space
+        self.action_space = probe.action_space
+        probe.close()
+        self.env_id = env_id
+        self.ctx = current()
+        if isinstance(num_envs, Sym):
+            self.batch_dim: Sym | None = self.ctx.dim_of_bound(num_envs)
+        else:
+            self.batch_dim = None
+            if int(num_envs) != 1:
+                raise RTDefinitionError(
+                    f"env {env_id}: num_envs must be the bound symbol of a batch dim (e.g. B) or 1"
+                )
+        self._state = _GymState(env_id, num_envs, seed, kwargs)
+        self._reset_node: Any = None
+        self._reset_domain: tuple[Sym, ...] = ()
+        self.obs_spec = space_spec(self.obs_space)
+        self.act_spec = space_spec(self.action_space)
+
+    def reset(self, domain: Sequence[Sym] = ()) -> RecurrentTensor:
+        """Observations of a fresh episode at every point of ``domain`` (e.g. ``(b, i)``)."""
+        dom = tuple(domain)
+        if self.batch_dim is not None and self.batch_dim not in dom:
+            raise RTDefinitionError(f"env {self.env_id}: reset domain must include the batch dim {self.batch_dim}")
+        (obs,) = udf(
+            _Fn(self._state, "reset"), [self.obs_spec], dom, name=f"{self.env_id}.reset",
+            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+        )
+        self._reset_node = obs.node
+        self._reset_domain = obs.node.domain
+        return obs
+
+    def step(self, action: RecurrentTensor) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor]:
+        """``(next_obs, reward, done)`` at the action's points (``done``: episode over)."""
+        if self._reset_node is None:
+            raise RTDefinitionError(f"env {self.env_id}: call env.reset(domain=...) before env.step(...)")
+        want_shape, want_dt = self.act_spec
+        if tuple(action.shape) != tuple(want_shape):
+            raise RTDefinitionError(
+                f"env {self.env_id}: action per-point shape {action.shape} does not match the "
+                f"action space {self.action_space} (want {want_shape})"
+            )
+        if action.dtype is not want_dt:
+            action = action.cast(want_dt)
+        dom = action.domain
+        time_dims = [s for s in dom if s not in self._reset_domain]
+        if len(time_dims) != 1:
+            raise RTDefinitionError(
+                f"env {self.env_id}: the action must vary over exactly one dim more than reset's "
+                f"domain (the time dim); got {tuple(s.name for s in dom)}"
+            )
+        (t,) = time_dims
+        specs = [self.obs_spec, ((), DType.float32), ((), DType.bool_)]
+        obs, rew, done = udf(
+            _Fn(self._state, "step"), specs, dom, [action], name=f"{self.env_id}.step",
+            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+        )
+        step_node = obs.node
+        T = self.ctx.bound_of(t)
+        # Effects are ordered: step t after step t-1; reset k after all steps of episode k-1.
+        step_node.order_after.append(
+            BInput(step_node.id, 0, tuple(s - 1 if s is t else s for s in dom), t > 0)
+        )
+        ep = [s for s in self._reset_domain if s is not self.batch_dim]
+        if ep:
+            outer = ep[-1]
+            phi = tuple(Slice(lift(0), T) if s is t else (s - 1 if s is outer else s) for s in dom)
+            self._reset_node.order_after.append(BInput(step_node.id, 0, phi, outer > 0))
+        return obs, rew, done

@@ -1,0 +1,23 @@
+"""Environment factory: the prefix of the id picks the family."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timerl.errors import TimeRLError
+
+
+def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
+    """Create an environment: ``"gym.CartPole-v1"`` (gymnasium vector env on the host).
+
+    ``num_envs`` is the bound symbol of the batch dim (``B``) or an int.
+    """
+    family, _, name = env_id.partition(".")
+    if family == "gym" and name:
+        from timerl.envs.gym_env import GymEnv
+
+        return GymEnv(name, num_envs, seed=seed, **kwargs)
+    raise TimeRLError(
+        f"unknown environment id {env_id!r}: use 'gym.<gymnasium id>' (e.g. 'gym.CartPole-v1'); "
+        "'brax.*' and 'looptune.*' come with later releases"
+    )

@@ -1,0 +1,5 @@
+"""Neural-network modules written as RTs."""
+
+from timerl.nn.builder import DNN as DNN, DNNBuilder as DNNBuilder
+
+__all__ = ["DNN", "DNNBuilder"]

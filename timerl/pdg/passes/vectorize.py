@@ -1,0 +1,110 @@
+"""Vectorization of batch-like dims (TimeRL Alg. 2, the trivial case).
+
+A dim ``b`` with a static bound ``B`` is *vectorizable* when every edge reads it
+with the identity (``x[b, ...]``) or not at all, no condition, slice bound, select
+or op attribute mentions it, and it is not a dynamic bound's dim. Such a dim carries
+no dependence between its points, so it is removed from every domain and becomes a
+leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
+
+Precondition: a lowered PDG. Postcondition: no node has ``b`` in its domain; nodes
+that had it carry ``batch == (B,)`` (dims vectorized earlier come first); edges lose
+their ``b`` component. Sinks over ``b`` are wrapped to call the user's function once
+per batch index with ``point["b"]`` set, so sink semantics are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from timerl.errors import RTDefinitionError
+from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ops import Op, OpKind
+from timerl.symbolic import Expr, Slice, Sym, free_symbols
+
+
+def _mentions(x: Any, b: Sym) -> bool:
+    if isinstance(x, (Expr, Slice)):
+        return b in free_symbols(x)
+    if isinstance(x, tuple):
+        return any(_mentions(v, b) for v in x)
+    return False
+
+
+def vectorizable_dims(pdg: PDG) -> list[Sym]:
+    """Dims that can become concrete batch dims (see module docstring)."""
+    out = []
+    for s, bnd in pdg.dims:
+        if bnd not in pdg.static_bounds:
+            continue
+        ok = True
+        for n in pdg:
+            if _mentions(n.cond, s) or any(_mentions(v, s) for _, v in n.op.attrs):
+                ok = False
+                break
+            if n.op.kind is OpKind.SET_SYMBOL and n.op.attr("dim") is s:
+                ok = False
+                break
+        if ok:
+            for e in pdg.edges:
+                src = pdg.nodes[e.src]
+                sink = pdg.nodes[e.sink]
+                if _mentions(e.cond, s) or (e.select is not None and _mentions(e.select, s)):
+                    ok = False
+                    break
+                for d, c in zip(src.domain, e.phi, strict=True):
+                    if d is s:
+                        if c is not s or s not in sink.domain:
+                            ok = False
+                    elif _mentions(c, s):
+                        ok = False
+                if not ok:
+                    break
+        if ok:
+            out.append(s)
+    return out
+
+
+def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] = frozenset()) -> PDG:
+    """Turn ``dims`` (default: all vectorizable) into batch dims. ``required`` must be among them."""
+    cand = vectorizable_dims(pdg)
+    chosen = cand if dims is None else [d for d in dims if d in cand]
+    missing = [d for d in required if d not in chosen]
+    if missing:
+        raise RTDefinitionError(
+            f"dim(s) {[d.name for d in missing]} must be vectorized (an environment steps all of its "
+            "envs at once) but cannot be: read them only as `x[b, ...]` (no shifts, slices or "
+            "conditions on them), or leave vectorization on"
+        )
+    nodes = dict(pdg.nodes)
+    edges = list(pdg.edges)
+    for s in chosen:
+        size = pdg.static_bounds[pdg.bound_of(s)]
+        new_nodes: dict[int, Node] = {}
+        for nid, n in nodes.items():
+            if s in n.domain:
+                op = n.op
+                if op.kind is OpKind.SINK:
+                    op = Op.make(OpKind.SINK, fn=_per_batch_sink(op.attr("fn"), s.name, len(n.batch)))
+                n = replace(n, domain=tuple(d for d in n.domain if d is not s), batch=n.batch + (size,), op=op)
+            new_nodes[nid] = n
+        new_edges: list[Edge] = []
+        for e in edges:
+            src = nodes[e.src]
+            if s in src.domain:
+                phi = tuple(c for d, c in zip(src.domain, e.phi, strict=True) if d is not s)
+                e = replace(e, phi=phi)
+            new_edges.append(e)
+        nodes, edges = new_nodes, new_edges
+    return pdg.with_(nodes=nodes, edges=tuple(edges))
+
+
+def _per_batch_sink(fn: Any, name: str, axis: int) -> Any:
+    def sink(value: np.ndarray, point: dict[str, int]) -> None:
+        for k in range(value.shape[axis]):
+            fn(np.take(value, k, axis=axis), {**point, name: k})
+
+    sink.__name__ = getattr(fn, "__name__", "sink")
+    return sink

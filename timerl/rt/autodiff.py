@@ -1,0 +1,529 @@
+"""Symbolic reverse-mode autodiff through symbolic dims.
+
+For ``y[p] = f(x[phi(p)])`` the gradient of ``x`` at ``p'`` sums the contributions of
+every sink point that read it: ``grad_x[p'] = sum_{p in phi^-1(p')} f'(grad_y[p])``
+(TimeRL §5.1). The VJP of each op is written with RT ops (``vjp_rules``), then
+:func:`_transpose` moves the contribution from ``y``'s domain to ``x``'s domain by
+reading it through the inverted dependence (``timerl.symbolic.invert``) and summing
+over the stacked sink points. MERGE gradients flow only to the branch taken.
+
+Parameters (``trl.param``) are leaves: gradients stop there, so a parameter cycle
+over ``i`` gives, at each ``i``, the gradient of that iteration's loss with respect to
+that iteration's parameters — exactly ``jax.grad`` of the unrolled program step.
+Gradient RTs are built lazily, when ``x.grad`` is first read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from timerl.errors import AutodiffError, NonAffineIndexError
+from timerl.pdg.ir import SLICE_VAR, TensorSpec
+from timerl.pdg.ops import DType, Op, OpKind
+from timerl.rt import shapes as S
+from timerl.rt.creation import const, zeros
+from timerl.rt.graph import BInput, BNode
+from timerl.rt.tensor import (
+    RecurrentTensor,
+    _apply,
+    binary,
+    log_softmax,
+    materialize,
+    softmax,
+    where,
+)
+from timerl.symbolic import TRUE, Expr, Slice, Sym, index_symbols, invert, lift, logical_and, substitute
+
+RT = RecurrentTensor
+
+NON_DIFF = frozenset(
+    {
+        OpKind.CONST,
+        OpKind.EVAL_SYMBOL,
+        OpKind.RAND_UNIFORM,
+        OpKind.RAND_NORMAL,
+        OpKind.SIGN,
+        OpKind.LOGICAL_NOT,
+        OpKind.LT,
+        OpKind.LE,
+        OpKind.GT,
+        OpKind.GE,
+        OpKind.EQ,
+        OpKind.NE,
+        OpKind.LOGICAL_AND,
+        OpKind.LOGICAL_OR,
+        OpKind.ARGMAX,
+        OpKind.ONE_HOT,
+        OpKind.UDF,
+        OpKind.SINK,
+        OpKind.SET_SYMBOL,
+        OpKind.DISCOUNT_WEIGHTS,
+    }
+)
+
+
+def register_loss(loss: RT) -> None:
+    ctx = loss.ctx
+    if loss.ndim != 0:
+        raise AutodiffError(
+            f"backward() needs a scalar per point; {loss!r} has per-point shape {loss.shape}. "
+            "Reduce it first, e.g. loss.mean() or loss.sum()"
+        )
+    if not loss.dtype.is_float:
+        raise AutodiffError(f"backward() needs a float loss, got {loss.dtype.value}")
+    if ctx._grads is not None:
+        raise AutodiffError(
+            "backward() called after gradients were read; call backward() on every loss "
+            "(or on their sum) before reading any .grad"
+        )
+    ctx._seeds.append(loss if loss.is_identity else materialize(loss))
+
+
+def grad_of(x: RT) -> RT:
+    ctx = x.ctx
+    if not ctx._seeds:
+        raise AutodiffError(f"{x!r}.grad read before any loss.backward()")
+    if ctx._grads is None:
+        ctx._grads = _build(ctx)
+    if not x.is_identity:
+        raise AutodiffError(f".grad is defined on RTs, not on indexed views ({x!r})")
+    g = ctx._grads.get((x.node.id, x.oid))
+    if g is None:
+        raise AutodiffError(
+            f"{x.node.label} does not influence the loss through differentiable ops, so it has no "
+            "gradient (check for detach(), integer casts or comparisons on the path)"
+        )
+    return g
+
+
+# -- relevance -------------------------------------------------------------------------
+
+
+def _diff_inputs(node: BNode) -> list[int]:
+    k = node.op.kind
+    if k in NON_DIFF or node.stop_gradient:
+        return []
+    if k is OpKind.CAST and not node.outputs[0].dtype.is_float:
+        return []
+    if k is OpKind.WHERE:
+        return [1, 2]
+    if k is OpKind.GATHER:
+        return [0]
+    return list(range(len(node.inputs)))
+
+
+def _build(ctx: Any) -> dict[tuple[int, int], RT]:
+    nodes = ctx.graph.nodes
+    # Forward: nodes that depend on a parameter through differentiable inputs.
+    needs: set[int] = {n.id for n in nodes.values() if n.is_param}
+    changed = True
+    while changed:
+        changed = False
+        for n in list(nodes.values()):
+            if n.id in needs or n.is_param:
+                continue
+            if any(n.inputs[k].src in needs and nodes[n.inputs[k].src].outputs[n.inputs[k].oid].dtype.is_float for k in _diff_inputs(n)):
+                needs.add(n.id)
+                changed = True
+    # Backward: nodes reachable from the losses (stopping at parameters).
+    relevant: set[int] = set()
+    stack = [s.node.id for s in ctx._seeds if s.node.id in needs]
+    while stack:
+        nid = stack.pop()
+        if nid in relevant:
+            continue
+        relevant.add(nid)
+        n = nodes[nid]
+        if n.is_param:
+            continue
+        for k in _diff_inputs(n):
+            src = n.inputs[k].src
+            if src in needs and src not in relevant:
+                stack.append(src)
+    if not relevant:
+        raise AutodiffError("the loss does not depend on any trl.param through differentiable ops")
+
+    # Placeholders for every relevant node's gradient.
+    gnode: dict[int, BNode] = {}
+    for nid in sorted(relevant):
+        n = nodes[nid]
+        if len(n.outputs) != 1:
+            raise AutodiffError(f"cannot differentiate multi-output {n.label}")
+        g = ctx.graph.add(Op.make(OpKind.IDENTITY), n.domain, (n.outputs[0],), cond=n.cond, name=f"grad_{n.name}" if n.name else None)
+        g.where = n.where
+        gnode[nid] = g
+    contribs: dict[int, list[RT]] = {nid: [] for nid in relevant}
+    for s in ctx._seeds:
+        if s.node.id in relevant:
+            contribs[s.node.id].append(const(1.0, s.dtype))
+
+    for nid in sorted(relevant):
+        y = nodes[nid]
+        if y.is_param:
+            continue
+        gy = RT(ctx, gnode[nid])
+        out = RT(ctx, y)
+        ins = [_access_rt(ctx, inp) for inp in y.inputs]
+        for k in _diff_inputs(y):
+            inp = y.inputs[k]
+            if inp.src not in relevant:
+                continue
+            c = _vjp(y, k, gy, ins, out)
+            x = nodes[inp.src]
+            contribs[inp.src].append(_transpose(ctx, c, inp, x, y))
+
+    grads: dict[tuple[int, int], RT] = {}
+    for nid in sorted(relevant):
+        cs = contribs[nid]
+        total = cs[0]
+        for c in cs[1:]:
+            total = total + c
+        g = gnode[nid]
+        g.inputs.append(BInput(total.node.id, total.oid, total.phi, TRUE))
+        grads[(nid, 0)] = RT(ctx, g)
+    return grads
+
+
+def _access_rt(ctx: Any, inp: BInput) -> RT:
+    src = ctx.graph.nodes[inp.src]
+    extra = []
+    for c in inp.phi:
+        if isinstance(c, Slice):
+            extra.append(S.norm_dim(c.stop - c.start))
+    spec = src.outputs[inp.oid]
+    return RT(ctx, src, inp.oid, inp.phi, TRUE, TensorSpec(tuple(extra) + tuple(spec.shape), spec.dtype))
+
+
+# -- moving a contribution through the inverted dependence -----------------------------
+
+
+def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
+    """Contribution ``c`` (over ``y``'s domain, access shape) -> gradient part over ``x``."""
+    where_ = f"gradient of {y.label} with respect to input {x.label}"
+    if set(c.domain) != set(y.domain):
+        c = _apply(OpKind.IDENTITY, [c], c.shape, c.dtype, extra_domain=set(y.domain))
+    if y.cond is not TRUE:
+        c = _guard(c, y.cond)
+    # How each sink dim q is recovered from a source point.
+    inv: dict[Sym, Expr | Slice] = {}
+    cond: Expr = TRUE
+    select: Expr | None = None
+    const_select: Expr | None = None
+    for s, comp in zip(x.domain, inp.phi, strict=True):
+        syms = index_symbols(comp)
+        if len(syms) > 1:
+            raise AutodiffError(f"{where_}: index `{comp}` mixes several dims; not differentiable")
+        bound = ctx.bound_of(next(iter(syms))) if syms else None
+        try:
+            if isinstance(comp, Slice):
+                if syms:
+                    (q,) = syms
+                    r = invert(comp, q, bound)
+                    if select is not None or q in inv:
+                        raise AutodiffError(f"{where_}: at most one symbolic slice per input is differentiable")
+                    # source coordinate s <-> sink coordinate q: rename q -> s on the source side
+                    inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
+                    cond = logical_and(cond, substitute(r.cond, {q: s}))
+                    select = s - substitute(comp.start, {q: SLICE_VAR})
+                else:
+                    cond = logical_and(cond, logical_and(comp.start <= s, s < comp.stop))
+                    const_select = s - comp.start
+            elif syms:
+                (q,) = syms
+                r = invert(comp, q, bound)
+                if q in inv:
+                    raise AutodiffError(f"{where_}: dim `{q}` is used twice in one index")
+                inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
+                cond = logical_and(cond, substitute(r.cond, {q: s}))
+            else:
+                cond = logical_and(cond, s == comp)
+        except NonAffineIndexError as e:
+            raise AutodiffError(f"{where_}: {e}") from None
+    if select is not None and const_select is not None:
+        raise AutodiffError(f"{where_}: two slices in one input are not differentiable")
+    cond = _drop_domain_facts(ctx, cond, x.domain)
+    free = [q for q in y.domain if q not in inv]
+    clash = [q for q in free if q in x.domain]
+    if clash:
+        raise AutodiffError(
+            f"{where_}: dim(s) {[q.name for q in clash]} are summed over and fixed at once; "
+            "index the input with its own dims instead"
+        )
+    phi = tuple(inv.get(q, q) for q in c.node.domain)
+    n_sl = sum(isinstance(p, Slice) for p in phi)
+    shape = tuple(c.shape)
+    if select is not None:
+        shape = shape[1:]
+        if n_sl != 1:
+            raise AutodiffError(f"{where_}: unsupported slice pattern")
+    extra = [S.norm_dim(p.stop - p.start) for p in phi if isinstance(p, Slice)]
+    dom = ctx.order(set(x.domain) | set(free))
+    gather_node = ctx.graph.add(
+        Op.make(OpKind.IDENTITY),
+        dom,
+        (TensorSpec(tuple(extra) + shape, c.dtype),),
+        [BInput(c.node.id, c.oid, phi, TRUE, select)],
+        cond=logical_and(x.cond, cond),
+    )
+    gather_node.where = y.where
+    part = RT(ctx, gather_node)
+    if n_sl:
+        part = part.sum(tuple(range(n_sl)))
+    if const_select is not None:
+        part = _index0(part, const_select)
+    if cond is not TRUE:
+        part = _guard(part, cond, x.cond, dom)
+    if free:
+        part = part[tuple(Slice(lift(0), ctx.bound_of(q)) if q in free else q for q in part.domain)]
+        part = part.sum(tuple(range(len(free))))
+    return part
+
+
+def _drop_domain_facts(ctx: Any, cond: Expr, domain: tuple[Sym, ...]) -> Expr:
+    """Remove conjuncts ``0 <= s`` and ``s < S`` that the domain of ``s`` already implies."""
+    from timerl.symbolic import And
+
+    if isinstance(cond, And):
+        return logical_and(
+            _drop_domain_facts(ctx, cond.args[0], domain), _drop_domain_facts(ctx, cond.args[1], domain)
+        )
+    for s in domain:
+        if cond is (lift(0) <= s) or cond is (s < ctx.bound_of(s)) or cond is (s < ctx.bound_of(s) + 0):
+            return TRUE
+    return cond
+
+
+def _index0(part: RT, idx: Expr) -> RT:
+    return _apply(
+        OpKind.INDEX, [part], part.shape[1:], part.dtype, extra_domain=index_symbols(idx), dim=0, index=idx
+    )
+
+
+def _guard(c: RT, cond: Expr, outer: Expr = TRUE, dom: tuple[Sym, ...] | None = None) -> RT:
+    """``c`` where ``cond`` holds, zeros elsewhere (a MERGE, so nothing is read outside)."""
+    ctx = c.ctx
+    dom = dom if dom is not None else c.domain
+    z = zeros(tuple(c.shape) if all(isinstance(d, int) for d in c.shape) else (), c.dtype)
+    if z.shape != c.shape:
+        z = z.expand(c.shape)
+    m = ctx.graph.add(Op.make(OpKind.MERGE), ctx.order(set(dom)), (c.spec,), cond=outer)
+    m.inputs.append(BInput(c.node.id, c.oid, c.phi, cond))
+    m.inputs.append(BInput(z.node.id, z.oid, z.phi, TRUE))
+    return RT(ctx, m)
+
+
+# -- VJP rules ------------------------------------------------------------------------
+
+
+def _unbroadcast(g: RT, shape: tuple[Any, ...]) -> RT:
+    """Sum ``g`` down to ``shape`` (the reverse of NumPy broadcasting)."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    if lead > 0:
+        g = g.sum(tuple(range(lead)))
+    dims = tuple(k for k, d in enumerate(shape) if d == 1 and not isinstance(d, Expr) and g.shape[k] != 1)
+    if dims:
+        g = g.sum(dims, keepdim=True)
+    return g
+
+
+def _f(x: RT, v: float) -> RT:
+    return const(v, x.dtype)
+
+
+VJPRule = Callable[[int, RT, list[RT], RT, BNode], RT]
+
+
+def _vjp(y: BNode, k: int, g: RT, ins: list[RT], out: RT) -> RT:
+    rule = vjp_rules.get(y.op.kind)
+    if rule is None:
+        raise AutodiffError(f"no gradient rule for {y.op.kind.name} ({y.label})")
+    c = rule(k, g, ins, out, y)
+    want = ins[k].shape
+    if tuple(c.shape) != tuple(want):
+        c = _unbroadcast(c, tuple(want))
+    if c.dtype is not ins[k].dtype:
+        c = c.cast(ins[k].dtype)
+    return c
+
+
+def _attr(y: BNode, name: str) -> Any:
+    return y.op.attr(name)
+
+
+def _merge_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    return _guard(g, y.inputs[k].cond)
+
+
+def _sum_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x = ins[0]
+    dims = _attr(y, "dims")
+    if not _attr(y, "keepdim"):
+        for d in dims:
+            g = g.unsqueeze(d)
+    return g.expand(x.shape)
+
+
+def _minmax_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x = ins[0]
+    dims = _attr(y, "dims")
+    o = out
+    if not _attr(y, "keepdim"):
+        for d in dims:
+            g = g.unsqueeze(d)
+            o = o.unsqueeze(d)
+    mask = (x == o).cast(x.dtype)
+    count = mask.sum(dims, keepdim=True)
+    return g * mask / count
+
+
+def _matmul_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    a, b = ins
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    g2 = g
+    if b.ndim == 1:
+        g2 = g2.unsqueeze(g2.ndim)
+    if a.ndim == 1:
+        g2 = g2.unsqueeze(g2.ndim - 1)
+    if k == 0:
+        r = g2 @ _mT(b2)
+        return r.squeeze(r.ndim - 2) if a.ndim == 1 else r
+    r = _mT(a2) @ g2
+    return r.squeeze(r.ndim - 1) if b.ndim == 1 else r
+
+
+def _mT(x: RT) -> RT:
+    perm = list(range(x.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return x.permute(*perm)
+
+
+def _discounted_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x = ins[0]
+    return _apply(OpKind.DISCOUNT_WEIGHTS, [g, x], x.shape, x.dtype, gamma=_attr(y, "gamma"))
+
+
+def _cumsum_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    d = _attr(y, "dim")
+    return g.sum(d, keepdim=True) - g.cumsum(d) + g
+
+
+def _log_softmax_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    d = _attr(y, "dim")
+    return g - softmax(ins[0], d) * g.sum(d, keepdim=True)
+
+
+def _softmax_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    d = _attr(y, "dim")
+    return out * (g - (g * out).sum(d, keepdim=True))
+
+
+def _reshape_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    return g.reshape(tuple(ins[0].shape))
+
+
+def _permute_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    dims = _attr(y, "dims")
+    inv = [0] * len(dims)
+    for a, b in enumerate(dims):
+        inv[b] = a
+    return g.permute(*inv)
+
+
+def _slice_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x = ins[0]
+    d = _attr(y, "dim")
+    return _apply(OpKind.PAD_SLICE, [g], x.shape, g.dtype, dim=d, start=_attr(y, "start"), size=lift(x.shape[d]))
+
+
+def _index_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x = ins[0]
+    d = _attr(y, "dim")
+    idx = _attr(y, "index")
+    return _apply(
+        OpKind.PAD_SLICE, [g.unsqueeze(d)], x.shape, g.dtype, extra_domain=index_symbols(idx), dim=d, start=idx, size=lift(x.shape[d])
+    )
+
+
+def _cat_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    d = _attr(y, "dim")
+    start: Any = lift(0)
+    for x in ins[:k]:
+        start = start + lift(x.shape[d])
+    stop = start + lift(ins[k].shape[d])
+    return _apply(OpKind.SLICE, [g], ins[k].shape, g.dtype, dim=d, start=start, stop=stop)
+
+
+def _stack_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    d = _attr(y, "dim")
+    return _apply(OpKind.INDEX, [g], ins[k].shape, g.dtype, dim=d, index=lift(k))
+
+
+def _gather_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x, idx = ins
+    n = x.shape[-1]
+    oh = _apply(OpKind.ONE_HOT, [idx], tuple(idx.shape) + (n,), x.dtype, num_classes=n, dtype=x.dtype)
+    return oh * g.unsqueeze(g.ndim)
+
+
+def _where_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    c = ins[0]
+    z = zeros((), g.dtype)
+    return where(c, g, z) if k == 1 else where(c, z, g)
+
+
+def _cast_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    return g.cast(ins[0].dtype)
+
+
+def _pow_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    a, b = ins
+    if k == 0:
+        return g * b * binary(OpKind.POW, a, b - _f(b, 1.0))
+    return g * out * a.log()
+
+
+vjp_rules: dict[OpKind, VJPRule] = {
+    OpKind.MERGE: _merge_rule,
+    OpKind.IDENTITY: lambda k, g, ins, out, y: g,
+    OpKind.NEG: lambda k, g, ins, out, y: -g,
+    OpKind.ADD: lambda k, g, ins, out, y: g,
+    OpKind.SUB: lambda k, g, ins, out, y: g if k == 0 else -g,
+    OpKind.MUL: lambda k, g, ins, out, y: g * ins[1 - k],
+    OpKind.DIV: lambda k, g, ins, out, y: g / ins[1] if k == 0 else -g * ins[0] / (ins[1] * ins[1]),
+    OpKind.POW: _pow_rule,
+    OpKind.MAXIMUM: lambda k, g, ins, out, y: where(ins[0] >= ins[1] if k == 0 else ins[1] > ins[0], g, _f(g, 0.0)),
+    OpKind.MINIMUM: lambda k, g, ins, out, y: where(ins[0] <= ins[1] if k == 0 else ins[1] < ins[0], g, _f(g, 0.0)),
+    OpKind.EXP: lambda k, g, ins, out, y: g * out,
+    OpKind.LOG: lambda k, g, ins, out, y: g / ins[0],
+    OpKind.SQRT: lambda k, g, ins, out, y: g * _f(g, 0.5) / out,
+    OpKind.TANH: lambda k, g, ins, out, y: g * (_f(g, 1.0) - out * out),
+    OpKind.ABS: lambda k, g, ins, out, y: g * _apply(OpKind.SIGN, [ins[0]], ins[0].shape, ins[0].dtype),
+    OpKind.RELU: lambda k, g, ins, out, y: g * (ins[0] > _f(ins[0], 0.0)).cast(g.dtype),
+    OpKind.SIGMOID: lambda k, g, ins, out, y: g * out * (_f(g, 1.0) - out),
+    OpKind.CAST: _cast_rule,
+    OpKind.WHERE: _where_rule,
+    OpKind.SUM: _sum_rule,
+    OpKind.MAX: _minmax_rule,
+    OpKind.MIN: _minmax_rule,
+    OpKind.MATMUL: _matmul_rule,
+    OpKind.CUMSUM: _cumsum_rule,
+    OpKind.DISCOUNTED_SUM: _discounted_rule,
+    OpKind.LOG_SOFTMAX: _log_softmax_rule,
+    OpKind.SOFTMAX: _softmax_rule,
+    OpKind.RESHAPE: _reshape_rule,
+    OpKind.PERMUTE: _permute_rule,
+    OpKind.EXPAND: lambda k, g, ins, out, y: _unbroadcast(g, tuple(ins[0].shape)),
+    OpKind.SQUEEZE: lambda k, g, ins, out, y: g.unsqueeze(_attr(y, "dim")),
+    OpKind.UNSQUEEZE: lambda k, g, ins, out, y: g.squeeze(_attr(y, "dim")),
+    OpKind.SLICE: _slice_rule,
+    OpKind.INDEX: _index_rule,
+    OpKind.CAT: _cat_rule,
+    OpKind.STACK: _stack_rule,
+    OpKind.GATHER: _gather_rule,
+}
+
+__all__ = ["register_loss", "grad_of", "vjp_rules", "DType"]

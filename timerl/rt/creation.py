@@ -1,0 +1,136 @@
+"""Creating recurrent tensors: constants, undefined RTs, parameters, symbol values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from timerl.errors import RTDefinitionError
+from timerl.pdg.ir import TensorSpec
+from timerl.pdg.ops import DType, Op, OpKind
+from timerl.rt import shapes as S
+from timerl.rt.context import current
+from timerl.rt.tensor import RecurrentTensor
+from timerl.symbolic import Expr, Sym, index_symbols, lift
+
+float32 = DType.float32
+float64 = DType.float64
+int32 = DType.int32
+int64 = DType.int64
+bool_ = DType.bool_
+
+
+def _domain(domain: Sequence[Sym] | None) -> tuple[Sym, ...]:
+    ctx = current()
+    return ctx.order(tuple(domain or ()))
+
+
+def _shape(shape: Any) -> tuple[Any, ...]:
+    if isinstance(shape, (int, Expr)):
+        shape = (shape,)
+    return S.norm_shape(tuple(shape))
+
+
+def empty(
+    shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None
+) -> RecurrentTensor:
+    """An undefined RT, to be filled by branching definitions (``x[t + 1] = ...``)."""
+    ctx = current()
+    node = ctx.graph.add(Op.make(OpKind.MERGE), _domain(domain), (TensorSpec(_shape(shape), dtype),), name=name)
+    return RecurrentTensor(ctx, node)
+
+
+def like(space: Any, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+    """An undefined RT shaped like one element of a gymnasium space (``env.obs_space``)."""
+    shape, dtype = space_spec(space)
+    return empty(shape, dtype, domain, name)
+
+
+def space_spec(space: Any) -> tuple[tuple[int, ...], DType]:
+    """Per-point shape and dtype of one element of a gymnasium space."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Discrete):
+        return (), DType.int64
+    if isinstance(space, gym.spaces.Box):
+        return tuple(int(d) for d in space.shape), DType.from_numpy(space.dtype)
+    if isinstance(space, TensorSpec):
+        return tuple(space.shape), space.dtype  # type: ignore[return-value]
+    raise RTDefinitionError(f"unsupported space {space!r}: use a gymnasium Box or Discrete space")
+
+
+def const(value: Any, dtype: DType | None = None, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+    """An RT holding ``value`` (array-like) at every point of ``domain``."""
+    arr = np.asarray(value)
+    if dtype is None:
+        dtype = DType.float32 if arr.dtype.kind == "f" else DType.from_numpy(arr.dtype)
+    arr = np.ascontiguousarray(arr, dtype=dtype.numpy)
+    ctx = current()
+    node = ctx.graph.add(
+        Op.make(OpKind.CONST, value=arr), _domain(domain), (TensorSpec(tuple(arr.shape), dtype),), name=name
+    )
+    return RecurrentTensor(ctx, node)
+
+
+def full(shape: Any, value: float, dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+    shape = _shape(shape)
+    if any(isinstance(d, Expr) for d in shape):
+        raise RTDefinitionError(f"full/zeros/ones need a concrete shape, got {shape}")
+    return const(np.full(shape, value, dtype=dtype.numpy), dtype, domain, name)
+
+
+def zeros(shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+    return full(shape, 0, dtype, domain, name)
+
+
+def ones(shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+    return full(shape, 1, dtype, domain, name)
+
+
+def rand(shape: Any = (), domain: Sequence[Sym] = (), dtype: DType = float32, normal: bool = False, name: str | None = None) -> RecurrentTensor:
+    """Uniform [0, 1) samples (``normal=True``: standard normal), fresh at every point."""
+    ctx = current()
+    kind = OpKind.RAND_NORMAL if normal else OpKind.RAND_UNIFORM
+    shp = _shape(shape)
+    node = ctx.graph.add(Op.make(kind, shape=shp, dtype=dtype), _domain(domain), (TensorSpec(shp, dtype),), name=name)
+    return RecurrentTensor(ctx, node)
+
+
+def randn(shape: Any = (), domain: Sequence[Sym] = (), dtype: DType = float32, name: str | None = None) -> RecurrentTensor:
+    return rand(shape, domain, dtype, normal=True, name=name)
+
+
+def as_tensor(expr: Any, dtype: DType = float32, name: str | None = None) -> RecurrentTensor:
+    """An RT whose value at each point is ``expr`` evaluated there (``as_tensor(t)``)."""
+    e = lift(expr)
+    ctx = current()
+    node = ctx.graph.add(
+        Op.make(OpKind.EVAL_SYMBOL, expr=e, dtype=dtype), ctx.order(index_symbols(e)), (TensorSpec((), dtype),), name=name
+    )
+    return RecurrentTensor(ctx, node)
+
+
+def param(init: Any, domain: Sequence[Sym] = (), name: str | None = None, dtype: DType | None = None) -> RecurrentTensor:
+    """A parameter: ``w[0] = init`` over ``domain`` (e.g. ``(i,)``); later points come from an optimiser.
+
+    With an empty domain the parameter is a constant leaf (gradients still flow to it).
+    """
+    from timerl.rt.tensor import to_rt
+
+    ctx = current()
+    dom = _domain(domain)
+    init_rt = to_rt(init) if not isinstance(init, RecurrentTensor) else init
+    if dtype is not None:
+        init_rt = init_rt.cast(dtype)
+    if init_rt.domain:
+        raise RTDefinitionError(f"param init must not vary over symbolic dims, got domain {init_rt.domain}")
+    w = empty(init_rt.shape, init_rt.dtype, dom, name)
+    w.node.is_param = True
+    if dom:
+        w[tuple(0 for _ in dom)] = init_rt
+    else:
+        w.node.inputs.append(init_rt._input())
+    del ctx
+    return w

@@ -1,0 +1,89 @@
+"""The mutable graph that recurrent-tensor operations record into.
+
+Each :class:`BNode` becomes one PDG node at lowering. Nodes are mutable only while
+the program is written: MERGE nodes receive branches (``x[t+1] = ...``) and autodiff
+fills gradient placeholders. ``lower.py`` freezes the graph into a :class:`PDG`.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+
+from timerl.pdg.ir import TensorSpec
+from timerl.pdg.ops import Op
+from timerl.symbolic import TRUE, Expr, Slice, Sym
+
+
+@dataclass
+class BInput:
+    """Input of a node: ``src`` output ``oid`` read at ``phi`` (sink symbols) when ``cond``."""
+
+    src: int
+    oid: int
+    phi: tuple[Expr | Slice, ...]
+    cond: Expr = TRUE
+    select: Expr | None = None
+
+
+@dataclass
+class BNode:
+    id: int
+    op: Op
+    domain: tuple[Sym, ...]
+    outputs: tuple[TensorSpec, ...]
+    inputs: list[BInput] = field(default_factory=list)
+    order_after: list[BInput] = field(default_factory=list)  # order-only dependences
+    cond: Expr = TRUE
+    name: str | None = None
+    where: str = "?"
+    is_param: bool = False
+    stop_gradient: bool = False
+    batch_dims: tuple[Sym, ...] = ()  # dims this op must be vectorized over (env UDFs)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return f"'{self.name}'"
+        return f"{self.op.kind.name.lower()} defined at {self.where}"
+
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_location() -> str:
+    """``file:line`` of the first stack frame outside the timerl package."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR):
+            line = linecache.getline(fn, f.f_lineno).strip()
+            short = os.path.basename(fn)
+            return f"{short}:{f.f_lineno} (`{line}`)" if line else f"{short}:{f.f_lineno}"
+        f = f.f_back
+    return "?"
+
+
+class Graph:
+    """Nodes recorded by one :class:`~timerl.rt.context.Context`."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, BNode] = {}
+        self._next = 0
+
+    def add(
+        self,
+        op: Op,
+        domain: tuple[Sym, ...],
+        outputs: tuple[TensorSpec, ...],
+        inputs: list[BInput] | None = None,
+        cond: Expr = TRUE,
+        name: str | None = None,
+    ) -> BNode:
+        node = BNode(self._next, op, domain, outputs, list(inputs or []), cond=cond, name=name)
+        node.where = user_location()
+        self.nodes[node.id] = node
+        self._next += 1
+        return node

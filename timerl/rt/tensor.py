@@ -1,0 +1,695 @@
+"""Recurrent tensors: the user-facing handle on a node output read through an index.
+
+A :class:`RecurrentTensor` is ``(node, oid)`` read at ``phi`` (one index component
+per node-domain dim, in the RT's own symbols) when ``cond``. A freshly built RT has
+the identity ``phi``; indexing (``x[t + 1]``, ``r[t:T]``, ``x[(i + 1) % 10 == 0]``)
+returns a new RT over the same node with another ``phi``. Ops on RTs record nodes
+whose inputs are exactly these accesses, so every dependence lands on a PDG edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from timerl.errors import RTDefinitionError, ShapeError
+from timerl.pdg.ir import ShapeDim, TensorSpec
+from timerl.pdg.ops import DType, Op, OpKind
+from timerl.rt import shapes as S
+from timerl.rt.context import Context, current
+from timerl.rt.graph import BInput, BNode
+from timerl.symbolic import (
+    TRUE,
+    Const,
+    Expr,
+    Slice,
+    Sym,
+    index_symbols,
+    is_bool,
+    lift,
+    logical_and,
+    logical_not,
+    substitute,
+)
+from timerl.symbolic.simplify import affine_in
+
+Index = Expr | Slice
+
+
+class RecurrentTensor:
+    """A tensor that varies over symbolic dims (its *domain*) with a per-point shape."""
+
+    __slots__ = ("ctx", "node", "oid", "phi", "cond", "domain", "spec")
+    __array_priority__ = 1000  # numpy scalars defer to our operators
+
+    def __init__(
+        self,
+        ctx: Context,
+        node: BNode,
+        oid: int = 0,
+        phi: tuple[Index, ...] | None = None,
+        cond: Expr | None = None,
+        spec: TensorSpec | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.node = node
+        self.oid = oid
+        self.phi = tuple(node.domain) if phi is None else phi
+        self.cond = node.cond if cond is None else cond
+        syms: set[Sym] = set()
+        for c in self.phi:
+            syms |= index_symbols(c)
+        syms |= index_symbols(self.cond)
+        self.domain = ctx.order(syms)
+        self.spec = node.outputs[oid] if spec is None else spec
+
+    # -- basic properties -----------------------------------------------------------
+    @property
+    def shape(self) -> tuple[ShapeDim, ...]:
+        return self.spec.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.spec.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.spec.shape)
+
+    @property
+    def name(self) -> str | None:
+        return self.node.name
+
+    @property
+    def is_identity(self) -> bool:
+        return all(p is s for p, s in zip(self.phi, self.node.domain, strict=True)) and len(
+            self.phi
+        ) == len(self.node.domain)
+
+    def _input(self) -> BInput:
+        return BInput(self.node.id, self.oid, self.phi)
+
+    def __repr__(self) -> str:
+        idx = ", ".join(map(str, self.phi))
+        nm = f" '{self.name}'" if self.name else ""
+        return (
+            f"RecurrentTensor{nm}(%{self.node.id}[{idx}], domain=({', '.join(s.name for s in self.domain)}), "
+            f"shape={self.shape}, dtype={self.dtype.value})"
+        )
+
+    def __bool__(self) -> bool:
+        raise RTDefinitionError(
+            "a recurrent tensor has no truth value at trace time; use trl.where(...) or a "
+            "symbolic condition index x[cond] instead of a Python `if`"
+        )
+
+    def __iter__(self):
+        raise RTDefinitionError("recurrent tensors cannot be iterated; index them or use ops")
+
+    def __len__(self) -> int:
+        d = self.shape[0] if self.shape else None
+        if not isinstance(d, int):
+            raise RTDefinitionError(f"len() of {self!r}: leading size is not a concrete int")
+        return d
+
+    # -- indexing -------------------------------------------------------------------
+    def __getitem__(self, idx: Any) -> RecurrentTensor:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        conds: list[Expr] = []
+        sym_entries: list[Index] = []
+        concrete: list[Any] = []
+        n = len(self.domain)
+        for e in idx:
+            if isinstance(e, Expr) and is_bool(e):
+                conds.append(e)
+            elif e is Ellipsis:
+                raise RTDefinitionError("`...` is not supported in recurrent-tensor indices")
+            elif len(sym_entries) < n and not concrete:
+                sym_entries.append(_to_index(e, self, len(sym_entries)))
+            else:
+                concrete.append(e)
+        out = self
+        if sym_entries or conds:
+            out = self._reindex(sym_entries, conds)
+        for dim, kind, value in _concrete_plan(concrete):
+            out = out._index_concrete(dim, kind, value)
+        return out
+
+    def _reindex(self, entries: list[Index], conds: list[Expr]) -> RecurrentTensor:
+        entries = entries + list(self.domain[len(entries) :])
+        if any(isinstance(c, Slice) for c in self.phi) and not all(
+            isinstance(e, Sym) and e is s for e, s in zip(entries, self.domain, strict=True)
+        ):
+            return materialize(self)._reindex(entries, conds)
+        mapping: dict[Sym, Any] = {}
+        extra: list[ShapeDim] = []
+        for s, e in zip(self.domain, entries, strict=True):
+            if isinstance(e, Slice):
+                mapping[s] = e
+                extra.append(S.norm_dim(e.stop - e.start))
+            else:
+                mapping[s] = e
+        new_phi: list[Index] = []
+        for c in self.phi:
+            if isinstance(c, Slice):
+                new_phi.append(substitute(c, {k: v for k, v in mapping.items() if not isinstance(v, Slice)}))
+                continue
+            syms = index_symbols(c)
+            sl = [s for s in syms if isinstance(mapping.get(s), Slice)]
+            if sl:
+                if len(syms) != 1 or not isinstance(affine_in(c, sl[0]), tuple) or affine_in(c, sl[0])[0] != 1:
+                    raise RTDefinitionError(f"cannot slice `{sl[0]}` inside the index `{c}` of {self!r}")
+                sli = mapping[sl[0]]
+                new_phi.append(Slice(substitute(c, {sl[0]: sli.start}), substitute(c, {sl[0]: sli.stop})))
+            else:
+                new_phi.append(substitute(c, mapping))
+        point_map = {k: v for k, v in mapping.items() if not isinstance(v, Slice)}
+        cond = substitute(self.cond, point_map) if all(
+            not isinstance(v, Slice) for v in mapping.values()
+        ) else self.cond
+        for c in conds:
+            cond = logical_and(cond, c)
+        spec = TensorSpec(tuple(extra) + tuple(self.shape), self.dtype)
+        return RecurrentTensor(self.ctx, self.node, self.oid, tuple(new_phi), cond, spec)
+
+    def _index_concrete(self, dim: int, kind: str, value: Any) -> RecurrentTensor:
+        if dim >= self.ndim:
+            raise ShapeError(f"too many indices for {self!r} (per-point shape {self.shape})")
+        if kind == "index":
+            value = lift(value)
+            size = self.shape[dim]
+            if isinstance(value, Const) and isinstance(size, int) and value.value < 0:
+                value = lift(value.value + size)
+            shape = self.shape[:dim] + self.shape[dim + 1 :]
+            return _apply(
+                OpKind.INDEX, [self], shape, self.dtype, extra_domain=index_symbols(value), dim=dim, index=value
+            )
+        start, stop = _fix_slice_bounds(self, dim, value)
+        size = S.norm_dim(lift(stop) - lift(start))
+        shape = self.shape[:dim] + (size,) + self.shape[dim + 1 :]
+        return _apply(OpKind.SLICE, [self], shape, self.dtype, dim=dim, start=lift(start), stop=lift(stop))
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        define_branch(self, idx, value)
+
+    # -- arithmetic -------------------------------------------------------------------
+    def __add__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.ADD, self, o)
+
+    def __radd__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.ADD, o, self)
+
+    def __sub__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.SUB, self, o)
+
+    def __rsub__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.SUB, o, self)
+
+    def __mul__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.MUL, self, o)
+
+    def __rmul__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.MUL, o, self)
+
+    def __truediv__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.DIV, self, o)
+
+    def __rtruediv__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.DIV, o, self)
+
+    def __pow__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.POW, self, o)
+
+    def __neg__(self) -> RecurrentTensor:
+        return unary(OpKind.NEG, self)
+
+    def __matmul__(self, o: Any) -> RecurrentTensor:
+        return matmul(self, o)
+
+    def __rmatmul__(self, o: Any) -> RecurrentTensor:
+        return matmul(o, self)
+
+    def __lt__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.LT, self, o)
+
+    def __le__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.LE, self, o)
+
+    def __gt__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.GT, self, o)
+
+    def __ge__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.GE, self, o)
+
+    def __eq__(self, o: Any) -> RecurrentTensor:  # type: ignore[override]
+        return binary(OpKind.EQ, self, o)
+
+    def __ne__(self, o: Any) -> RecurrentTensor:  # type: ignore[override]
+        return binary(OpKind.NE, self, o)
+
+    __hash__ = object.__hash__
+
+    def __and__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.LOGICAL_AND, self, o)
+
+    def __or__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.LOGICAL_OR, self, o)
+
+    def __invert__(self) -> RecurrentTensor:
+        return unary(OpKind.LOGICAL_NOT, self)
+
+    # -- elementwise ------------------------------------------------------------------
+    def exp(self) -> RecurrentTensor:
+        return unary(OpKind.EXP, self)
+
+    def log(self) -> RecurrentTensor:
+        return unary(OpKind.LOG, self)
+
+    def sqrt(self) -> RecurrentTensor:
+        return unary(OpKind.SQRT, self)
+
+    def tanh(self) -> RecurrentTensor:
+        return unary(OpKind.TANH, self)
+
+    def abs(self) -> RecurrentTensor:
+        return unary(OpKind.ABS, self)
+
+    def relu(self) -> RecurrentTensor:
+        return unary(OpKind.RELU, self)
+
+    def sigmoid(self) -> RecurrentTensor:
+        return unary(OpKind.SIGMOID, self)
+
+    def cast(self, dtype: DType) -> RecurrentTensor:
+        if dtype is self.dtype:
+            return self
+        return _apply(OpKind.CAST, [self], self.shape, dtype, dtype=dtype)
+
+    def detach(self) -> RecurrentTensor:
+        out = _apply(OpKind.IDENTITY, [self], self.shape, self.dtype)
+        out.node.stop_gradient = True
+        return out
+
+    def where(self, cond: Any, other: Any) -> RecurrentTensor:
+        """``self`` where ``cond`` holds, else ``other``."""
+        return where(cond, self, other)
+
+    # -- reductions ---------------------------------------------------------------------
+    def _dims(self, dim: int | Sequence[int] | None) -> tuple[int, ...]:
+        if dim is None:
+            return tuple(range(self.ndim))
+        if isinstance(dim, int):
+            dim = (dim,)
+        return tuple(sorted({S.norm_axis(d, self.ndim, "reduction") for d in dim}))
+
+    def _reduce(self, kind: OpKind, dim: Any, keepdim: bool) -> RecurrentTensor:
+        dims = self._dims(dim)
+        if keepdim:
+            shape = tuple(1 if k in dims else d for k, d in enumerate(self.shape))
+        else:
+            shape = tuple(d for k, d in enumerate(self.shape) if k not in dims)
+        return _apply(kind, [self], shape, self.dtype, dims=dims, keepdim=keepdim)
+
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> RecurrentTensor:
+        """Sum over concrete (per-point) dims; all of them by default."""
+        return self._reduce(OpKind.SUM, dim, keepdim)
+
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> RecurrentTensor:
+        """Mean over concrete (per-point) dims; all of them by default."""
+        dims = self._dims(dim)
+        count = S.numel([self.shape[d] for d in dims])
+        s = self._reduce(OpKind.SUM, dim, keepdim)
+        if isinstance(count, Expr):
+            return s / as_float(count)
+        return s / float(count) if count != 1 else s
+
+    def max(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> RecurrentTensor:
+        return self._reduce(OpKind.MAX, dim, keepdim)
+
+    def min(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> RecurrentTensor:
+        return self._reduce(OpKind.MIN, dim, keepdim)
+
+    def argmax(self, dim: int = -1) -> RecurrentTensor:
+        d = S.norm_axis(dim, self.ndim, "argmax")
+        shape = self.shape[:d] + self.shape[d + 1 :]
+        return _apply(OpKind.ARGMAX, [self], shape, DType.int64, dim=d)
+
+    def cumsum(self, dim: int = 0) -> RecurrentTensor:
+        d = S.norm_axis(dim, self.ndim, "cumsum")
+        return _apply(OpKind.CUMSUM, [self], self.shape, self.dtype, dim=d)
+
+    def discounted_sum(self, gamma: float) -> RecurrentTensor:
+        """``sum_k gamma**k * x[k]`` over the leading per-point dim (a slice's dim)."""
+        if self.ndim == 0:
+            raise ShapeError(
+                f"discounted_sum needs a leading dim to sum over; {self!r} is a scalar per point. "
+                "Index it with a slice first, e.g. r[t:T].discounted_sum(0.99)"
+            )
+        return _apply(OpKind.DISCOUNTED_SUM, [self], self.shape[1:], self.dtype, gamma=float(gamma))
+
+    def softmax(self, dim: int = -1) -> RecurrentTensor:
+        return softmax(self, dim)
+
+    def log_softmax(self, dim: int = -1) -> RecurrentTensor:
+        return log_softmax(self, dim)
+
+    # -- layout -------------------------------------------------------------------------
+    def reshape(self, *shape: Any) -> RecurrentTensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        total = S.numel(self.shape)
+        if any(isinstance(d, Expr) for d in self.shape):
+            raise ShapeError(f"reshape of {self!r}: per-point shape {self.shape} is symbolic")
+        shape = tuple(int(d) for d in shape)
+        if shape.count(-1) == 1:
+            known = int(np.prod([d for d in shape if d != -1]))
+            shape = tuple(total // known if d == -1 else d for d in shape)
+        if int(np.prod(shape)) != total:
+            raise ShapeError(f"cannot reshape per-point shape {self.shape} into {shape}")
+        return _apply(OpKind.RESHAPE, [self], shape, self.dtype, shape=shape)
+
+    def permute(self, *dims: int) -> RecurrentTensor:
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        dims = tuple(S.norm_axis(d, self.ndim, "permute") for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise ShapeError(f"permute dims {dims} are not a permutation of {self.ndim} dims")
+        return _apply(OpKind.PERMUTE, [self], tuple(self.shape[d] for d in dims), self.dtype, dims=dims)
+
+    def squeeze(self, dim: int) -> RecurrentTensor:
+        d = S.norm_axis(dim, self.ndim, "squeeze")
+        if self.shape[d] != 1:
+            raise ShapeError(f"squeeze({dim}) of per-point shape {self.shape}: size is not 1")
+        return _apply(OpKind.SQUEEZE, [self], self.shape[:d] + self.shape[d + 1 :], self.dtype, dim=d)
+
+    def unsqueeze(self, dim: int) -> RecurrentTensor:
+        d = S.norm_axis(dim, self.ndim + 1, "unsqueeze")
+        return _apply(OpKind.UNSQUEEZE, [self], self.shape[:d] + (1,) + self.shape[d:], self.dtype, dim=d)
+
+    def expand(self, *shape: Any) -> RecurrentTensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        target = S.norm_shape(shape)
+        S.broadcast([self.shape, target], "expand")
+        return _apply(OpKind.EXPAND, [self], target, self.dtype, shape=target)
+
+    # -- effects --------------------------------------------------------------------------
+    def sink(self, fn: Callable[[np.ndarray, dict[str, int]], Any], name: str | None = None) -> None:
+        """Call ``fn(host_value, point)`` at every point of this RT's domain at runtime."""
+        node = self.ctx.graph.add(
+            Op.make(OpKind.SINK, fn=fn), self.domain, (), [self._input()], cond=self.cond, name=name
+        )
+        del node
+
+    def checkpoint(self, path: str) -> None:
+        """Save this RT's value as ``<path>/<name>_<point>.npy`` at every point of its domain."""
+        from timerl.rt.checkpoint import save_sink
+
+        self.sink(save_sink(path, self.name or f"rt{self.node.id}"))
+
+    def backward(self) -> None:
+        """Accumulate gradients of this scalar-per-point RT over all its points."""
+        from timerl.rt.autodiff import register_loss
+
+        register_loss(self)
+
+    @property
+    def grad(self) -> RecurrentTensor:
+        """Gradient of the registered losses with respect to this RT (same domain and shape)."""
+        from timerl.rt.autodiff import grad_of
+
+        return grad_of(self)
+
+
+RT = RecurrentTensor
+
+
+# -- construction helpers ---------------------------------------------------------------
+
+
+def _to_index(e: Any, x: RecurrentTensor, pos: int) -> Index:
+    if isinstance(e, slice):
+        if e.step not in (None, 1):
+            raise RTDefinitionError(f"slices with a step are not supported (got step {e.step})")
+        start = lift(0 if e.start is None else e.start)
+        stop = lift(x.ctx.bound_of(x.domain[pos]) if e.stop is None else e.stop)
+        return Slice(start, stop)
+    if isinstance(e, (Expr, int, np.integer)):
+        return lift(e)
+    if isinstance(e, Slice):
+        return e
+    if isinstance(e, RecurrentTensor):
+        raise RTDefinitionError(
+            "indexing a symbolic dim with a recurrent tensor is not supported; "
+            "use a symbolic expression (e.g. t + 1) or trl.where"
+        )
+    raise RTDefinitionError(f"bad index {e!r} for {x!r}")
+
+
+def _concrete_plan(entries: list[Any]) -> list[tuple[int, str, Any]]:
+    plan: list[tuple[int, str, Any]] = []
+    dim = 0
+    for e in entries:
+        if isinstance(e, slice):
+            if e.step not in (None, 1):
+                raise RTDefinitionError("slices with a step are not supported")
+            plan.append((dim, "slice", (e.start, e.stop)))
+            dim += 1
+        elif isinstance(e, (int, np.integer, Expr)):
+            plan.append((dim, "index", e))
+        else:
+            raise RTDefinitionError(f"bad concrete index {e!r}")
+    return plan
+
+
+def _fix_slice_bounds(x: RecurrentTensor, dim: int, value: tuple[Any, Any]) -> tuple[Any, Any]:
+    start, stop = value
+    size = x.shape[dim]
+    start = 0 if start is None else start
+    stop = size if stop is None else stop
+    if isinstance(start, int) and start < 0 and isinstance(size, int):
+        start += size
+    if isinstance(stop, int) and stop < 0 and isinstance(size, int):
+        stop += size
+    return start, stop
+
+
+def _apply(
+    kind: OpKind,
+    operands: Sequence[RecurrentTensor],
+    out_shape: Sequence[ShapeDim],
+    out_dtype: DType,
+    extra_domain: frozenset[Sym] | set[Sym] = frozenset(),
+    name: str | None = None,
+    **attrs: Any,
+) -> RecurrentTensor:
+    """Record a node of ``kind`` reading ``operands``; its domain is their union."""
+    ctx = operands[0].ctx if operands else current()
+    syms: set[Sym] = set(extra_domain)
+    cond: Expr = TRUE
+    for o in operands:
+        syms |= set(o.domain)
+        cond = logical_and(cond, o.cond)
+    domain = ctx.order(syms)
+    node = ctx.graph.add(
+        Op.make(kind, **attrs),
+        domain,
+        (TensorSpec(S.norm_shape(out_shape), out_dtype),),
+        [o._input() for o in operands],
+        cond=cond,
+        name=name,
+    )
+    return RecurrentTensor(ctx, node)
+
+
+def materialize(x: RecurrentTensor) -> RecurrentTensor:
+    """A copy of ``x`` as its own node (identity access)."""
+    return _apply(OpKind.IDENTITY, [x], x.shape, x.dtype)
+
+
+def _promote(a: RecurrentTensor, b: RecurrentTensor) -> DType:
+    if a.dtype is b.dtype:
+        return a.dtype
+    order = [DType.bool_, DType.int32, DType.int64, DType.float32, DType.float64]
+    return max(a.dtype, b.dtype, key=order.index)
+
+
+def to_rt(x: Any, like: RecurrentTensor | None = None) -> RecurrentTensor:
+    """Coerce numbers, arrays and symbolic expressions to RTs."""
+    if isinstance(x, RecurrentTensor):
+        return x
+    from timerl.rt.creation import as_tensor, const
+
+    if isinstance(x, Expr):
+        return as_tensor(x, DType.float32 if like is None or like.dtype.is_float else like.dtype)
+    if isinstance(x, (bool, np.bool_)):
+        return const(np.asarray(x, dtype=np.bool_))
+    if isinstance(x, (int, float, np.number)):
+        dt = like.dtype if like is not None and (like.dtype.is_float or isinstance(x, (int, np.integer))) else DType.float32
+        if isinstance(x, float) and not dt.is_float:
+            dt = DType.float32
+        return const(np.asarray(x, dtype=dt.numpy))
+    return const(np.asarray(x))
+
+
+def unary(kind: OpKind, x: RecurrentTensor) -> RecurrentTensor:
+    dtype = DType.bool_ if kind is OpKind.LOGICAL_NOT else x.dtype
+    if kind in (OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.TANH, OpKind.SIGMOID) and not x.dtype.is_float:
+        x = x.cast(DType.float32)
+        dtype = DType.float32
+    return _apply(kind, [x], x.shape, dtype)
+
+
+def binary(kind: OpKind, a: Any, b: Any) -> RecurrentTensor:
+    if not isinstance(a, RecurrentTensor):
+        a = to_rt(a, b)
+    if not isinstance(b, RecurrentTensor):
+        b = to_rt(b, a)
+    dt = _promote(a, b)
+    if kind is OpKind.DIV and not dt.is_float:
+        dt = DType.float32
+    a, b = a.cast(dt), b.cast(dt)
+    shape = S.broadcast([a.shape, b.shape], f"{kind.name.lower()}")
+    from timerl.pdg.ops import COMPARISON_OPS
+
+    out_dt = DType.bool_ if kind in COMPARISON_OPS else dt
+    return _apply(kind, [a, b], shape, out_dt)
+
+
+def matmul(a: Any, b: Any) -> RecurrentTensor:
+    a, b = to_rt(a, b if isinstance(b, RecurrentTensor) else None), to_rt(b, a if isinstance(a, RecurrentTensor) else None)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul needs operands with at least one per-point dim")
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim >= 2 else b.shape[0]
+    if not S.dims_equal(ka, kb):
+        raise ShapeError(f"matmul: per-point shapes {a.shape} @ {b.shape} do not match ({ka} vs {kb})")
+    batch = S.broadcast([a.shape[:-2], b.shape[:-2]], "matmul")
+    shape = batch + (a.shape[-2:-1] if a.ndim >= 2 else ()) + (b.shape[-1:] if b.ndim >= 2 else ())
+    dt = _promote(a, b)
+    return _apply(OpKind.MATMUL, [a.cast(dt), b.cast(dt)], shape, dt)
+
+
+def where(cond: Any, a: Any, b: Any) -> RecurrentTensor:
+    """``a`` where ``cond`` holds else ``b`` (elementwise, broadcasting)."""
+    if isinstance(cond, Expr):
+        from timerl.rt.creation import as_tensor
+
+        cond = as_tensor(cond, DType.bool_)
+    ref = a if isinstance(a, RecurrentTensor) else b if isinstance(b, RecurrentTensor) else None
+    cond = to_rt(cond)
+    a, b = to_rt(a, ref), to_rt(b, ref)
+    dt = _promote(a, b)
+    a, b = a.cast(dt), b.cast(dt)
+    if cond.dtype is not DType.bool_:
+        cond = cond.cast(DType.bool_)
+    shape = S.broadcast([cond.shape, a.shape, b.shape], "where")
+    return _apply(OpKind.WHERE, [cond, a, b], shape, dt)
+
+
+def softmax(x: RecurrentTensor, dim: int = -1) -> RecurrentTensor:
+    d = S.norm_axis(dim, x.ndim, "softmax")
+    return _apply(OpKind.SOFTMAX, [x], x.shape, x.dtype, dim=d)
+
+
+def log_softmax(x: RecurrentTensor, dim: int = -1) -> RecurrentTensor:
+    d = S.norm_axis(dim, x.ndim, "log_softmax")
+    return _apply(OpKind.LOG_SOFTMAX, [x], x.shape, x.dtype, dim=d)
+
+
+def cat(xs: Sequence[RecurrentTensor], dim: int = 0) -> RecurrentTensor:
+    xs = [to_rt(x) for x in xs]
+    nd = xs[0].ndim
+    d = S.norm_axis(dim, nd, "cat")
+    size: Any = 0
+    for x in xs:
+        if x.ndim != nd:
+            raise ShapeError(f"cat: per-point ranks differ: {[x.shape for x in xs]}")
+        size = S.norm_dim(lift(size) + lift(x.shape[d]))
+    shape = xs[0].shape[:d] + (size,) + xs[0].shape[d + 1 :]
+    return _apply(OpKind.CAT, xs, shape, xs[0].dtype, dim=d)
+
+
+def stack(xs: Sequence[RecurrentTensor], dim: int = 0) -> RecurrentTensor:
+    xs = [to_rt(x) for x in xs]
+    shape = S.broadcast([x.shape for x in xs], "stack")
+    d = S.norm_axis(dim, len(shape) + 1, "stack")
+    xs = [x if x.shape == shape else x.expand(shape) for x in xs]
+    return _apply(OpKind.STACK, xs, shape[:d] + (len(xs),) + shape[d:], xs[0].dtype, dim=d)
+
+
+def as_float(e: Expr) -> RecurrentTensor:
+    from timerl.rt.creation import as_tensor
+
+    return as_tensor(e, DType.float32)
+
+
+# -- branching definitions ---------------------------------------------------------------
+
+
+def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
+    """``x[idx] = value``: add a branching definition to the MERGE node behind ``x``."""
+    node = x.node
+    if node.op.kind is not OpKind.MERGE or not x.is_identity:
+        raise RTDefinitionError(
+            f"cannot assign into {x!r}: only RTs made with trl.empty/like/param (undefined RTs "
+            "filled by branching definitions) accept `x[...] = value`"
+        )
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    ctx = x.ctx
+    if len(idx) > len(node.domain):
+        raise RTDefinitionError(
+            f"branching definition of {x.node.label}: {len(idx)} indices for a domain of "
+            f"{len(node.domain)} dims ({', '.join(s.name for s in node.domain)})"
+        )
+    entries = [lift(e) if not isinstance(e, slice) else e for e in idx] + list(node.domain[len(idx) :])
+    cover: Expr = TRUE
+    shift: dict[Sym, Expr] = {}
+    for d, e in zip(node.domain, entries, strict=True):
+        if isinstance(e, slice) or isinstance(e, Slice):
+            if isinstance(e, slice) and e.start is None and e.stop is None:
+                continue
+            raise RTDefinitionError(
+                f"branching definition of {node.label}: slice index `{e}` on dim `{d}` is not "
+                "supported; define points with `t`, `t + k` or a constant"
+            )
+        syms = index_symbols(e)
+        bound = ctx.bound_of(d)
+        if not syms:
+            cover = logical_and(cover, d == e)
+            shift[d] = e
+            continue
+        aff = affine_in(e, d)
+        if syms != {d} or aff is None or aff[0] != 1:
+            raise RTDefinitionError(
+                f"branching definition of {node.label}: index `{e}` on dim `{d}` must be "
+                f"`{d}`, `{d} + k` or an expression without index symbols"
+            )
+        pre = d - aff[1]  # the RHS is evaluated at this point of d
+        if pre is not d:
+            cover = logical_and(cover, logical_and(pre >= 0, pre < bound))
+            shift[d] = pre
+    v = to_rt(value, x)
+    if v.dtype is not x.dtype:
+        v = v.cast(x.dtype)
+    if not all(S.dims_equal(a, b) for a, b in zip(v.shape, x.shape, strict=False)) or v.ndim != x.ndim:
+        S.broadcast([v.shape, x.shape], f"branching definition of {node.label}")
+        v = v.expand(x.shape)
+    extra = set(v.domain) - set(node.domain)
+    if extra:
+        raise RTDefinitionError(
+            f"branching definition of {node.label}: the value varies over "
+            f"{sorted(s.name for s in extra)}, which are not dims of the defined RT"
+        )
+    phi = tuple(substitute(c, shift) for c in v.phi)
+    vcond = substitute(v.cond, shift)
+    # A point takes the first branch (in the order written) that covers it.
+    prior: Expr = TRUE
+    earlier = node.inputs
+    for b in earlier:
+        prior = logical_and(prior, logical_not(b.cond))
+    node.inputs.append(BInput(v.node.id, v.oid, phi, logical_and(logical_and(cover, vcond), prior)))
