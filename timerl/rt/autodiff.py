@@ -28,7 +28,6 @@ from timerl.rt.tensor import (
     RecurrentTensor,
     _apply,
     binary,
-    log_softmax,
     materialize,
     softmax,
     where,

@@ -66,7 +66,7 @@ def const(value: Any, dtype: DType | None = None, domain: Sequence[Sym] = (), na
     arr = np.asarray(value)
     if dtype is None:
         dtype = DType.float32 if arr.dtype.kind == "f" else DType.from_numpy(arr.dtype)
-    arr = np.ascontiguousarray(arr, dtype=dtype.numpy)
+    arr = np.array(arr, dtype=dtype.numpy, order="C")
     ctx = current()
     node = ctx.graph.add(
         Op.make(OpKind.CONST, value=arr), _domain(domain), (TensorSpec(tuple(arr.shape), dtype),), name=name

@@ -223,6 +223,9 @@ class RecurrentTensor:
     def __pow__(self, o: Any) -> RecurrentTensor:
         return binary(OpKind.POW, self, o)
 
+    def __rpow__(self, o: Any) -> RecurrentTensor:
+        return binary(OpKind.POW, o, self)
+
     def __neg__(self) -> RecurrentTensor:
         return unary(OpKind.NEG, self)
 

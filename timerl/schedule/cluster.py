@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from timerl.pdg.ir import PDG, Edge
 from timerl.schedule import ast as tast
-from timerl.symbolic import TRUE
+from timerl.symbolic import Const, Slice, free_symbols
 
 
 def _identity(e: Edge, pdg: PDG) -> bool:
@@ -32,6 +32,24 @@ def _identity(e: Edge, pdg: PDG) -> bool:
         and len(e.phi) == len(src.domain)
         and all(c is s for c, s in zip(e.phi, src.domain, strict=True))
     )
+
+
+def _forward_uniform(e: Edge, pdg: PDG) -> bool:
+    """Same domains, every component ``s`` or ``s - k`` with ``k >= 0``: reads only earlier points."""
+    from timerl.symbolic import Sym, affine_in
+
+    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+    if e.select is not None or src.domain != sink.domain or src.cond is not sink.cond:
+        return False
+    for c, s in zip(e.phi, src.domain, strict=True):
+        if isinstance(c, Sym) and c is s:
+            continue
+        aff = None if isinstance(c, Slice) else affine_in(c, s)
+        if aff is None or aff[0] != 1 or not isinstance(aff[1], Const) or aff[1].value > 0:
+            return False
+        if any(x is not s and x in free_symbols(c) for x in src.domain):
+            return False
+    return True
 
 
 def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
@@ -65,7 +83,7 @@ def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
 
     # A node that reads itself at other points (a recurrence) stays alone: merging it
     # could turn two opposite recurrences into one unschedulable cycle.
-    recurrent = {e.src for e in pdg.edges if e.src == e.sink}
+    recurrent = {e.src for e in pdg.edges if e.src == e.sink and not _forward_uniform(e, pdg)}
     between: dict[tuple[int, int], list[Edge]] = defaultdict(list)
     for e in pdg.edges:
         between[(e.src, e.sink)].append(e)
@@ -87,9 +105,9 @@ def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
                 if find(y) not in (a, b) or find(x) == find(y):
                     continue
                 fs = between.get((x, y), ())
-                if fs:
+                if any(_identity(f, pdg) and not f.order_only for f in fs):
                     directions.add((find(x), find(y)))
-                if any(not _identity(f, pdg) or f.order_only for f in fs):
+                if any(not (_identity(f, pdg) or _forward_uniform(f, pdg)) or f.order_only for f in fs):
                     ok = False
                     break
             if not ok:
@@ -137,7 +155,7 @@ def _topo(ms: list[int], pdg: PDG) -> list[int]:
     inside = set(ms)
     preds: dict[int, set[int]] = {m: set() for m in ms}
     for e in pdg.edges:
-        if e.src in inside and e.sink in inside and e.src != e.sink:
+        if e.src in inside and e.sink in inside and e.src != e.sink and _identity(e, pdg):
             preds[e.sink].add(e.src)
     out: list[int] = []
     done: set[int] = set()

@@ -1,7 +1,9 @@
 """Vectorization of batch-like dims (TimeRL Alg. 2, the trivial case).
 
 A dim ``b`` with a static bound ``B`` is *vectorizable* when every edge reads it
-with the identity (``x[b, ...]``) or not at all, no condition, slice bound, select
+with the identity (``x[b, ...]``), not at all, or as the whole range ``0:B`` from a
+sink without ``b`` (a reduction over the batch: the source's batch dim then *is* the
+stacked leading per-point dim, as the first slice of the edge), no condition, slice bound, select
 or op attribute mentions it, and it is not a dynamic bound's dim. Such a dim carries
 no dependence between its points, so it is removed from every domain and becomes a
 leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
@@ -22,7 +24,7 @@ import numpy as np
 from timerl.errors import RTDefinitionError
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import Op, OpKind
-from timerl.symbolic import Expr, Slice, Sym, free_symbols
+from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
 
 
 def _mentions(x: Any, b: Sym) -> bool:
@@ -31,6 +33,15 @@ def _mentions(x: Any, b: Sym) -> bool:
     if isinstance(x, tuple):
         return any(_mentions(v, b) for v in x)
     return False
+
+
+def _full_range(c: Any, bound: Sym) -> bool:
+    """``0:B``: a read of the whole batch, which becomes the leading per-point dim."""
+    return isinstance(c, Slice) and c.start is Const(0) and c.stop is bound
+
+
+def _first_slice(e: Edge, c: Any) -> bool:
+    return next(x for x in e.phi if isinstance(x, Slice)) is c
 
 
 def vectorizable_dims(pdg: PDG) -> list[Sym]:
@@ -56,7 +67,9 @@ def vectorizable_dims(pdg: PDG) -> list[Sym]:
                     break
                 for d, c in zip(src.domain, e.phi, strict=True):
                     if d is s:
-                        if c is not s or s not in sink.domain:
+                        if c is s and s in sink.domain:
+                            continue
+                        if not (_full_range(c, bnd) and s not in sink.domain and _first_slice(e, c)):
                             ok = False
                     elif _mentions(c, s):
                         ok = False

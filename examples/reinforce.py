@@ -1,0 +1,90 @@
+# REINFORCE (Williams, 1992) as a recurrent-tensor program; TimeRL paper Alg. 1.
+# Monte-Carlo returns g[t] = sum_{k >= t} gamma^(k-t) r[k]; with --n, n-step returns
+# g[t] = sum_{k = t}^{min(t+n, T)-1} gamma^(k-t) r[k] (examples/reinforce_nstep.py).
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+import timerl as trl
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    """the gymnasium environment id"""
+    backend: str = "jax"
+    """tensor backend: jax or torch"""
+    num_envs: int = 16
+    """parallel environments (the batch dim b)"""
+    iterations: int = 60
+    """training iterations (the dim i)"""
+    lr: float = 1e-2
+    """Adam learning rate"""
+    gamma: float = 0.99
+    """discount factor"""
+    n: int = 0
+    """n-step returns window (0: Monte-Carlo returns over t:T)"""
+    hidden: int = 32
+    """hidden units per layer (two layers)"""
+    seed: int = 0
+    """random seed"""
+
+
+def parse_args(defaults: Args | None = None) -> Args:
+    d = defaults or Args()
+    p = argparse.ArgumentParser(description=__doc__)
+    for f in fields(Args):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(d, f.name)), default=getattr(d, f.name))
+    return Args(**vars(p.parse_args()))
+
+
+def build(args: Args, log_fn):
+    ctx = trl.Context(dims=("b", "i", "t"))
+    with ctx as ((b, B), (i, I), (t, T)):
+        env = trl.env.make(f"gym.{args.env_id}", num_envs=B, seed=args.seed)
+        dnn = trl.DNNBuilder(domain=(i,), seed=args.seed).from_env(env, hidden=[args.hidden] * 2).build()
+        # Acting: o[0] from reset, o[t+1] from stepping the env with the sampled action.
+        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
+        o[b, i, 0] = env.reset(domain=(b, i))
+        a = dnn(o)
+        o[b, i, t + 1], r, d = env.step(a)
+        # Learning: discounted returns over a symbolic slice of the rewards.
+        if args.n > 0:
+            g = r[b, i, t : trl.min(t + args.n, T)].discounted_sum(args.gamma)
+        else:
+            g = r[b, i, t:T].discounted_sum(args.gamma)
+        loss = -dnn.log_prob(a) * g
+        loss.backward()
+        trl.optim.Adam(dnn.params, lr=args.lr).step()
+        # Episode return per env, reported once per iteration.
+        r[b, i, 0:T].sum(0).sink(log_fn)
+    return ctx.compile({B: args.num_envs, I: args.iterations, T: d}, backend=args.backend, seed=args.seed)
+
+
+def main(args: Args) -> list[float]:
+    logging.basicConfig(level=logging.WARNING)
+    returns: dict[int, list[float]] = {}
+    means: list[float] = []
+    t0 = time.perf_counter()
+
+    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
+        it = pt["i"]
+        returns.setdefault(it, []).append(float(v))
+        if len(returns[it]) == args.num_envs:
+            m = float(np.mean(returns[it]))
+            means.append(m)
+            print(f"iter {it:4d}  mean return {m:7.1f}  time {time.perf_counter() - t0:7.1f}s", flush=True)
+
+    ex = build(args, log_fn)
+    print(f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}")
+    ex.execute()
+    return means
+
+
+if __name__ == "__main__":
+    main(parse_args())

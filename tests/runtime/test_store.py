@@ -1,0 +1,63 @@
+"""Point store accounting, the per-point RNG seed and the expression compiler."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from timerl.backends import AbstractBackend
+from timerl.runtime.common import point_seed
+from timerl.runtime.interpreter import compile_expr, compile_exprs
+from timerl.runtime.store import PointStore
+from timerl.symbolic import Slice, Sym, evaluate, smax, smin
+
+
+def test_store_accounting(backend: AbstractBackend) -> None:
+    st = PointStore(backend.nbytes)
+    st.declare(0, 2)
+    x = backend.from_numpy(np.zeros((4,), np.float32))  # 16 bytes
+    y = backend.from_numpy(np.zeros((2,), np.float64))  # 16 bytes
+    st.put(0, 0, (0,), x)
+    st.put(0, 1, (0,), y)
+    st.put(0, 0, (1,), x)
+    assert (st.live_bytes, st.peak_bytes, st.live_points) == (48, 48, 3)
+    st.put(0, 0, (1,), y)  # replacing keeps the count right
+    assert (st.live_bytes, st.live_points) == (48, 3)
+    assert st.free(0, (0,)) == 32
+    assert (st.live_bytes, st.peak_bytes, st.live_points) == (16, 48, 1)
+    assert st.free(0, (0,)) == 0  # freeing twice is harmless
+    assert not st.has(0, 0, (0,)) and st.has(0, 0, (1,))
+    with pytest.raises(KeyError):
+        st.get(0, 0, (0,))
+    assert st.stats().peak_bytes == 48
+
+
+def test_point_seed_is_stable_and_distinct() -> None:
+    assert point_seed(0, 3, (1, 2)) == point_seed(0, 3, (1, 2))
+    seeds = {point_seed(s, n, p) for s, n, p in itertools.product((0, 1), (0, 7), ((), (0,), (1,), (0, 1)))}
+    assert len(seeds) == 16
+    assert all(0 <= s < 2**31 for s in seeds)
+
+
+def test_compiled_expressions_match_evaluate() -> None:
+    a, b, N = Sym("a"), Sym("b"), Sym("N", True)
+    exprs = [
+        a + 2 * b - 3,
+        (a * 3) // 2,
+        (a - b) % 4,
+        smin(a + 2, N),
+        smax(a - 5, b),
+        (a < b) & (b <= N),
+        (a == 3) | ~(b < 2),
+        a == b - 1,
+        (N - 1 - a) // 3,
+    ]
+    for va, vb, vn in itertools.product(range(-3, 4), range(-2, 3), (1, 5)):
+        env = {a: va, b: vb, N: vn}
+        for e in exprs:
+            assert compile_expr(e)(env) == evaluate(e, env), e
+    f = compile_exprs((a, Slice(a, smin(a + 2, N)), b + 1))
+    assert f({a: 1, b: 2, N: 2}) == (1, range(1, 2), 3)
+    assert compile_exprs(())({}) == ()

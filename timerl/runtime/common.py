@@ -1,0 +1,73 @@
+"""Helpers shared by the interpreter and the reference evaluator (contracts, not gathering code).
+
+* :func:`point_seed`: the RNG seed of a random op at one point, so that random values
+  depend only on ``(seed, node id, point)``, never on execution order.
+* :func:`point_dict`: the ``{dim name: value}`` dict handed to UDFs and sinks.
+* :func:`udf_outputs`: checks and converts what a UDF returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.pdg.ir import Node
+from timerl.symbolic import Sym
+
+
+def point_seed(seed: int, nid: int, point: tuple[int, ...]) -> int:
+    """A 31-bit seed derived from ``(seed, nid, point)`` (stable across runs and processes)."""
+    text = f"{int(seed)}/{int(nid)}/{','.join(str(int(p)) for p in point)}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") & 0x7FFFFFFF
+
+
+def point_dict(domain: Sequence[Sym], point: Sequence[int]) -> dict[str, int]:
+    """``{dim name: coordinate}`` for a point of a node's domain."""
+    return {s.name: int(p) for s, p in zip(domain, point, strict=True)}
+
+
+def udf_outputs(node: Node, result: Any, pd: dict[str, int]) -> list[np.ndarray]:
+    """Validate a UDF's return value: one array per output, cast to the declared dtypes.
+
+    Shapes are checked against ``batch + shape`` when the declared per-point shape is
+    concrete (all ints).
+    """
+    n = len(node.outputs)
+    if isinstance(result, np.ndarray) or not isinstance(result, (list, tuple)):
+        if n != 1:
+            raise RuntimeExecutionError(
+                f"UDF {node.label} at point {pd} must return a list of {n} arrays, got {type(result).__name__}"
+            )
+        result = [result]
+    if len(result) != n:
+        raise RuntimeExecutionError(
+            f"UDF {node.label} at point {pd} returned {len(result)} values, but it declares {n} outputs"
+        )
+    out = []
+    for k, (r, spec) in enumerate(zip(result, node.outputs, strict=True)):
+        a = np.asarray(r, dtype=spec.dtype.numpy)
+        if all(isinstance(s, int) for s in spec.shape):
+            want = tuple(node.batch) + tuple(int(s) for s in spec.shape)
+            if a.shape != want:
+                raise RuntimeExecutionError(
+                    f"UDF {node.label} at point {pd}: output {k} has shape {a.shape}, expected {want} "
+                    f"(batch {tuple(node.batch)} + per-point shape {tuple(spec.shape)})"
+                )
+        out.append(a)
+    return out
+
+
+def eval_shape(shape: Sequence[Any], env: Any, node: Node) -> tuple[int, ...]:
+    """A per-point shape with symbolic entries evaluated in ``env``."""
+    from timerl.symbolic import Expr, evaluate
+
+    try:
+        return tuple(int(evaluate(s, env)) if isinstance(s, Expr) else int(s) for s in shape)
+    except TimeRLError as exc:
+        raise RuntimeExecutionError(
+            f"cannot evaluate the per-point shape {tuple(shape)} of {node.label}: {exc}"
+        ) from exc

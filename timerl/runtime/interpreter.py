@@ -1,0 +1,731 @@
+"""The AST interpreter: runs a scheduled PDG on a backend.
+
+The style follows jax's ``eval_jaxpr``: an environment (``self._env``: loop counters and
+bound values) and a store (:class:`~timerl.runtime.store.PointStore`) with read/write
+helpers. For speed, the AST is compiled once into nested Python closures and every node
+into a *thunk* ``thunk(point)`` whose edge gathers are resolved up front; symbolic
+expressions are compiled into Python lambdas.
+
+**Edges.** Input ``iid`` of node ``n`` at point ``q`` is output ``oid`` of ``src`` at
+``phi(q)``. A :class:`~timerl.symbolic.Slice` component stacks the source points along a
+new axis right after the source's batch dims (several slice components give several
+axes, in component order). ``select`` (gradient edges) takes, from each stacked source
+tensor, element ``select(q, SLICE_VAR = source coordinate)`` of its first per-point axis
+before stacking. ``order_only`` edges carry no data and are ignored here. A ``MERGE``
+outputs the input of its first in-edge (by ``iid``) whose ``cond`` holds at ``q``.
+
+**Batching.** Input ``k`` is batched iff its source node has a non-empty ``batch``.
+
+**Dynamic bounds** (``pdg.dynamic_bounds``, found by ``SET_SYMBOL`` nodes). A bound ``T``
+of dim ``t`` has one value per *enclosing point*: the coordinates of the dims that
+precede ``t`` in the SET_SYMBOL node's domain (``(i,)`` for an episode bound). Rules:
+
+* When the SET_SYMBOL node runs at a point whose boolean input is all true (batched:
+  every batch element), ``T = t + 1`` for that enclosing point; when it is not, that
+  point's lower bound becomes ``lb = t + 2`` (``lb`` starts at 1). Values and lower
+  bounds are kept per enclosing point, never forgotten during a run: a node reads, in
+  its own ``env`` (edge ``phi``/``cond``/``select``, op attributes), the ``T`` of the
+  enclosing point of *its* point (learning over ``t`` of episode ``i`` after acting,
+  or even after later episodes acted).
+* The AST uses one symbol ``T``. Which enclosing point it means at an expression site
+  (a loop init/cond, an ``If``, an ``Exec``/``Dealloc`` point) is decided once, when the
+  AST is compiled: the first ``Exec`` below the site of a node having all enclosing dims
+  (``reset(c0)``, ``step(c0, c1)``, ``g(c0, c1)``) gives the enclosing coordinates as
+  expressions in the counters in scope (``i = c0`` for ``for (c1 = 0; c1 < T; ...)``
+  inside ``for c0``). So ``T`` "resets" exactly when the enclosing counters move to an
+  episode whose ``T`` is not known yet, and a schedule that acts for every episode in one
+  ``i`` loop and learns in a second one still reads each episode's own ``T``.
+  Fallback, for a site without such an ``Exec`` below it: the *current* enclosing point,
+  the lexicographically greatest one of any executed node having all enclosing dims (it
+  only moves forward, so a late exec of an older episode cannot swap it back).
+* While ``T`` is unknown, an AST expression that uses it is evaluated with ``T = lb`` and
+  ``T = BIG``: ``If`` conditions, ``Exec``/``Dealloc`` points and loop inits must agree,
+  else :class:`~timerl.errors.BoundError`; a loop condition stops when its ``BIG``
+  evaluation is false. A loop whose condition needs an unknown ``T`` but whose body
+  never runs ``T``'s SET_SYMBOL node raises at once instead of spinning.
+
+**Effects.** ``RAND_*`` ops are seeded per ``(seed, node id, point)``
+(:func:`~timerl.runtime.common.point_seed`); UDFs get ``(inputs as NumPy, point dict)``
+and return one array per output; sinks get ``(NumPy value, point dict)``. Exceptions from
+user code become :class:`~timerl.errors.RuntimeExecutionError` naming the node and point.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from timerl.backends.base import AbstractBackend
+from timerl.errors import BackendError, BoundError, RuntimeExecutionError, ScheduleError, TimeRLError
+from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
+from timerl.pdg.ops import OpKind
+from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
+from timerl.runtime.store import MemoryStats, Point, PointStore
+from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
+from timerl.symbolic import (
+    Add,
+    And,
+    Const,
+    Eq,
+    Expr,
+    FloorDiv,
+    Le,
+    Lt,
+    Max,
+    Min,
+    Mod,
+    Mul,
+    Not,
+    Or,
+    Slice,
+    Sym,
+    free_symbols,
+)
+
+log = logging.getLogger(__name__)
+
+BIG = 1 << 40
+"""Stand-in for an unknown dynamic bound (the upper end of ``[lb, inf)``)."""
+
+MAX_LOOP_ITERATIONS = 10**7
+"""A loop running more iterations than this raises instead of hanging."""
+
+Env = dict[Sym, int]
+
+# -- expression compilation ----------------------------------------------------------------
+
+_BINOPS: dict[type, str] = {Add: "+", Mul: "*", FloorDiv: "//", Mod: "%", Lt: "<", Le: "<=", Eq: "=="}
+
+
+def _expr_src(e: Expr | Slice, names: dict[Sym, str]) -> str:
+    if isinstance(e, Slice):
+        return f"range({_expr_src(e.start, names)}, {_expr_src(e.stop, names)})"
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Sym):
+        if e not in names:
+            names[e] = f"_s{len(names)}"
+        return f"v[{names[e]}]"
+    k = type(e)
+    a = [_expr_src(x, names) for x in e.args]
+    if k is Not:
+        return f"(not {a[0]})"
+    if k is And:
+        return f"(bool({a[0]}) and bool({a[1]}))"
+    if k is Or:
+        return f"(bool({a[0]}) or bool({a[1]}))"
+    if k is Min:
+        return f"min({a[0]}, {a[1]})"
+    if k is Max:
+        return f"max({a[0]}, {a[1]})"
+    return f"({a[0]} {_BINOPS[k]} {a[1]})"
+
+
+def compile_exprs(es: Sequence[Expr | Slice], as_tuple: bool = True) -> Callable[[Mapping[Sym, int]], Any]:
+    """Compile expressions into ``f(env)``: a tuple of values (slices give ``range`` objects).
+
+    With ``as_tuple=False`` (one expression) ``f`` returns the bare value.
+    """
+    names: dict[Sym, str] = {}
+    parts = [_expr_src(e, names) for e in es]
+    body = f"({', '.join(parts)},)" if as_tuple else parts[0]
+    if as_tuple and not parts:
+        body = "()"
+    scope: dict[str, Any] = {"__builtins__": {}, "min": min, "max": max, "range": range, "bool": bool}
+    scope.update({n: s for s, n in names.items()})
+    return eval(f"lambda v: {body}", scope)  # noqa: S307 - generated from our own Expr trees
+
+
+def compile_expr(e: Expr | Slice) -> Callable[[Mapping[Sym, int]], Any]:
+    """Compile one expression into ``f(env) -> value``."""
+    return compile_exprs((e,), as_tuple=False)
+
+
+def _syms(es: Sequence[Expr | Slice]) -> frozenset[Sym]:
+    out: frozenset[Sym] = frozenset()
+    for e in es:
+        out |= free_symbols(e)
+    return out
+
+
+# -- dynamic bounds -------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _DynBound:
+    """Runtime state of one dynamic bound ``sym`` of dim ``dim``."""
+
+    sym: Sym
+    dim: Sym
+    setter: int  # the SET_SYMBOL node id
+    enclosing: tuple[Sym, ...]  # dims before `dim` in the setter's domain
+    set_key_idx: tuple[int, ...]  # positions of `enclosing` in the setter's domain
+    t_idx: int  # position of `dim` in the setter's domain
+    known: dict[Point, int] = field(default_factory=dict)  # enclosing point -> value
+    lbs: dict[Point, int] = field(default_factory=dict)  # enclosing point -> lower bound (default 1)
+    key: Point | None = None  # the current enclosing point (fallback for AST sites)
+
+    def value(self, key: Point | None) -> int | None:
+        return None if key is None else self.known.get(key)
+
+    def lb(self, key: Point | None) -> int:
+        return 1 if key is None else self.lbs.get(key, 1)
+
+
+def _dyn_bounds(pdg: PDG) -> dict[Sym, _DynBound]:
+    out: dict[Sym, _DynBound] = {}
+    for n in pdg:
+        if n.op.kind is not OpKind.SET_SYMBOL:
+            continue
+        b, d = n.op.attr("bound"), n.op.attr("dim")
+        if b not in pdg.dynamic_bounds:
+            raise BoundError(f"SET_SYMBOL {n.label} sets {b}, which is not a dynamic bound of the program")
+        if d not in n.domain:
+            raise BoundError(f"SET_SYMBOL {n.label} sets {b} for dim {d}, which is not in its domain")
+        if b in out:
+            raise BoundError(f"dynamic bound {b} is set by two nodes (%{out[b].setter} and %{n.id})")
+        k = n.domain.index(d)
+        out[b] = _DynBound(b, d, n.id, tuple(n.domain[:k]), tuple(range(k)), k)
+    missing = set(pdg.dynamic_bounds) - set(out)
+    if missing:
+        names = ", ".join(sorted(s.name for s in missing))
+        raise BoundError(f"dynamic bound(s) {names} have no SET_SYMBOL node that finds them")
+    return out
+
+
+# -- the executor ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Site:
+    """An AST expression site using dynamic bounds: per bound, how to find its enclosing point."""
+
+    keys: tuple[tuple[_DynBound, Callable[[Env], Point] | None], ...]
+
+
+class Executor:
+    """Interprets ``ast`` over ``pdg`` on ``backend``; ``execute()`` runs the whole program.
+
+    After a run, :meth:`value` reads stored (not freed) values and :meth:`memory_stats`
+    reports live and peak bytes of the point stores.
+    """
+
+    max_loop_iterations: int = MAX_LOOP_ITERATIONS
+
+    def __init__(self, pdg: PDG, ast: AstNode, backend: AbstractBackend, seed: int = 0) -> None:
+        self.pdg = pdg
+        self.ast = ast
+        self.backend = backend
+        self.seed = int(seed)
+        self._static: Env = {s: int(v) for s, v in pdg.static_bounds.items()}
+        self._dyn = _dyn_bounds(pdg)
+        self._env: Env = dict(self._static)
+        self.store = PointStore(backend.nbytes)
+        for n in pdg:
+            self.store.declare(n.id, max(1, len(n.outputs)))
+        self.exec_count = 0
+        self._thunks: dict[int, Callable[[Point], None]] = {}
+        self._check_ast(ast)
+        self._run = self._compile(ast, frozenset())
+
+    # -- public API ---------------------------------------------------------------------
+    def execute(self) -> None:
+        """Run the program from scratch (fresh stores and bounds)."""
+        self.store = PointStore(self.backend.nbytes)
+        for n in self.pdg:
+            self.store.declare(n.id, max(1, len(n.outputs)))
+        self._env.clear()
+        self._env.update(self._static)
+        for db in self._dyn.values():
+            db.known.clear()
+            db.lbs.clear()
+            db.key = None
+        self._thunks.clear()  # thunks hold references to the store's tables
+        self.exec_count = 0
+        self._run()
+        log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
+
+    def memory_stats(self) -> MemoryStats:
+        """Live and peak bytes held by the point stores."""
+        return self.store.stats()
+
+    def value(self, node_id: int, point: Sequence[int], oid: int = 0) -> np.ndarray:
+        """Output ``oid`` of node ``node_id`` at ``point`` as NumPy (only while not freed)."""
+        p = tuple(int(x) for x in point)
+        try:
+            x = self.store.get(node_id, oid, p)
+        except KeyError:
+            raise KeyError(
+                f"%{node_id} output {oid} has no stored value at {p} (never run or freed)"
+            ) from None
+        return np.array(self.backend.to_numpy(x))
+
+    def points(self, node_id: int, oid: int = 0) -> list[Point]:
+        """The points at which output ``oid`` of ``node_id`` is stored now."""
+        return sorted(self.store.points(node_id, oid))
+
+    def bound_values(self, bound: Sym) -> dict[Point, int]:
+        """Values found so far for a dynamic bound, per enclosing point."""
+        return dict(self._dyn[bound].known)
+
+    # -- AST checks and compilation -----------------------------------------------------
+    def _check_ast(self, ast: AstNode) -> None:
+        known = set(self._static) | set(self._dyn)
+
+        def check(node: AstNode, scope: frozenset[Sym]) -> None:
+            if isinstance(node, Seq):
+                for c in node.children:
+                    check(c, scope)
+                return
+            if isinstance(node, Loop):
+                bad = _syms((node.init,)) - scope - known
+                inner = scope | {node.var}
+                bad |= _syms((node.cond,)) - inner - known
+                if not isinstance(node.inc, int) or node.inc == 0:
+                    raise ScheduleError(f"loop over {node.var} has a bad increment {node.inc!r}")
+                check(node.body, inner)
+            elif isinstance(node, If):
+                bad = _syms((node.cond,)) - scope - known
+                check(node.then, scope)
+                if node.else_ is not None:
+                    check(node.else_, scope)
+            else:
+                bad = _syms(node.point) - scope - known
+                n = self.pdg.nodes.get(node.node)
+                if n is None:
+                    raise ScheduleError(f"the schedule runs %{node.node}, which is not in the PDG")
+                if len(node.point) != len(n.domain):
+                    raise ScheduleError(
+                        f"the schedule gives {len(node.point)} coordinates for {n.label} "
+                        f"whose domain has {len(n.domain)} dims"
+                    )
+            if bad:
+                raise ScheduleError(
+                    f"schedule expression uses unknown symbol(s) {sorted(s.name for s in bad)}"
+                )
+
+        check(ast, frozenset())
+
+    def _site(self, dyn: frozenset[Sym], sub: AstNode, scope: frozenset[Sym]) -> _Site | None:
+        """How an AST expression site finds the values of the dynamic bounds it uses.
+
+        For each bound ``T`` the enclosing point is read from the first ``Exec`` in ``sub``
+        (the site's subtree) of a node with all of ``T``'s enclosing dims, when its
+        coordinates for those dims only use counters in ``scope`` (``reset(c0)`` and
+        ``step(c0, c1)`` inside ``for c0`` give ``i = c0`` for ``c1 < T``). Otherwise
+        the current enclosing point is used (see the module doc).
+        """
+        if not dyn:
+            return None
+        allowed = scope | set(self._static)
+        keys = []
+        for b in sorted(dyn, key=lambda x: x.name):
+            db = self._dyn[b]
+            kf = None
+            for st in walk(sub):
+                if not isinstance(st, Exec):
+                    continue
+                dom = self.pdg.nodes[st.node].domain
+                if not set(db.enclosing) <= set(dom):
+                    continue
+                es = tuple(st.point[dom.index(d)] for d in db.enclosing)
+                if _syms(es) <= allowed:
+                    kf = compile_exprs(es)
+                    break
+            keys.append((db, kf))
+        return _Site(tuple(keys))
+
+    def _bounds_at(self, site: _Site) -> tuple[Env, dict[Sym, int]]:
+        """``(known values, lower bounds of the unknown ones)`` at an AST site now."""
+        env = self._env
+        known: Env = {}
+        unknown: dict[Sym, int] = {}
+        for db, kf in site.keys:
+            key = kf(env) if kf is not None else db.key
+            val = db.value(key)
+            if val is None:
+                unknown[db.sym] = db.lb(key)
+            else:
+                known[db.sym] = val
+        return known, unknown
+
+    def _agree(self, f: Callable[[Env], Any], site: _Site, what: Callable[[], str]) -> Any:
+        """Evaluate ``f`` at an AST site; with unknown bounds, ``lb`` and ``BIG`` must agree."""
+        env = self._env
+        known, unknown = self._bounds_at(site)
+        if not unknown:
+            return f({**env, **known})
+        lo = f({**env, **known, **unknown})
+        hi = f({**env, **known, **{b: BIG for b in unknown}})
+        if lo != hi:
+            names = ", ".join(b.name for b in unknown)
+            raise BoundError(
+                f"the schedule needs {names} to evaluate {what()} before {names} is known "
+                f"(with {names} = lower bound {list(unknown.values())}: {lo}; "
+                f"with {names} unbounded: {hi}); counters: "
+                f"{ {s.name: v for s, v in env.items() if s not in self._static} }"
+            )
+        return lo
+
+    def _compile(self, node: AstNode, scope: frozenset[Sym]) -> Callable[[], None]:
+        env = self._env
+        dynamic = self._dyn
+        if isinstance(node, Seq):
+            fns = tuple(self._compile(c, scope) for c in node.children)
+
+            def run_seq() -> None:
+                for f in fns:
+                    f()
+
+            return run_seq
+        if isinstance(node, Loop):
+            return self._compile_loop(node, scope)
+        if isinstance(node, If):
+            cond = compile_expr(node.cond)
+            site = self._site(free_symbols(node.cond) & dynamic.keys(), node, scope)
+            then = self._compile(node.then, scope)
+            else_ = self._compile(node.else_, scope) if node.else_ is not None else None
+
+            def run_if() -> None:
+                c = cond(env) if site is None else self._agree(cond, site, lambda: f"`if ({node.cond})`")
+                if c:
+                    then()
+                elif else_ is not None:
+                    else_()
+
+            return run_if
+        pt = compile_exprs(node.point)
+        site = self._site(_syms(node.point) & dynamic.keys(), node, scope)
+        nid = node.node
+        if isinstance(node, Exec):
+            thunks = self._thunks
+            label = self.pdg.nodes[nid].label
+
+            def run_exec() -> None:
+                p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of exec {label}")
+                th = thunks.get(nid)
+                if th is None:
+                    th = thunks[nid] = self._make_thunk(self.pdg.nodes[nid])
+                th(p)
+
+            return run_exec
+        assert isinstance(node, Dealloc)
+
+        def run_free() -> None:
+            p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of free %{nid}")
+            self.store.free(nid, p)
+
+        return run_free
+
+    def _compile_loop(self, node: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
+        env = self._env
+        dynamic = self._dyn
+        var, inc = node.var, int(node.inc)
+        init = compile_expr(node.init)
+        init_site = self._site(free_symbols(node.init) & dynamic.keys(), node, scope)
+        cond = compile_expr(node.cond)
+        cond_site = self._site(free_symbols(node.cond) & dynamic.keys(), node, scope)
+        # dynamic bounds whose SET_SYMBOL node runs inside this loop
+        setters = {db.setter: b for b, db in dynamic.items()}
+        found_inside = {setters[s.node] for s in walk(node.body) if isinstance(s, Exec) and s.node in setters}
+        body = self._compile(node.body, scope | {var})
+
+        def cond_value() -> bool:
+            assert cond_site is not None
+            known, unknown = self._bounds_at(cond_site)
+            if not unknown:
+                return cond({**env, **known})
+            stuck = [b.name for b in unknown if b not in found_inside]
+            if stuck:
+                raise BoundError(
+                    f"loop `for ({var} = {node.init}; {node.cond}; ...)` needs {', '.join(stuck)}, which is "
+                    "unknown and is not found inside the loop (its SET_SYMBOL node never runs there)"
+                )
+            return cond({**env, **known, **{b: BIG for b in unknown}})
+
+        def run_loop() -> None:
+            if init_site is None:
+                env[var] = init(env)
+            else:
+                env[var] = self._agree(init, init_site, lambda: f"the init of {var}")
+            n, limit = 0, self.max_loop_iterations
+            while cond(env) if cond_site is None else cond_value():
+                body()
+                env[var] += inc
+                n += 1
+                if n > limit:
+                    raise RuntimeExecutionError(
+                        f"loop over {var} ran more than {limit} iterations (condition `{node.cond}`); "
+                        "a dynamic bound is probably never found (its done-signal never becomes true)"
+                    )
+            del env[var]
+
+        return run_loop
+
+    # -- dynamic bounds -------------------------------------------------------------------
+    def _activate(self, db: _DynBound, key: Point) -> None:
+        db.key = key
+
+    def _report(self, db: _DynBound, point: Point, done: bool, label: str) -> None:
+        key = tuple(point[j] for j in db.set_key_idx)
+        t = point[db.t_idx]
+        prev = db.known.get(key)
+        if done:
+            if prev is not None and prev != t + 1:
+                raise BoundError(
+                    f"{label} ends {db.sym} at {t + 1} for {dict(zip(db.enclosing, key, strict=True))}, "
+                    f"but it had already ended at {prev}"
+                )
+            db.known[key] = t + 1
+            if db.key is None:
+                db.key = key
+            log.debug("dynamic bound %s = %d at %s", db.sym, t + 1, key)
+        else:
+            if prev is not None and t >= prev:
+                raise BoundError(
+                    f"{label} ran at {db.dim} = {t}, past the end {db.sym} = {prev} found before "
+                    "(the schedule runs the done-signal beyond the episode)"
+                )
+            if db.key is None:
+                db.key = key
+            db.lbs[key] = max(db.lb(key), t + 2)
+
+    def _node_expr(
+        self, es: Sequence[Expr | Slice], node: Node, as_tuple: bool = True
+    ) -> Callable[[Env], Any]:
+        """Compile expressions evaluated at a node's point (``phi``, conds, ``select``).
+
+        A dynamic bound missing from the point env (not found yet for that enclosing
+        point) is handled like in the AST: evaluate with ``lb`` and ``BIG``, which must
+        agree (``r[t:min(t + n, T)]`` while acting, once ``t + n <= lb``).
+        """
+        f = compile_exprs(es, as_tuple)
+        dyn = tuple(s for s in _syms(es) if s in self._dyn)
+        if not dyn:
+            return f
+
+        def ev(v: Env) -> Any:
+            unknown = [b for b in dyn if b not in v]
+            if not unknown:
+                return f(v)
+            lbs = {}
+            for b in unknown:
+                db = self._dyn[b]
+                key = tuple(v.get(d, -1) for d in db.enclosing)
+                lbs[b] = db.lb(key)
+            lo, hi = f({**v, **lbs}), f({**v, **{b: BIG for b in unknown}})
+            if lo != hi:
+                names = ", ".join(b.name for b in unknown)
+                here = point_dict(node.domain, tuple(v[d] for d in node.domain))
+                exprs = ", ".join(map(str, es))
+                raise BoundError(
+                    f"{node.label} at {here} needs {names} to evaluate `{exprs}` before {names} is known "
+                    f"(lower bound {list(lbs.values())}): the schedule runs it too early"
+                )
+            return lo
+
+        return ev
+
+    # -- node thunks ----------------------------------------------------------------------
+    def _make_thunk(self, node: Node) -> Callable[[Point], None]:
+        """``thunk(point)``: gather inputs, run the op, store the outputs."""
+        be, store = self.backend, self.store
+        nid, domain, batch, op = node.id, node.domain, tuple(node.batch), node.op
+        kind = op.kind
+        static = self._static
+        dom = set(domain)
+        # dynamic bounds: per-point values (node has the enclosing dims) or the AST's current
+        local = [
+            (db, tuple(domain.index(d) for d in db.enclosing))
+            for db in self._dyn.values()
+            if set(db.enclosing) <= dom
+        ]
+        other = tuple(db for db in self._dyn.values() if not set(db.enclosing) <= dom)
+
+        def point_env(point: Point) -> Env:
+            v = dict(static)
+            v.update(zip(domain, point, strict=True))
+            for db, idx in local:
+                val = db.known.get(tuple(point[j] for j in idx))
+                if val is not None:
+                    v[db.sym] = val
+            for db in other:  # the node lacks T's enclosing dims: the current episode's T
+                val = db.value(db.key)
+                if val is not None:
+                    v[db.sym] = val
+            return v
+
+        def enter(point: Point) -> None:  # move the current enclosing point forward
+            for db, idx in local:
+                key = tuple(point[j] for j in idx)
+                if db.key is None or key > db.key:
+                    self._activate(db, key)
+
+        edges = self.pdg.data_in_edges(nid)
+        gathers = [self._make_gather(node, e) for e in edges]
+        flags = tuple(bool(self.pdg.nodes[e.src].batch) and bool(node.batch) for e in edges)
+        put = store.put
+
+        def where(point: Point) -> str:
+            return f"{node.label} at {point_dict(domain, point)}"
+
+        if kind is OpKind.MERGE:
+            branches = [
+                (self._node_expr((e.cond,), node, False), g) for e, g in zip(edges, gathers, strict=True)
+            ]
+
+            def compute(v: Env, point: Point) -> None:
+                for c, g in branches:
+                    if c(v):
+                        put(nid, 0, point, g(v))
+                        return
+                raise RuntimeExecutionError(
+                    f"{where(point)}: no branch of this branching definition covers the point"
+                )
+
+        elif kind is OpKind.EVAL_SYMBOL:
+            f = self._node_expr((op.attr("expr"),), node, False)
+            dt = op.attr("dtype").numpy
+
+            def compute(v: Env, point: Point) -> None:
+                x = be.from_numpy(np.asarray(f(v), dtype=dt))
+                put(nid, 0, point, be.broadcast_batch(x, batch) if batch else x)
+
+        elif kind is OpKind.SET_SYMBOL:
+            db = self._dyn[op.attr("bound")]
+            g0 = gathers[0]
+            has_out = bool(node.outputs)
+
+            def compute(v: Env, point: Point) -> None:
+                x = g0(v)
+                self._report(db, point, be.all_true(x), node.label)
+                if has_out:
+                    put(nid, 0, point, x)
+
+        elif kind is OpKind.UDF:
+            fn = op.attr("fn")
+
+            def compute(v: Env, point: Point) -> None:
+                ins = [np.array(be.to_numpy(g(v))) for g in gathers]
+                pd = point_dict(domain, point)
+                try:
+                    res = fn(ins, pd)
+                except Exception as exc:
+                    raise RuntimeExecutionError(
+                        f"UDF {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
+                    ) from exc
+                for k, a in enumerate(udf_outputs(node, res, pd)):
+                    put(nid, k, point, be.from_numpy(a))
+
+        elif kind is OpKind.SINK:
+            fn = op.attr("fn")
+
+            def compute(v: Env, point: Point) -> None:
+                x = np.array(be.to_numpy(gathers[0](v)))
+                pd = point_dict(domain, point)
+                try:
+                    fn(x, pd)
+                except Exception as exc:
+                    raise RuntimeExecutionError(
+                        f"sink {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
+                    ) from exc
+
+        else:
+            run, seed = be.run, self.seed
+            rand = kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL)
+
+            def compute(v: Env, point: Point) -> None:
+                ins = [g(v) for g in gathers]
+                if rand:
+                    be.seed(point_seed(seed, nid, point))
+                try:
+                    out = run(op, ins, batch, flags, v)
+                except BackendError as exc:
+                    raise BackendError(f"{exc}\n  while running {where(point)}") from exc
+                except TimeRLError:
+                    raise
+                except Exception as exc:
+                    raise RuntimeExecutionError(
+                        f"{where(point)} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+                put(nid, 0, point, out)
+
+        def thunk(point: Point) -> None:
+            self.exec_count += 1
+            if local:
+                enter(point)
+            compute(point_env(point), point)
+
+        return thunk
+
+    def _make_gather(self, node: Node, e: Edge) -> Callable[[Env], Any]:
+        """``gather(env) -> tensor``: input ``e.iid`` of ``node`` at the point in ``env``."""
+        be = self.backend
+        src = self.pdg.nodes[e.src]
+        tab = self.store.table(e.src, e.oid)
+        nb = len(src.batch)
+        phi = self._node_expr(e.phi, node)
+        slices = [k for k, c in enumerate(e.phi) if isinstance(c, Slice)]
+
+        def missing(q: Point, v: Env) -> RuntimeExecutionError:
+            here = point_dict(node.domain, tuple(v[s] for s in node.domain))
+            return RuntimeExecutionError(
+                f"{node.label} at {here} reads {src.label} at {q}, which was not computed yet "
+                "or was already freed (a schedule or deallocation bug)"
+            )
+
+        if not slices and e.select is None:
+
+            def gather_point(v: Env) -> Any:
+                q = phi(v)
+                try:
+                    return tab[q]
+                except KeyError:
+                    raise missing(q, v) from None
+
+            return gather_point
+
+        sel = self._node_expr((e.select,), node, False) if e.select is not None else None
+        spec = src.outputs[e.oid]
+
+        def fetch(q: Point, v: Env, s: int | None) -> Any:
+            try:
+                x = tab[q]
+            except KeyError:
+                raise missing(q, v) from None
+            if sel is not None:
+                if s is not None:
+                    v[SLICE_VAR] = s
+                x = be.take(x, nb, int(sel(v)))
+            return x
+
+        def build(comps: tuple[Any, ...], k: int, prefix: tuple[int, ...], v: Env, s: int | None) -> Any:
+            while k < len(comps) and not isinstance(comps[k], range):
+                prefix += (comps[k],)
+                k += 1
+            if k == len(comps):
+                return fetch(prefix, v, s)
+            xs = [build(comps, k + 1, prefix + (c,), v, c) for c in comps[k]]
+            return be.stack(xs, nb)
+
+        def gather_slices(v: Env) -> Any:
+            comps = phi(v)
+            if any(len(comps[k]) == 0 for k in slices):
+                return _empty(be, src, spec, comps, slices, sel is not None, v)
+            return build(comps, 0, (), v, None)
+
+        return gather_slices
+
+
+def _empty(
+    be: AbstractBackend, src: Node, spec: Any, comps: tuple[Any, ...], slices: list[int], sel: bool, v: Env
+) -> Any:
+    """The zero-size tensor read by an empty slice (per-point shape from the source spec)."""
+    shape = eval_shape(spec.shape, v, src)
+    if sel:
+        shape = shape[1:]
+    return be.zeros(tuple(src.batch) + tuple(len(comps[k]) for k in slices) + shape, spec.dtype)
