@@ -20,7 +20,7 @@ from typing import Any
 
 from timerl.errors import AutodiffError, NonAffineIndexError
 from timerl.pdg.ir import SLICE_VAR, TensorSpec
-from timerl.pdg.ops import DType, Op, OpKind
+from timerl.pdg.ops import COMPARISON_OPS, DType, Op, OpKind
 from timerl.rt import shapes as S
 from timerl.rt.creation import const, zeros
 from timerl.rt.graph import BInput, BNode
@@ -36,22 +36,13 @@ from timerl.symbolic import TRUE, Expr, Slice, Sym, index_symbols, invert, lift,
 
 RT = RecurrentTensor
 
-NON_DIFF = frozenset(
+NON_DIFF = COMPARISON_OPS | frozenset(
     {
         OpKind.CONST,
         OpKind.EVAL_SYMBOL,
         OpKind.RAND_UNIFORM,
         OpKind.RAND_NORMAL,
         OpKind.SIGN,
-        OpKind.LOGICAL_NOT,
-        OpKind.LT,
-        OpKind.LE,
-        OpKind.GT,
-        OpKind.GE,
-        OpKind.EQ,
-        OpKind.NE,
-        OpKind.LOGICAL_AND,
-        OpKind.LOGICAL_OR,
         OpKind.ARGMAX,
         OpKind.ONE_HOT,
         OpKind.UDF,
