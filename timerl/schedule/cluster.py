@@ -1,32 +1,75 @@
 """Statement clustering before isl scheduling (the scheduling half of TimeRL §5.4 fusion).
 
-isl's scheduler is super-linear in the number of statements. Nodes with the same
-domain and condition that are linked only by identity edges (``y[p]`` reads
-``x[p]``) always run at the same point one after the other, so they can be one
-statement: :func:`cluster_pdg` groups them (greedily, never creating a cycle between
-clusters) and returns a smaller PDG of cluster representatives plus the member order
-inside each cluster. :func:`expand_ast` turns ``Exec(cluster)`` back into a sequence
-of member ``Exec``s.
+isl's scheduler is super-linear in the number of statements, so nodes that can run
+together at every point of a shared domain become one statement. :func:`cluster_pdg`
+merges nodes with the same domain and condition greedily while the merged statement
+stays schedulable in a simple sense:
 
-Postcondition: the cluster PDG has one node per cluster (the representative, its
-first member in topological order) and every edge between different clusters; edges
-inside a cluster are all identity edges, which the member order satisfies.
+* every edge between members reads points that run no later under one loop direction
+  per dim (lexicographically ``<= 0`` distance, see :mod:`timerl.schedule.distance`),
+  and the members that may read each other at the same point form a DAG (their order
+  inside the statement);
+* every path that leaves the cluster and comes back (through other statements) reads
+  strictly earlier points, so the statements in between have room to run.
+
+Both checks over-approximate distances with intervals, so they may refuse a legal
+merge but never accept one that makes a schedulable program unschedulable. Recurrences
+running forwards (``x[t - 1]``) and backwards (``x[t + 1]``) never share a cluster, and
+n-step learning (reading ``r[t:t + n]``) stays apart from acting, so isl can still
+interleave them.
+
+Postcondition: the cluster PDG has one node per cluster (the representative, its first
+member in the member order) carrying every edge that is not an identity edge inside a
+cluster; :func:`expand_ast` turns ``Exec(cluster)`` back into member ``Exec``s.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import replace
 
 from timerl.pdg.ir import PDG, Edge
 from timerl.schedule import ast as tast
-from timerl.symbolic import Const, Slice, free_symbols
+from timerl.schedule.distance import (
+    FULL,
+    INF,
+    Interval,
+    add,
+    contains,
+    edge_offsets,
+    hull,
+    lex_nonpositive,
+)
+from timerl.symbolic import Sym
+
+Vec = tuple[Interval, ...]
+_CLAMP = 2  # offsets beyond +-_CLAMP widen to infinity, so path analysis terminates
+_MAX_VECS = 16  # distinct path distances kept per node before taking their hull
 
 
-def _identity(e: Edge, pdg: PDG) -> bool:
+def _clamp(iv: Interval) -> Interval:
+    lo, hi = iv
+    if lo < -_CLAMP:
+        lo = -INF
+    elif lo > _CLAMP:
+        lo = _CLAMP
+    if hi > _CLAMP:
+        hi = INF
+    elif hi < -_CLAMP:
+        hi = -_CLAMP
+    return (lo, hi)
+
+
+def _may_be_zero(vec: Vec) -> bool:
+    return all(lo <= 0 <= hi for lo, hi in vec)
+
+
+def _is_identity(e: Edge, pdg: PDG) -> bool:
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
     return (
         e.select is None
+        and not e.order_only
         and src.domain == sink.domain
         and src.cond is sink.cond
         and len(e.phi) == len(src.domain)
@@ -34,102 +77,137 @@ def _identity(e: Edge, pdg: PDG) -> bool:
     )
 
 
-def _forward_uniform(e: Edge, pdg: PDG) -> bool:
-    """Same domains, every component ``s`` or ``s - k`` with ``k >= 0``: reads only earlier points."""
-    from timerl.symbolic import Sym, affine_in
+class _Clusterer:
+    def __init__(self, pdg: PDG) -> None:
+        self.pdg = pdg
+        self.offs = [edge_offsets(e, pdg) for e in pdg.edges]
+        self.out: dict[int, list[int]] = defaultdict(list)
+        self.inn: dict[int, list[int]] = defaultdict(list)
+        for k, e in enumerate(pdg.edges):
+            self.out[e.src].append(k)
+            self.inn[e.sink].append(k)
+        self.cluster_of = {n: n for n in pdg.nodes}
+        self.members: dict[int, list[int]] = {n: [n] for n in pdg.nodes}
 
-    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
-    if e.select is not None or src.domain != sink.domain or src.cond is not sink.cond:
-        return False
-    for c, s in zip(e.phi, src.domain, strict=True):
-        if isinstance(c, Sym) and c is s:
-            continue
-        aff = None if isinstance(c, Slice) else affine_in(c, s)
-        if aff is None or aff[0] != 1 or not isinstance(aff[1], Const) or aff[1].value > 0:
+    def _vec(self, k: int, dims: tuple[Sym, ...], start: Vec | None = None) -> Vec:
+        off = self.offs[k]
+        if start is None:
+            return tuple(_clamp(off.get(d, FULL)) for d in dims)
+        return tuple(_clamp(add(s, off[d])) if d in off else FULL for s, d in zip(start, dims, strict=True))
+
+    def _paths(self, inside: set[int], dims: tuple[Sym, ...]) -> list[Vec]:
+        """Distances of all paths from ``inside`` back to ``inside`` through other nodes."""
+        zero = tuple((0, 0) for _ in dims)
+        states: dict[int, list[Vec]] = defaultdict(list)
+        arrivals: list[Vec] = []
+        work: list[tuple[int, Vec]] = []
+        for m in inside:
+            for k in self.out[m]:
+                sink = self.pdg.edges[k].sink
+                if sink not in inside:
+                    work.append((sink, self._vec(k, dims, zero)))
+        while work:
+            node, vec = work.pop()
+            if not _insert(states[node], vec):
+                continue
+            if len(states[node]) > _MAX_VECS:
+                h = states[node][0]
+                for v in states[node][1:]:
+                    h = tuple(hull(a, b) for a, b in zip(h, v, strict=True))
+                states[node][:] = [h]
+                vec = h
+            for k in self.out[node]:
+                sink = self.pdg.edges[k].sink
+                nv = self._vec(k, dims, vec)
+                if sink in inside:
+                    arrivals.append(nv)
+                else:
+                    work.append((sink, nv))
+        return arrivals
+
+    def try_merge(self, a: int, b: int) -> bool:
+        pdg = self.pdg
+        ra, rb = self.cluster_of[a], self.cluster_of[b]
+        if ra == rb:
             return False
-        if any(x is not s and x in free_symbols(c) for x in src.domain):
+        na, nb = pdg.nodes[ra], pdg.nodes[rb]
+        if na.domain != nb.domain or na.cond is not nb.cond:
             return False
+        dims = na.domain
+        inside = set(self.members[ra]) | set(self.members[rb])
+        intra: list[tuple[int, Vec]] = []
+        for m in inside:
+            for k in self.out[m]:
+                if pdg.edges[k].sink in inside:
+                    intra.append((k, self._vec(k, dims)))
+        order = _member_order(inside, [(pdg.edges[k], v) for k, v in intra])
+        if order is None:
+            return False
+        paths = self._paths(inside, dims)
+        for signs in itertools.product((1, -1), repeat=len(dims)):
+            ok = all(
+                lex_nonpositive(v, signs, strict=pdg.edges[k].src == pdg.edges[k].sink) for k, v in intra
+            ) and all(lex_nonpositive(v, signs, strict=True) for v in paths)
+            if ok:
+                break
+        else:
+            return False
+        for m in inside:
+            self.cluster_of[m] = ra
+        self.members[ra] = order
+        del self.members[rb]
+        return True
+
+
+def _insert(vecs: list[Vec], v: Vec) -> bool:
+    """Add ``v`` to a list of boxes unless one contains it; drop boxes it contains."""
+    for w in vecs:
+        if all(contains(x, y) for x, y in zip(w, v, strict=True)):
+            return False
+    vecs[:] = [w for w in vecs if not all(contains(y, x) for x, y in zip(w, v, strict=True))]
+    vecs.append(v)
     return True
 
 
+def _member_order(inside: set[int], intra: list[tuple[Edge, Vec]]) -> list[int] | None:
+    """Members in an order that respects every edge that may read the same point; None on a cycle."""
+    preds: dict[int, set[int]] = {m: set() for m in inside}
+    for e, v in intra:
+        if e.src != e.sink and _may_be_zero(v):
+            preds[e.sink].add(e.src)
+    out: list[int] = []
+    done: set[int] = set()
+    ready = sorted(m for m in inside if not preds[m])
+    while ready:
+        m = ready.pop(0)
+        out.append(m)
+        done.add(m)
+        for x in sorted(inside - done):
+            if x not in out and x not in ready and preds[x] <= done:
+                ready.append(x)
+    return out if len(out) == len(inside) else None
+
+
 def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
-    """Group identity-linked nodes; return (cluster PDG, representative -> members in order)."""
-    parent = {nid: nid for nid in pdg.nodes}
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def reaches_indirectly(a: int, b: int) -> bool:
-        """Is there a path a -> ... -> b (source to sink) of length >= 2 between clusters?"""
-        succ: dict[int, set[int]] = defaultdict(set)
-        for e in pdg.edges:
-            ra, rb = find(e.src), find(e.sink)
-            if ra != rb:
-                succ[ra].add(rb)
-        stack = [c for c in succ[a] if c != b]
-        seen: set[int] = set()
-        while stack:
-            c = stack.pop()
-            if c == b:
-                return True
-            if c in seen:
-                continue
-            seen.add(c)
-            stack.extend(succ[c])
-        return False
-
-    # A node that reads itself at other points (a recurrence) stays alone: merging it
-    # could turn two opposite recurrences into one unschedulable cycle.
-    recurrent = {e.src for e in pdg.edges if e.src == e.sink and not _forward_uniform(e, pdg)}
-    between: dict[tuple[int, int], list[Edge]] = defaultdict(list)
+    """Merge nodes into statements; return (cluster PDG, representative -> members in order)."""
+    c = _Clusterer(pdg)
+    # First along data edges (producer-consumer fusion), then siblings of one domain.
     for e in pdg.edges:
-        between[(e.src, e.sink)].append(e)
-    for e in pdg.edges:
-        if e.src == e.sink or e.order_only or not _identity(e, pdg):
-            continue
-        if e.src in recurrent or e.sink in recurrent:
-            continue
-        a, b = find(e.src), find(e.sink)
-        if a == b:
-            continue
-        # every edge between the two clusters must be an identity data edge
-        ok = True
-        directions: set[tuple[int, int]] = set()
-        for x in pdg.nodes:
-            if find(x) not in (a, b):
-                continue
-            for y in pdg.nodes:
-                if find(y) not in (a, b) or find(x) == find(y):
-                    continue
-                fs = between.get((x, y), ())
-                if any(_identity(f, pdg) and not f.order_only for f in fs):
-                    directions.add((find(x), find(y)))
-                if any(not (_identity(f, pdg) or _forward_uniform(f, pdg)) or f.order_only for f in fs):
-                    ok = False
-                    break
-            if not ok:
-                break
-        if len(directions) > 1:  # a zero-distance cycle: leave it for isl to report
-            ok = False
-        if not ok or reaches_indirectly(a, b) or reaches_indirectly(b, a):
-            continue
-        parent[b] = a
-
-    groups: dict[int, list[int]] = defaultdict(list)
-    for nid in sorted(pdg.nodes):
-        groups[find(nid)].append(nid)
-    members: dict[int, list[int]] = {}
-    for root, ms in groups.items():
-        order = _topo(ms, pdg)
-        members[order[0]] = order
+        if e.src != e.sink and not e.order_only:
+            c.try_merge(e.src, e.sink)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for r in sorted(c.members):
+        n = pdg.nodes[r]
+        groups[(n.domain, n.cond)].append(r)
+    for reps in groups.values():
+        for x, y in itertools.combinations(reps, 2):
+            c.try_merge(x, y)
+    members = {order[0]: order for order in c.members.values()}
     rep = {nid: order[0] for order in members.values() for nid in order}
     edges = []
     for e in pdg.edges:
         a, b = rep[e.src], rep[e.sink]
-        if a == b and _identity(e, pdg):
+        if a == b and _is_identity(e, pdg):
             continue
         edges.append(replace(e, src=a, sink=b))
     nodes = {r: pdg.nodes[r] for r in members}
@@ -149,27 +227,6 @@ def split_prologue(pdg: PDG) -> tuple[PDG, list[int]]:
     nodes = {k: v for k, v in pdg.nodes.items() if k not in drop}
     edges = tuple(e for e in pdg.edges if e.src not in drop and e.sink not in drop)
     return pdg.with_(nodes=nodes, edges=edges), pro
-
-
-def _topo(ms: list[int], pdg: PDG) -> list[int]:
-    inside = set(ms)
-    preds: dict[int, set[int]] = {m: set() for m in ms}
-    for e in pdg.edges:
-        if e.src in inside and e.sink in inside and e.src != e.sink and _identity(e, pdg):
-            preds[e.sink].add(e.src)
-    out: list[int] = []
-    done: set[int] = set()
-    while len(out) < len(ms):
-        progressed = False
-        for m in ms:
-            if m not in done and preds[m] <= done:
-                out.append(m)
-                done.add(m)
-                progressed = True
-        if not progressed:  # a zero-distance cycle; isl reports it on the unclustered PDG
-            out.extend(m for m in ms if m not in done)
-            break
-    return out
 
 
 def expand_ast(node: tast.AstNode, members: dict[int, list[int]]) -> tast.AstNode:

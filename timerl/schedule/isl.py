@@ -351,11 +351,11 @@ class IslProgram:
         m = self._read(isl.Map, f"{self.prefix}{{ {txt} }}")
         return m.intersect_domain(self.node_domain(edge.sink))
 
-    def dependences(self, proximity: bool = False) -> isl.UnionMap:
-        """Source -> sink union of all edges, both ends restricted to their domains."""
+    def dependences(self, proximity: bool = False, edges: Iterable[Edge] | None = None) -> isl.UnionMap:
+        """Source -> sink union of ``edges`` (default: all), both ends restricted to their domains."""
         dom = self.domain()
         out = isl.UnionMap.empty(self.context().get_space())
-        for e in self.pdg.edges:
+        for e in self.pdg.edges if edges is None else edges:
             out = out.union(isl.UnionMap.from_map(self.edge_map(e, proximity)))
         return out.intersect_range(dom).reverse().intersect_domain(dom)
 

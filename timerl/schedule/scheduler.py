@@ -26,10 +26,11 @@ import time
 from dataclasses import dataclass
 
 from timerl.errors import ScheduleError
-from timerl.pdg.ir import PDG
+from timerl.pdg.ir import PDG, Edge
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
+from timerl.schedule.distance import edge_offsets
 from timerl.schedule.isl import IslProgram
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def schedule_pdg(pdg: PDG, cluster: bool = True) -> Schedule:
     t0 = time.perf_counter()
     prog = IslProgram(pdg)
     validity = prog.dependences(proximity=False)
-    proximity = prog.dependences(proximity=True)
+    proximity = prog.dependences(proximity=True, edges=proximity_edges(pdg))
     _check_self_reads(pdg, prog, validity)
     sched = prog.compute_schedule(validity, proximity)
     if sched is None:
@@ -90,6 +91,32 @@ def schedule_pdg(pdg: PDG, cluster: bool = True) -> Schedule:
         len(pdg.nodes), len(pdg.edges), t1 - t0, t2 - t1, c_text,
     )  # fmt: skip
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
+
+
+def proximity_edges(pdg: PDG) -> list[Edge]:
+    """Per (source, sink) pair, the edges reading the latest source points.
+
+    isl minimises the largest proximity distance, so an identity read next to a window
+    read ``r[t:t + n]`` of the same statement would keep the two apart (distance 0
+    versus n - 1) and stop isl from interleaving n-step learning with acting. Only the
+    reads that bound how early the sink can run matter for locality.
+    """
+    groups: dict[tuple[int, int], list[tuple[Edge, dict]]] = {}
+    for e in pdg.edges:
+        groups.setdefault((e.src, e.sink), []).append((e, edge_offsets(e, pdg)))
+    out: list[Edge] = []
+    for items in groups.values():
+        for k, (e, off) in enumerate(items):
+            dominated = any(
+                j != k
+                and other.keys() == off.keys()
+                and all(other[d][1] >= off[d][1] for d in off)
+                and (any(other[d][1] > off[d][1] for d in off) or j < k)
+                for j, (_, other) in enumerate(items)
+            )
+            if not dominated:
+                out.append(e)
+    return out
 
 
 def _check_self_reads(pdg: PDG, prog: IslProgram, validity: object) -> None:
