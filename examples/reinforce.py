@@ -39,7 +39,9 @@ def parse_args(defaults: Args | None = None) -> Args:
     d = defaults or Args()
     p = argparse.ArgumentParser(description=__doc__)
     for f in fields(Args):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(d, f.name)), default=getattr(d, f.name))
+        p.add_argument(
+            f"--{f.name.replace('_', '-')}", type=type(getattr(d, f.name)), default=getattr(d, f.name)
+        )
     return Args(**vars(p.parse_args()))
 
 
@@ -81,7 +83,9 @@ def main(args: Args) -> list[float]:
             print(f"iter {it:4d}  mean return {m:7.1f}  time {time.perf_counter() - t0:7.1f}s", flush=True)
 
     ex = build(args, log_fn)
-    print(f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}")
+    print(
+        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+    )
     ex.execute()
     return means
 

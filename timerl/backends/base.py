@@ -94,6 +94,9 @@ class AbstractBackend(abc.ABC):
 
     name: ClassVar[str]
     kernels: ClassVar[Mapping[OpKind, Kernel]]
+    static_shapes: ClassVar[bool] = False
+    """Whether every new input shape costs a compilation (the runtime then pads slice reads
+    of zero-padding-safe reductions to power-of-two lengths, see ``runtime.interpreter``)."""
 
     def __init__(self) -> None:
         # CONST values converted once per Op object; the Op is kept alive next to its id.
@@ -166,6 +169,15 @@ class AbstractBackend(abc.ABC):
     @abc.abstractmethod
     def stack(self, xs: Sequence[Any], axis: int) -> Any:
         """Stack tensors of equal shape along a new ``axis``."""
+
+    def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> Any:
+        """Stack along a new ``axis``, then zero-pad that axis to ``size >= len(xs)``."""
+        out = self.stack(xs, axis)
+        if size == len(xs):
+            return out
+        shape = tuple(out.shape)
+        pad = self.zeros(shape[:axis] + (size - len(xs),) + shape[axis + 1 :], DType.float32)
+        return self.concat([out, self.cast_like(pad, out)], axis)
 
     @abc.abstractmethod
     def concat(self, xs: Sequence[Any], axis: int) -> Any:

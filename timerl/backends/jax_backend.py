@@ -110,12 +110,17 @@ _KERNELS: dict[OpKind, Kernel] = {
 }
 
 
+def _on_cpu(xs: Sequence[Any]) -> bool:
+    return bool(xs) and all(d.platform == "cpu" for x in xs for d in x.devices())
+
+
 @final
 class JaxBackend(AbstractBackend):
     """Runs ops with ``jax.numpy``; RNG is a PRNG key split once per random op."""
 
     name: ClassVar[str] = "jax"
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
+    static_shapes: ClassVar[bool] = True
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__()
@@ -139,8 +144,20 @@ class JaxBackend(AbstractBackend):
         return np.asarray(x)
 
     def stack(self, xs: Sequence[Any], axis: int) -> jax.Array:
-        """``jnp.stack``."""
+        """Stack on the host for CPU arrays (``jnp.stack`` compiles once per list length)."""
+        if _on_cpu(xs):
+            return jnp.asarray(np.stack([np.asarray(x) for x in xs], axis=axis))
         return jnp.stack(list(xs), axis=axis)
+
+    def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> jax.Array:
+        """Stack and zero-pad on the host for CPU arrays (no compilation per length)."""
+        if not _on_cpu(xs):
+            return super().stack_padded(xs, axis, size)
+        first = np.asarray(xs[0])
+        out = np.zeros(first.shape[:axis] + (size,) + first.shape[axis:], dtype=first.dtype)
+        for k, x in enumerate(xs):
+            out[(slice(None),) * axis + (k,)] = np.asarray(x)
+        return jnp.asarray(out)
 
     def concat(self, xs: Sequence[Any], axis: int) -> jax.Array:
         """``jnp.concatenate``."""

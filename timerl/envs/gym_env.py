@@ -50,7 +50,9 @@ class _GymState:
         if self.venv is not None and self.n == n:
             return
         try:
-            self.venv = gym.make_vec(self.env_id, num_envs=n, vectorization_mode="vector_entry_point", **self.kwargs)
+            self.venv = gym.make_vec(
+                self.env_id, num_envs=n, vectorization_mode="vector_entry_point", **self.kwargs
+            )
         except Exception:  # no native vector env: fall back to a synchronous one
             self.venv = gym.make_vec(self.env_id, num_envs=n, vectorization_mode="sync", **self.kwargs)
         self.n = n
@@ -119,9 +121,14 @@ class GymEnv:
         """Observations of a fresh episode at every point of ``domain`` (e.g. ``(b, i)``)."""
         dom = tuple(domain)
         if self.batch_dim is not None and self.batch_dim not in dom:
-            raise RTDefinitionError(f"env {self.env_id}: reset domain must include the batch dim {self.batch_dim}")
+            raise RTDefinitionError(
+                f"env {self.env_id}: reset domain must include the batch dim {self.batch_dim}"
+            )
         (obs,) = udf(
-            _Fn(self._state, "reset"), [self.obs_spec], dom, name=f"{self.env_id}.reset",
+            _Fn(self._state, "reset"),
+            [self.obs_spec],
+            dom,
+            name=f"{self.env_id}.reset",
             batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
         )
         self._reset_node = obs.node
@@ -150,7 +157,11 @@ class GymEnv:
         (t,) = time_dims
         specs = [self.obs_spec, ((), DType.float32), ((), DType.bool_)]
         obs, rew, done = udf(
-            _Fn(self._state, "step"), specs, dom, [action], name=f"{self.env_id}.step",
+            _Fn(self._state, "step"),
+            specs,
+            dom,
+            [action],
+            name=f"{self.env_id}.step",
             batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
         )
         step_node = obs.node

@@ -22,7 +22,9 @@ from timerl.rt.tensor import RecurrentTensor, _apply, log_softmax
 from timerl.symbolic import Sym
 
 
-def _init_linear(rng: np.random.Generator, fan_in: int, fan_out: int, gain: float) -> tuple[np.ndarray, np.ndarray]:
+def _init_linear(
+    rng: np.random.Generator, fan_in: int, fan_out: int, gain: float
+) -> tuple[np.ndarray, np.ndarray]:
     a = rng.standard_normal((max(fan_in, fan_out), min(fan_in, fan_out)))
     q, r = np.linalg.qr(a)
     q = q * np.sign(np.diag(r))

@@ -106,7 +106,9 @@ class OpKind(enum.Enum):
     CAT = enum.auto()  # attrs: dim. n inputs.
     STACK = enum.auto()  # attrs: dim. n inputs.
     SLICE = enum.auto()  # attrs: dim, start (Expr), stop (Expr). Concrete slice, symbolic bounds.
-    PAD_SLICE = enum.auto()  # attrs: dim, start (Expr), size (Expr). (x) -> zeros of `size` with x at start (VJP of SLICE)
+    PAD_SLICE = (
+        enum.auto()
+    )  # attrs: dim, start (Expr), size (Expr). (x) -> zeros of `size` with x at start (VJP of SLICE)
     INDEX = enum.auto()  # attrs: dim, index (Expr). Select one element along dim (dim removed).
     GATHER = enum.auto()  # (x, idx) -> take_along_axis(x, idx[..., None], -1)[..., 0]
     ONE_HOT = enum.auto()  # attrs: num_classes, dtype. (idx) -> one-hot along a new last dim
@@ -155,10 +157,22 @@ BINARY_OPS = frozenset(
 )
 ELEMENTWISE_OPS = UNARY_OPS | BINARY_OPS | {OpKind.WHERE}
 COMPARISON_OPS = frozenset(
-    {OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.EQ, OpKind.NE, OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_NOT}
+    {
+        OpKind.LT,
+        OpKind.LE,
+        OpKind.GT,
+        OpKind.GE,
+        OpKind.EQ,
+        OpKind.NE,
+        OpKind.LOGICAL_AND,
+        OpKind.LOGICAL_OR,
+        OpKind.LOGICAL_NOT,
+    }
 )
 # Ops with effects outside their outputs: never removed, never duplicated, ordered.
-EFFECTFUL_OPS = frozenset({OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL, OpKind.UDF, OpKind.SINK, OpKind.SET_SYMBOL})
+EFFECTFUL_OPS = frozenset(
+    {OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL, OpKind.UDF, OpKind.SINK, OpKind.SET_SYMBOL}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -691,6 +691,7 @@ class Executor:
 
         sel = self._node_expr((e.select,), node, False) if e.select is not None else None
         spec = src.outputs[e.oid]
+        pad = be.static_shapes and len(slices) == 1 and _zero_pad_safe(node)
 
         def fetch(q: Point, v: Env, s: int | None) -> Any:
             try:
@@ -710,6 +711,8 @@ class Executor:
             if k == len(comps):
                 return fetch(prefix, v, s)
             xs = [build(comps, k + 1, prefix + (c,), v, c) for c in comps[k]]
+            if pad:
+                return be.stack_padded(xs, nb, 1 << (len(xs) - 1).bit_length())
             return be.stack(xs, nb)
 
         def gather_slices(v: Env) -> Any:
@@ -719,6 +722,21 @@ class Executor:
             return build(comps, 0, (), v, None)
 
         return gather_slices
+
+
+def _zero_pad_safe(node: Node) -> bool:
+    """Whether zero-padding the per-point dim 0 of the input leaves the output unchanged.
+
+    Backends that compile per shape (``static_shapes``) then see power-of-two lengths of
+    ``r[t:T]``-style reads instead of one new shape per length.
+    """
+    kind = node.op.kind
+    if kind is OpKind.DISCOUNTED_SUM:
+        return True
+    if kind is OpKind.SUM:
+        dims = node.op.attr("dims")
+        return 0 in ((dims,) if isinstance(dims, int) else tuple(dims))
+    return False
 
 
 def _empty(

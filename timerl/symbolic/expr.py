@@ -279,7 +279,7 @@ class Slice:
         return f"{self.start}:{self.stop}"
 
 
-Index = Union[Expr, Slice]
+Index = Expr | Slice
 
 TRUE = Const(True)
 FALSE = Const(False)
@@ -560,10 +560,5 @@ def _paren(e: Expr, parent: type[Expr]) -> str:
 def same(a: Expr | Slice | int, b: Expr | Slice | int) -> bool:
     """Structural equality of expressions (``==`` builds an :class:`Eq` instead)."""
     if isinstance(a, Slice) or isinstance(b, Slice):
-        return (
-            isinstance(a, Slice)
-            and isinstance(b, Slice)
-            and a.start is b.start
-            and a.stop is b.stop
-        )
+        return isinstance(a, Slice) and isinstance(b, Slice) and a.start is b.start and a.stop is b.stop
     return lift(a) is lift(b)

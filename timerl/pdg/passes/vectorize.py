@@ -101,7 +101,9 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
                 op = n.op
                 if op.kind is OpKind.SINK:
                     op = Op.make(OpKind.SINK, fn=_per_batch_sink(op.attr("fn"), s.name, len(n.batch)))
-                n = replace(n, domain=tuple(d for d in n.domain if d is not s), batch=n.batch + (size,), op=op)
+                n = replace(
+                    n, domain=tuple(d for d in n.domain if d is not s), batch=n.batch + (size,), op=op
+                )
             new_nodes[nid] = n
         new_edges: list[Edge] = []
         for e in edges:

@@ -1,0 +1,68 @@
+"""The REINFORCE programs of ``examples/``: schedule shape and short training runs."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import timerl as trl
+from timerl.compile import CompileOptions, build_pdg
+from timerl.pdg.ops import OpKind
+from timerl.schedule.ast import Exec, Loop, walk
+from timerl.schedule.scheduler import schedule_pdg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import reinforce  # noqa: E402
+
+
+def _pdg(n: int):
+    """Lower the example program without running it (capture ctx.compile's arguments)."""
+    captured = {}
+
+    def fake_compile(self, bounds, **kw):
+        captured["ctx"], captured["bounds"] = self, bounds
+
+    orig = trl.Context.compile
+    trl.Context.compile = fake_compile
+    try:
+        reinforce.build(reinforce.Args(n=n, iterations=3, num_envs=2), lambda v, p: None)
+    finally:
+        trl.Context.compile = orig
+    return build_pdg(captured["ctx"], captured["bounds"], CompileOptions())
+
+
+def _inner_loop_of(ast, nid):
+    loops = [
+        n
+        for n in walk(ast)
+        if isinstance(n, Loop) and any(isinstance(x, Exec) and x.node == nid for x in walk(n.body))
+    ]
+    return loops[-1]
+
+
+@pytest.mark.parametrize("n", [0, 5])
+def test_schedule_shape(n: int) -> None:
+    """MC acts for the whole episode, then learns; n-step learns inside the acting loop."""
+    pdg = _pdg(n)
+    sched = schedule_pdg(pdg)
+    step = next(x.id for x in pdg if x.op.kind is OpKind.UDF and x.domain and len(x.domain) == 2)
+    learn = next(x.id for x in pdg if x.op.kind is OpKind.DISCOUNTED_SUM)
+    act_loop, learn_loop = _inner_loop_of(sched.ast, step), _inner_loop_of(sched.ast, learn)
+    if n == 0:
+        assert act_loop is not learn_loop
+        order = [x for x in walk(sched.ast) if x is act_loop or x is learn_loop]
+        assert order == [act_loop, learn_loop]
+    else:
+        assert act_loop is learn_loop
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("n", [0, 3])
+def test_short_training_run(backend: str, n: int, capsys) -> None:
+    means = reinforce.main(reinforce.Args(backend=backend, n=n, iterations=3, num_envs=4, seed=1))
+    assert len(means) == 3 and all(math.isfinite(m) and 8 <= m <= 500 for m in means)
+    out = capsys.readouterr().out
+    assert "iter    2  mean return" in out
