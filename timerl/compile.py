@@ -23,6 +23,7 @@ class CompileOptions:
     vectorize: bool = True  # turn batch-like dims (identity-accessed, static) into concrete dims
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
+    fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
 
     @staticmethod
@@ -44,7 +45,7 @@ class Executor:
         self.schedule = schedule
         self.backend = backend
         self.options = options
-        self._interp = _Interp(pdg, schedule.ast, backend, seed=options.seed)
+        self._interp = _Interp(pdg, schedule.ast, backend, seed=options.seed, fuse=options.fuse)
 
     def execute(self) -> None:
         """Run the whole program (all iterations)."""

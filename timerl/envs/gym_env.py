@@ -38,6 +38,7 @@ class _GymState:
         self.kwargs = kwargs
         self.venv: Any = None
         self.n = 0
+        self.batched = isinstance(num_envs, Sym)  # else outputs drop the vector env's leading dim
         self.done: np.ndarray | None = None
         self.last_obs: np.ndarray | None = None
 
@@ -62,17 +63,21 @@ class _GymState:
         obs, _ = self.venv.reset(seed=self.seed + 7919 * k)
         self.done = np.zeros(self.n, dtype=bool)
         self.last_obs = np.asarray(obs)
-        return self.last_obs
+        return self.last_obs if self.batched else self.last_obs[0]
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.done is None or self.last_obs is None:
             raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+        if not self.batched:  # num_envs=1 without a batch dim: the vector env has 1 env
+            action = np.asarray(action)[None]
         obs, rew, term, trunc, _ = self.venv.step(action)
         was_done = self.done
         obs = np.where(was_done.reshape((-1,) + (1,) * (np.ndim(obs) - 1)), self.last_obs, obs)
         rew = np.where(was_done, 0.0, rew).astype(np.float32)
         self.done = was_done | np.asarray(term) | np.asarray(trunc)
         self.last_obs = np.asarray(obs)
+        if not self.batched:
+            return self.last_obs[0], rew[0], self.done[0].copy()
         return self.last_obs, rew, self.done.copy()
 
 
@@ -81,6 +86,8 @@ class _Fn(UDFFn):
         super().__init__(self._call, f"{state.env_id}.{kind}")
         self.state = state
         self.kind = kind
+        # How arrays cross (see UDFFn): NumPy for gymnasium; a brax state exchanges jax arrays.
+        self.array_io = getattr(state, "array_io", "numpy")
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
         self.state.bind(bounds)
@@ -101,6 +108,11 @@ class GymEnv:
         self.obs_space = probe.observation_space
         self.action_space = probe.action_space
         probe.close()
+        self._init_wrapper(env_id, num_envs, _GymState(env_id, num_envs, seed, kwargs))
+
+    def _init_wrapper(self, env_id: str, num_envs: Any, state: Any) -> None:
+        """The part shared with other env families (``BraxEnv``): ``state`` has ``bind``,
+        ``reset(point)`` and ``step(action)``; ``obs_space``/``action_space`` are set."""
         self.env_id = env_id
         self.ctx = current()
         if isinstance(num_envs, Sym):
@@ -111,7 +123,7 @@ class GymEnv:
                 raise RTDefinitionError(
                     f"env {env_id}: num_envs must be the bound symbol of a batch dim (e.g. B) or 1"
                 )
-        self._state = _GymState(env_id, num_envs, seed, kwargs)
+        self._state = state
         self._reset_node: Any = None
         self._reset_domain: tuple[Sym, ...] = ()
         self.obs_spec = space_spec(self.obs_space)

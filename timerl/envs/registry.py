@@ -8,7 +8,12 @@ from timerl.errors import TimeRLError
 
 
 def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
-    """Create an environment: ``"gym.CartPole-v1"`` (gymnasium vector env on the host).
+    """Create an environment.
+
+    - ``"gym.CartPole-v1"``: a gymnasium vector env on the host;
+    - ``"brax.inverted_pendulum"``: a brax env stepped as jitted, vmapped JAX functions
+      (extra keyword arguments: ``backend="spring"``, ``max_steps=1000``, and the brax
+      env's own constructor arguments).
 
     ``num_envs`` is the bound symbol of the batch dim (``B``) or an int.
     """
@@ -17,7 +22,11 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
         from timerl.envs.gym_env import GymEnv
 
         return GymEnv(name, num_envs, seed=seed, **kwargs)
+    if family == "brax" and name:
+        from timerl.envs.brax_env import BraxEnv
+
+        return BraxEnv(name, num_envs, seed=seed, **kwargs)
     raise TimeRLError(
-        f"unknown environment id {env_id!r}: use 'gym.<gymnasium id>' (e.g. 'gym.CartPole-v1'); "
-        "'brax.*' and 'looptune.*' come with later releases"
+        f"unknown environment id {env_id!r}: use 'gym.<gymnasium id>' (e.g. 'gym.CartPole-v1') or "
+        "'brax.<brax env name>' (e.g. 'brax.inverted_pendulum'); 'looptune.*' comes with a later release"
     )

@@ -19,9 +19,25 @@ class UDFFn:
     """The callable a UDF node runs: ``fn(inputs, point) -> outputs`` (NumPy in, NumPy out).
 
     ``bind`` is called once at compile time with the static bounds, before any call.
+
+    ``array_io`` picks how values cross into and out of the function:
+
+    - ``"numpy"`` (default): inputs are fresh NumPy arrays, outputs anything
+      ``np.asarray`` accepts (host copies on both sides).
+    - ``"dlpack"``: inputs are the backend's tensors as exported by
+      ``backend.to_dlpack`` (a ``jax.Array`` or a detached ``torch.Tensor``: objects with
+      ``__dlpack__``), and each output may be any object with ``__dlpack__`` (e.g. a
+      ``jax.Array``); the runtime imports it with ``backend.from_dlpack``, without a copy
+      where the libraries allow (CPU buffers, same device). Inputs and outputs may alias
+      runtime values: never write into them. Outputs must have the declared shapes; a
+      dtype mismatch is cast (one copy).
     """
 
-    def __init__(self, fn: Callable[[list[np.ndarray], dict[str, int]], Sequence[np.ndarray]], name: str = "udf") -> None:
+    array_io: str = "numpy"
+
+    def __init__(
+        self, fn: Callable[[list[np.ndarray], dict[str, int]], Sequence[np.ndarray]], name: str = "udf"
+    ) -> None:
         self.fn = fn
         self.__name__ = name
 
@@ -61,6 +77,13 @@ def udf(
                 f"udf {f.__name__}: input {x!r} varies over {sorted(s.name for s in extra)}, "
                 "which are not in the udf's domain"
             )
-    node = ctx.graph.add(Op.make(OpKind.UDF, fn=f), ctx.order(dom), specs, [x._input() for x in ins], name=name)
+    node = ctx.graph.add(
+        # batch dims by name: an Expr attribute would pin the dim (see pdg/passes/vectorize.py)
+        Op.make(OpKind.UDF, fn=f, batch_dims=tuple(d.name for d in batch_dims)),
+        ctx.order(dom),
+        specs,
+        [x._input() for x in ins],
+        name=name,
+    )
     node.batch_dims = tuple(batch_dims)
     return [RecurrentTensor(ctx, node, k) for k in range(len(specs))]

@@ -4,6 +4,7 @@
   depend only on ``(seed, node id, point)``, never on execution order.
 * :func:`point_dict`: the ``{dim name: value}`` dict handed to UDFs and sinks.
 * :func:`udf_outputs`: checks and converts what a UDF returned.
+* :func:`udf_dlpack_outputs`: the same for UDFs with ``array_io = "dlpack"`` (backend tensors).
 """
 
 from __future__ import annotations
@@ -58,6 +59,47 @@ def udf_outputs(node: Node, result: Any, pd: dict[str, int]) -> list[np.ndarray]
                     f"(batch {tuple(node.batch)} + per-point shape {tuple(spec.shape)})"
                 )
         out.append(a)
+    return out
+
+
+def udf_dlpack_outputs(node: Node, result: Any, pd: dict[str, int], be: Any) -> list[Any]:
+    """Import what a ``array_io = "dlpack"`` UDF returned as backend tensors (no copy where possible).
+
+    Each output must support ``__dlpack__``; it goes through ``be.from_dlpack``. Shapes are
+    checked like :func:`udf_outputs`; a dtype other than the declared one is cast.
+    """
+    n = len(node.outputs)
+    if isinstance(result, (list, tuple)):
+        res = list(result)
+    else:
+        res = [result]
+        if n != 1:
+            raise RuntimeExecutionError(
+                f"UDF {node.label} at point {pd} must return a list of {n} arrays, got {type(result).__name__}"
+            )
+    if len(res) != n:
+        raise RuntimeExecutionError(
+            f"UDF {node.label} at point {pd} returned {len(res)} values, but it declares {n} outputs"
+        )
+    out = []
+    for k, (r, spec) in enumerate(zip(res, node.outputs, strict=True)):
+        if not hasattr(r, "__dlpack__"):
+            raise RuntimeExecutionError(
+                f"UDF {node.label} at point {pd}: output {k} is a {type(r).__name__}, but a UDF with "
+                "array_io='dlpack' must return objects with __dlpack__ (e.g. jax.Array, torch.Tensor)"
+            )
+        x = be.from_dlpack(r)
+        if all(isinstance(s, int) for s in spec.shape):
+            want = tuple(node.batch) + tuple(int(s) for s in spec.shape)
+            if tuple(x.shape) != want:
+                raise RuntimeExecutionError(
+                    f"UDF {node.label} at point {pd}: output {k} has shape {tuple(x.shape)}, expected "
+                    f"{want} (batch {tuple(node.batch)} + per-point shape {tuple(spec.shape)})"
+                )
+        # "float32" / "torch.float32" / "bool" / "torch.bool": compare the last component.
+        if str(x.dtype).rpartition(".")[2] != np.dtype(spec.dtype.numpy).name:
+            x = be.cast_like(x, be.zeros((), spec.dtype))
+        out.append(x)
     return out
 
 

@@ -64,6 +64,7 @@ from timerl.errors import BackendError, BoundError, RuntimeExecutionError, Sched
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
+from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.store import MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
@@ -201,6 +202,13 @@ def _dyn_bounds(pdg: PDG) -> dict[Sym, _DynBound]:
 
 
 @dataclass(frozen=True, slots=True)
+class _FusedExec(Exec):
+    """Runtime-only AST node: ``members`` (pure, same domain) at one point, as one region."""
+
+    members: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _Site:
     """An AST expression site using dynamic bounds: per bound, how to find its enclosing point."""
 
@@ -216,8 +224,13 @@ class Executor:
 
     max_loop_iterations: int = MAX_LOOP_ITERATIONS
 
-    def __init__(self, pdg: PDG, ast: AstNode, backend: AbstractBackend, seed: int = 0) -> None:
+    def __init__(
+        self, pdg: PDG, ast: AstNode, backend: AbstractBackend, seed: int = 0, fuse: bool = True
+    ) -> None:
         self.pdg = pdg
+        self.fuse = fuse
+        self._fused: dict[tuple[int, ...], Callable[[Point], None]] = {}
+        self._fused_fns: dict[tuple[int, ...], Callable[..., Any]] = {}  # kept across runs
         self.ast = ast
         self.backend = backend
         self.seed = int(seed)
@@ -245,6 +258,7 @@ class Executor:
             db.lbs.clear()
             db.key = None
         self._thunks.clear()  # thunks hold references to the store's tables
+        self._fused.clear()
         self.exec_count = 0
         self._run()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
@@ -375,7 +389,7 @@ class Executor:
         env = self._env
         dynamic = self._dyn
         if isinstance(node, Seq):
-            fns = tuple(self._compile(c, scope) for c in node.children)
+            fns = tuple(self._compile(c, scope) for c in self._fuse_runs(node.children))
 
             def run_seq() -> None:
                 for f in fns:
@@ -401,6 +415,20 @@ class Executor:
         pt = compile_exprs(node.point)
         site = self._site(_syms(node.point) & dynamic.keys(), node, scope)
         nid = node.node
+        if isinstance(node, _FusedExec):
+            fused, members = self._fused, node.members
+            labels = ", ".join(self.pdg.nodes[m].label for m in members)
+
+            def run_fused() -> None:
+                p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of exec {labels}")
+                th = fused.get(members)
+                if th is None:
+                    th = fused[members] = make_fused_thunk(
+                        self, [self.pdg.nodes[m] for m in members], self._fused_fns
+                    )
+                th(p)
+
+            return run_fused
         if isinstance(node, Exec):
             thunks = self._thunks
             label = self.pdg.nodes[nid].label
@@ -420,6 +448,39 @@ class Executor:
             self.store.free(nid, p)
 
         return run_free
+
+    def _fuse_runs(self, children: Sequence[AstNode]) -> list[AstNode]:
+        """Replace runs of consecutive fusable ``Exec``s at one point by a :class:`_FusedExec`."""
+        if not (self.fuse and self.backend.compiles):
+            return list(children)
+        out: list[AstNode] = []
+        run: list[Exec] = []
+
+        def flush() -> None:
+            if len(run) >= 2:
+                out.append(_FusedExec(run[0].node, run[0].point, tuple(x.node for x in run)))
+            else:
+                out.extend(run)
+            run.clear()
+
+        for c in children:
+            ok = isinstance(c, Exec) and not isinstance(c, _FusedExec) and fusable(self.pdg.nodes[c.node])
+            if ok and run:
+                first = self.pdg.nodes[run[0].node]
+                ok_same = (
+                    self.pdg.nodes[c.node].domain == first.domain
+                    and all(a is b for a, b in zip(c.point, run[0].point, strict=True))
+                    and joins_region(self.pdg.nodes[c.node], [x.node for x in run], self.pdg)
+                )
+                if not ok_same:
+                    flush()
+            if ok:
+                run.append(c)
+            else:
+                flush()
+                out.append(c)
+        flush()
+        return out
 
     def _compile_loop(self, node: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
         env = self._env
@@ -531,11 +592,11 @@ class Executor:
         return ev
 
     # -- node thunks ----------------------------------------------------------------------
-    def _make_thunk(self, node: Node) -> Callable[[Point], None]:
-        """``thunk(point)``: gather inputs, run the op, store the outputs."""
-        be, store = self.backend, self.store
-        nid, domain, batch, op = node.id, node.domain, tuple(node.batch), node.op
-        kind = op.kind
+    def _point_env_fns(self, node: Node) -> tuple[Callable[[Point], Env], Callable[[Point], None] | None]:
+        """``(point_env, enter)`` for a node: the symbol values at a point (static bounds,
+        the point's coordinates, known dynamic bounds), and the function that moves the
+        current enclosing point of dynamic bounds forward (``None`` if the node has none)."""
+        domain = node.domain
         static = self._static
         dom = set(domain)
         # dynamic bounds: per-point values (node has the enclosing dims) or the AST's current
@@ -565,6 +626,14 @@ class Executor:
                 if db.key is None or key > db.key:
                     self._activate(db, key)
 
+        return point_env, (enter if local else None)
+
+    def _make_thunk(self, node: Node) -> Callable[[Point], None]:
+        """``thunk(point)``: gather inputs, run the op, store the outputs."""
+        be, store = self.backend, self.store
+        nid, domain, batch, op = node.id, node.domain, tuple(node.batch), node.op
+        kind = op.kind
+        point_env, enter = self._point_env_fns(node)
         edges = self.pdg.data_in_edges(nid)
         gathers = [self._make_gather(node, e) for e in edges]
         flags = tuple(bool(self.pdg.nodes[e.src].batch) and bool(node.batch) for e in edges)
@@ -607,10 +676,17 @@ class Executor:
                     put(nid, 0, point, x)
 
         elif kind is OpKind.UDF:
+            from timerl.runtime.common import udf_dlpack_outputs
+
             fn = op.attr("fn")
+            # array_io="dlpack": backend tensors in and out through DLPack (no host copies).
+            dlpack = getattr(fn, "array_io", "numpy") == "dlpack"
 
             def compute(v: Env, point: Point) -> None:
-                ins = [np.array(be.to_numpy(g(v))) for g in gathers]
+                if dlpack:
+                    ins = [be.to_dlpack(g(v)) for g in gathers]
+                else:
+                    ins = [np.array(be.to_numpy(g(v))) for g in gathers]
                 pd = point_dict(domain, point)
                 try:
                     res = fn(ins, pd)
@@ -618,6 +694,10 @@ class Executor:
                     raise RuntimeExecutionError(
                         f"UDF {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
                     ) from exc
+                if dlpack:
+                    for k, x in enumerate(udf_dlpack_outputs(node, res, pd, be)):
+                        put(nid, k, point, x)
+                    return
                 for k, a in enumerate(udf_outputs(node, res, pd)):
                     put(nid, k, point, be.from_numpy(a))
 
@@ -656,7 +736,7 @@ class Executor:
 
         def thunk(point: Point) -> None:
             self.exec_count += 1
-            if local:
+            if enter is not None:
                 enter(point)
             compute(point_env(point), point)
 

@@ -324,12 +324,21 @@ class ReferenceEvaluator:
             self._probe[(b, key)] = max(self._probe.get((b, key), 0), t + 1)
             outs = [ins[0]] if n.outputs else []
         elif kind is OpKind.UDF:
+            fn = n.op.attr("fn")
+            dlpack = getattr(fn, "array_io", "numpy") == "dlpack"  # backend tensors in and out
             try:
-                res = n.op.attr("fn")([np.array(x) for x in ins], pd)
+                if dlpack:
+                    res = fn([be.to_dlpack(be.from_numpy(np.array(x))) for x in ins], pd)
+                else:
+                    res = fn([np.array(x) for x in ins], pd)
             except Exception as exc:
                 raise RuntimeExecutionError(
                     f"UDF {n.label} raised {type(exc).__name__}: {exc} (at point {pd})"
                 ) from exc
+            if dlpack:
+                from timerl.runtime.common import udf_dlpack_outputs
+
+                res = [np.array(be.to_numpy(x)) for x in udf_dlpack_outputs(n, res, pd, be)]
             outs = udf_outputs(n, res, pd)
         elif kind is OpKind.SINK:
             try:

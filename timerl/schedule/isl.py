@@ -429,15 +429,15 @@ class IslProgram:
     ) -> isl.Schedule | None:
         """Run isl's scheduler; ``None`` when isl finds no schedule."""
         dom = self.domain() if domain is None else domain
+        sc = (
+            isl.ScheduleConstraints.on_domain(dom)
+            .set_context(self.context())
+            .set_validity(validity)
+            .set_proximity(proximity)
+        )
         # Small coefficients first (much faster on large graphs); unbounded as a fallback.
         for max_coef in (1, -1):
             self.ctx.set_schedule_max_coefficient(max_coef)
-            sc = (
-                isl.ScheduleConstraints.on_domain(dom)
-                .set_context(self.context())
-                .set_validity(validity)
-                .set_proximity(proximity)
-            )
             try:
                 sched = sc.compute_schedule()
             except isl.Error as exc:

@@ -36,6 +36,10 @@ from timerl.schedule.isl import IslProgram
 log = logging.getLogger(__name__)
 
 
+MAX_UNCLUSTERED = 40
+"""Largest statement count for which a failed clustered schedule is retried unclustered."""
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A computed execution schedule.
@@ -53,7 +57,7 @@ class Schedule:
         return tast.pretty(self.ast)
 
 
-def schedule_pdg(pdg: PDG, cluster: bool = True) -> Schedule:
+def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Schedule:
     """Compute the execution schedule of ``pdg`` (see the module docstring).
 
     With ``cluster`` (default), identity-linked nodes are scheduled as one statement
@@ -63,9 +67,13 @@ def schedule_pdg(pdg: PDG, cluster: bool = True) -> Schedule:
         rest, prologue = split_prologue(pdg)
         small, members = cluster_pdg(rest)
         if len(small.nodes) < len(pdg.nodes) and small.nodes:
+            _check_own_self_reads(pdg)
             try:
-                s = schedule_pdg(small, cluster=False)
-            except ScheduleError:  # re-run unclustered for a precise error (or a schedule)
+                s = schedule_pdg(small, cluster=False, _clustered=True)
+            except ScheduleError:
+                if len(rest.nodes) > MAX_UNCLUSTERED:
+                    raise  # isl takes minutes on hundreds of statements; the cluster error names them
+                # re-run unclustered for a precise error (or a schedule)
                 return schedule_pdg(pdg, cluster=False)
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             return Schedule(tast.Seq(pro + (expand_ast(s.ast, members),)), s.isl_text, s.c_text)
@@ -73,11 +81,14 @@ def schedule_pdg(pdg: PDG, cluster: bool = True) -> Schedule:
     prog = IslProgram(pdg)
     validity = prog.dependences(proximity=False)
     proximity = prog.dependences(proximity=True, edges=proximity_edges(pdg))
-    _check_self_reads(pdg, prog, validity)
+    if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
+        _check_self_reads(pdg, prog, validity)
     sched = prog.compute_schedule(validity, proximity)
     if sched is None:
         raise _unschedulable(pdg, prog)
     bad = prog.violated(sched, validity)
+    if _clustered:  # same-point reads between members of a cluster: the member order runs them
+        bad = bad.subtract(prog.domain().identity())
     if not bad.is_empty():
         raise ScheduleError(
             f"isl returned a schedule that violates dependences {bad.to_str()}; "
@@ -117,6 +128,19 @@ def proximity_edges(pdg: PDG) -> list[Edge]:
             if not dominated:
                 out.append(e)
     return out
+
+
+def _check_own_self_reads(pdg: PDG) -> None:
+    """The self-read check on the nodes' own self-edges (before clustering)."""
+    selfish = {e.src for e in pdg.edges if e.src == e.sink}
+    if not selfish:
+        return
+    sub = pdg.with_(
+        nodes={k: pdg.nodes[k] for k in selfish},
+        edges=tuple(e for e in pdg.edges if e.src == e.sink),
+    )
+    prog = IslProgram(sub)
+    _check_self_reads(sub, prog, prog.dependences(proximity=False))
 
 
 def _check_self_reads(pdg: PDG, prog: IslProgram, validity: object) -> None:

@@ -4,7 +4,8 @@ A dim ``b`` with a static bound ``B`` is *vectorizable* when every edge reads it
 with the identity (``x[b, ...]``), not at all, or as the whole range ``0:B`` from a
 sink without ``b`` (a reduction over the batch: the source's batch dim then *is* the
 stacked leading per-point dim, as the first slice of the edge), no condition, slice bound, select
-or op attribute mentions it, and it is not a dynamic bound's dim. Such a dim carries
+or op attribute mentions it, it is not a dynamic bound's dim, and every UDF varying
+over it declared it among its ``batch_dims`` (the function handles all its points at once). Such a dim carries
 no dependence between its points, so it is removed from every domain and becomes a
 leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
 
@@ -57,6 +58,9 @@ def vectorizable_dims(pdg: PDG) -> list[Sym]:
                 break
             if n.op.kind is OpKind.SET_SYMBOL and n.op.attr("dim") is s:
                 ok = False
+                break
+            if n.op.kind is OpKind.UDF and s in n.domain and s.name not in n.op.attr("batch_dims", ()):
+                ok = False  # the function handles one point of s per call
                 break
         if ok:
             for e in pdg.edges:

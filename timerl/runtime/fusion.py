@@ -1,0 +1,144 @@
+"""Fused execution of consecutive pure nodes at one point (TimeRL §5.4 dataflow regions).
+
+The scheduler clusters nodes of one domain into a statement; the AST then runs the
+members one after the other at the same point. A maximal run of *pure* members (stateless
+ops whose attributes hold no symbols) becomes one function of the inputs the run reads
+from outside, compiled once by the backend (``jax.jit``; Torch runs it eagerly unless
+built with ``use_compile``). Every member's output is still stored, so later reads and
+deallocation see exactly what the unfused interpreter produces.
+
+Not fused: ``CONST``, ``MERGE`` (branch choice per point), ``EVAL_SYMBOL``, ``SET_SYMBOL``, UDFs,
+sinks, RNG ops (seeded per point), and ops with symbolic attributes (their kernels need
+the point's symbol values).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ops import OpKind
+from timerl.symbolic import TRUE, Expr, Slice, free_symbols
+
+if TYPE_CHECKING:
+    from timerl.runtime.interpreter import Executor
+
+log = logging.getLogger(__name__)
+
+_NOT_FUSABLE = frozenset(
+    {
+        OpKind.CONST,  # converted once and cached by the backend, outside any trace
+        OpKind.MERGE,
+        OpKind.EVAL_SYMBOL,
+        OpKind.SET_SYMBOL,
+        OpKind.UDF,
+        OpKind.SINK,
+        OpKind.RAND_UNIFORM,
+        OpKind.RAND_NORMAL,
+    }
+)
+
+
+def _symbolic(value: Any) -> bool:
+    if isinstance(value, (Expr, Slice)):
+        return bool(free_symbols(value))
+    if isinstance(value, (tuple, list)):
+        return any(_symbolic(v) for v in value)
+    return False
+
+
+def fusable(node: Node) -> bool:
+    """Whether ``node`` may run inside a compiled region."""
+    if node.op.kind in _NOT_FUSABLE or len(node.outputs) != 1:
+        return False
+    return not any(_symbolic(v) for _, v in node.op.attrs)
+
+
+def _same_point_identity(e: Edge, pdg: PDG) -> bool:
+    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+    return (
+        e.select is None
+        and e.cond is TRUE
+        and len(e.phi) == len(src.domain) == len(sink.domain)
+        and all(c is d for c, d in zip(e.phi, src.domain, strict=True))
+    )
+
+
+def joins_region(node: Node, region: Sequence[int], pdg: PDG) -> bool:
+    """Whether ``node`` may extend ``region``: it reads region members only at its own point.
+
+    (Other reads of members are gathered from the store before the region runs, when the
+    members' outputs at this point are not stored yet.)
+    """
+    inside = set(region)
+    return all(_same_point_identity(e, pdg) for e in pdg.data_in_edges(node.id) if e.src in inside)
+
+
+def make_fused_thunk(
+    ex: Executor, nodes: Sequence[Node], compiled_cache: dict[tuple[int, ...], Callable[..., Any]]
+) -> Callable[[tuple[int, ...]], None]:
+    """One thunk running ``nodes`` (same domain, pure, in order) at a point.
+
+    The compiled region is kept in ``compiled_cache`` (it does not depend on the store),
+    so a new run of the program reuses the backend's compiled code.
+    """
+    pdg, be, store = ex.pdg, ex.backend, ex.store
+    inside = {n.id: k for k, n in enumerate(nodes)}
+    point_env, enter = ex._point_env_fns(nodes[0])
+    static = dict(ex._static)
+    # Per member, each input is ("ext", k): the k-th gathered external input, or
+    # ("int", j): output of member j at the same point.
+    plans: list[list[tuple[str, int]]] = []
+    gathers: list[Callable[[Any], Any]] = []
+    flags: list[tuple[bool, ...]] = []
+    for n in nodes:
+        plan = []
+        edges = pdg.data_in_edges(n.id)
+        for e in edges:
+            if e.src in inside and _same_point_identity(e, pdg) and inside[e.src] < inside[n.id]:
+                plan.append(("int", inside[e.src]))
+            else:
+                plan.append(("ext", len(gathers)))
+                gathers.append(ex._make_gather(n, e))
+        plans.append(plan)
+        flags.append(tuple(bool(pdg.nodes[e.src].batch) and bool(n.batch) for e in edges))
+    specs = [(n.op, tuple(n.batch)) for n in nodes]
+
+    def region(*ext: Any) -> tuple[Any, ...]:
+        outs: list[Any] = []
+        for (op, batch), plan, fl in zip(specs, plans, flags, strict=True):
+            ins = [ext[k] if kind == "ext" else outs[k] for kind, k in plan]
+            outs.append(be.run(op, ins, batch, fl, static))
+        return tuple(outs)
+
+    ids = [n.id for n in nodes]
+    compiled = compiled_cache.get(tuple(ids))
+    if compiled is None:
+        compiled = compiled_cache[tuple(ids)] = be.compile(region)
+    fallback: list[Callable[[tuple[int, ...]], None]] = []
+
+    def thunk(point: tuple[int, ...]) -> None:
+        ex.exec_count += len(ids)
+        if enter is not None:
+            enter(point)
+        if fallback:
+            for th in fallback:
+                th(point)
+            return
+        v = point_env(point)
+        ext = [g(v) for g in gathers]
+        try:
+            outs = compiled(*ext)
+        except Exception as exc:  # rerun unfused for an error naming the failing node
+            log.debug("fused region %s failed (%s); running it unfused", ids, exc)
+            fallback.extend(ex._make_thunk(n) for n in nodes)
+            ex.exec_count -= len(ids)
+            for th in fallback:
+                th(point)
+            return
+        for nid, out in zip(ids, outs, strict=True):
+            store.put(nid, 0, point, out)
+
+    return thunk
