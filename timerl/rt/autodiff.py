@@ -113,7 +113,10 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
         for n in list(nodes.values()):
             if n.id in needs or n.is_param:
                 continue
-            if any(n.inputs[k].src in needs and nodes[n.inputs[k].src].outputs[n.inputs[k].oid].dtype.is_float for k in _diff_inputs(n)):
+            if any(
+                n.inputs[k].src in needs and nodes[n.inputs[k].src].outputs[n.inputs[k].oid].dtype.is_float
+                for k in _diff_inputs(n)
+            ):
                 needs.add(n.id)
                 changed = True
     # Backward: nodes reachable from the losses (stopping at parameters).
@@ -140,7 +143,13 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
         n = nodes[nid]
         if len(n.outputs) != 1:
             raise AutodiffError(f"cannot differentiate multi-output {n.label}")
-        g = ctx.graph.add(Op.make(OpKind.IDENTITY), n.domain, (n.outputs[0],), cond=n.cond, name=f"grad_{n.name}" if n.name else None)
+        g = ctx.graph.add(
+            Op.make(OpKind.IDENTITY),
+            n.domain,
+            (n.outputs[0],),
+            cond=n.cond,
+            name=f"grad_{n.name}" if n.name else None,
+        )
         g.where = n.where
         gnode[nid] = g
     contribs: dict[int, list[RT]] = {nid: [] for nid in relevant}
@@ -154,7 +163,7 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
             continue
         gy = RT(ctx, gnode[nid])
         out = RT(ctx, y)
-        ins = [_access_rt(ctx, inp) for inp in y.inputs]
+        ins = [_access_rt(ctx, inp, y.cond) for inp in y.inputs]
         for k in _diff_inputs(y):
             inp = y.inputs[k]
             if inp.src not in relevant:
@@ -175,14 +184,21 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
     return grads
 
 
-def _access_rt(ctx: Any, inp: BInput) -> RT:
+def _access_rt(ctx: Any, inp: BInput, cond: Expr = TRUE) -> RT:
+    """The RT that ``inp`` reads, in the reader's symbols, under the reader's domain ``cond``.
+
+    The condition matters: a VJP rule that builds ops from the inputs alone (``a ** (b - 1)``
+    of POW, ``sign(x)`` of ABS) would otherwise record them over the reader's whole
+    unconditioned domain, and a reader such as ``x - x[t - 1, t > 0]`` would make them
+    read ``x[-1]``.
+    """
     src = ctx.graph.nodes[inp.src]
     extra = []
     for c in inp.phi:
         if isinstance(c, Slice):
             extra.append(S.norm_dim(c.stop - c.start))
     spec = src.outputs[inp.oid]
-    return RT(ctx, src, inp.oid, inp.phi, TRUE, TensorSpec(tuple(extra) + tuple(spec.shape), spec.dtype))
+    return RT(ctx, src, inp.oid, inp.phi, cond, TensorSpec(tuple(extra) + tuple(spec.shape), spec.dtype))
 
 
 # -- moving a contribution through the inverted dependence -----------------------------
@@ -211,7 +227,9 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
                     (q,) = syms
                     r = invert(comp, q, bound)
                     if select is not None or q in inv:
-                        raise AutodiffError(f"{where_}: at most one symbolic slice per input is differentiable")
+                        raise AutodiffError(
+                            f"{where_}: at most one symbolic slice per input is differentiable"
+                        )
                     # source coordinate s <-> sink coordinate q: rename q -> s on the source side
                     inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
                     cond = logical_and(cond, substitute(r.cond, {q: s}))
@@ -233,13 +251,18 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     if select is not None and const_select is not None:
         raise AutodiffError(f"{where_}: two slices in one input are not differentiable")
     cond = _drop_domain_facts(ctx, cond, x.domain)
+    # Sink dims that no index component recovers from a source point: every sink point
+    # along them read the same source point, so their contributions are summed. The sum
+    # happens here, in sink coordinates and before the gather, because such a dim may
+    # share its symbol with a source dim that the input fixes to a constant (the
+    # `x[T - 1]` read of `adv[T - 1] = delta[T - 1]`, or `r[0:T]` read at every t): in
+    # the gather's domain the two would be one symbol and the read would be wrong.
     free = [q for q in y.domain if q not in inv]
-    clash = [q for q in free if q in x.domain]
-    if clash:
-        raise AutodiffError(
-            f"{where_}: dim(s) {[q.name for q in clash]} are summed over and fixed at once; "
-            "index the input with its own dims instead"
-        )
+    if free:
+        if not c.is_identity:
+            c = materialize(c)
+        c = c[tuple(Slice(lift(0), ctx.bound_of(q)) if q in free else q for q in c.domain)]
+        c = c.sum(tuple(range(len(free))))
     phi = tuple(inv.get(q, q) for q in c.node.domain)
     n_sl = sum(isinstance(p, Slice) for p in phi)
     shape = tuple(c.shape)
@@ -248,7 +271,7 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
         if n_sl != 1:
             raise AutodiffError(f"{where_}: unsupported slice pattern")
     extra = [S.norm_dim(p.stop - p.start) for p in phi if isinstance(p, Slice)]
-    dom = ctx.order(set(x.domain) | set(free))
+    dom = ctx.order(set(x.domain))
     gather_node = ctx.graph.add(
         Op.make(OpKind.IDENTITY),
         dom,
@@ -264,9 +287,6 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
         part = _index0(part, const_select)
     if cond is not TRUE:
         part = _guard(part, cond, x.cond, dom)
-    if free:
-        part = part[tuple(Slice(lift(0), ctx.bound_of(q)) if q in free else q for q in part.domain)]
-        part = part.sum(tuple(range(len(free))))
     return part
 
 
@@ -426,7 +446,9 @@ def _permute_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
 def _slice_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
     x = ins[0]
     d = _attr(y, "dim")
-    return _apply(OpKind.PAD_SLICE, [g], x.shape, g.dtype, dim=d, start=_attr(y, "start"), size=lift(x.shape[d]))
+    return _apply(
+        OpKind.PAD_SLICE, [g], x.shape, g.dtype, dim=d, start=_attr(y, "start"), size=lift(x.shape[d])
+    )
 
 
 def _index_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
@@ -434,7 +456,14 @@ def _index_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
     d = _attr(y, "dim")
     idx = _attr(y, "index")
     return _apply(
-        OpKind.PAD_SLICE, [g.unsqueeze(d)], x.shape, g.dtype, extra_domain=index_symbols(idx), dim=d, start=idx, size=lift(x.shape[d])
+        OpKind.PAD_SLICE,
+        [g.unsqueeze(d)],
+        x.shape,
+        g.dtype,
+        extra_domain=index_symbols(idx),
+        dim=d,
+        start=idx,
+        size=lift(x.shape[d]),
     )
 
 
@@ -485,8 +514,12 @@ vjp_rules: dict[OpKind, VJPRule] = {
     OpKind.MUL: lambda k, g, ins, out, y: g * ins[1 - k],
     OpKind.DIV: lambda k, g, ins, out, y: g / ins[1] if k == 0 else -g * ins[0] / (ins[1] * ins[1]),
     OpKind.POW: _pow_rule,
-    OpKind.MAXIMUM: lambda k, g, ins, out, y: where(ins[0] >= ins[1] if k == 0 else ins[1] > ins[0], g, _f(g, 0.0)),
-    OpKind.MINIMUM: lambda k, g, ins, out, y: where(ins[0] <= ins[1] if k == 0 else ins[1] < ins[0], g, _f(g, 0.0)),
+    OpKind.MAXIMUM: lambda k, g, ins, out, y: where(
+        ins[0] >= ins[1] if k == 0 else ins[1] > ins[0], g, _f(g, 0.0)
+    ),
+    OpKind.MINIMUM: lambda k, g, ins, out, y: where(
+        ins[0] <= ins[1] if k == 0 else ins[1] < ins[0], g, _f(g, 0.0)
+    ),
     OpKind.EXP: lambda k, g, ins, out, y: g * out,
     OpKind.LOG: lambda k, g, ins, out, y: g / ins[0],
     OpKind.SQRT: lambda k, g, ins, out, y: g * _f(g, 0.5) / out,

@@ -38,7 +38,9 @@ def empty(
 ) -> RecurrentTensor:
     """An undefined RT, to be filled by branching definitions (``x[t + 1] = ...``)."""
     ctx = current()
-    node = ctx.graph.add(Op.make(OpKind.MERGE), _domain(domain), (TensorSpec(_shape(shape), dtype),), name=name)
+    node = ctx.graph.add(
+        Op.make(OpKind.MERGE), _domain(domain), (TensorSpec(_shape(shape), dtype),), name=name
+    )
     return RecurrentTensor(ctx, node)
 
 
@@ -61,7 +63,9 @@ def space_spec(space: Any) -> tuple[tuple[int, ...], DType]:
     raise RTDefinitionError(f"unsupported space {space!r}: use a gymnasium Box or Discrete space")
 
 
-def const(value: Any, dtype: DType | None = None, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+def const(
+    value: Any, dtype: DType | None = None, domain: Sequence[Sym] = (), name: str | None = None
+) -> RecurrentTensor:
     """An RT holding ``value`` (array-like) at every point of ``domain``."""
     arr = np.asarray(value)
     if dtype is None:
@@ -74,31 +78,47 @@ def const(value: Any, dtype: DType | None = None, domain: Sequence[Sym] = (), na
     return RecurrentTensor(ctx, node)
 
 
-def full(shape: Any, value: float, dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+def full(
+    shape: Any, value: float, dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None
+) -> RecurrentTensor:
     shape = _shape(shape)
     if any(isinstance(d, Expr) for d in shape):
         raise RTDefinitionError(f"full/zeros/ones need a concrete shape, got {shape}")
     return const(np.full(shape, value, dtype=dtype.numpy), dtype, domain, name)
 
 
-def zeros(shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+def zeros(
+    shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None
+) -> RecurrentTensor:
     return full(shape, 0, dtype, domain, name)
 
 
-def ones(shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None) -> RecurrentTensor:
+def ones(
+    shape: Any = (), dtype: DType = float32, domain: Sequence[Sym] = (), name: str | None = None
+) -> RecurrentTensor:
     return full(shape, 1, dtype, domain, name)
 
 
-def rand(shape: Any = (), domain: Sequence[Sym] = (), dtype: DType = float32, normal: bool = False, name: str | None = None) -> RecurrentTensor:
+def rand(
+    shape: Any = (),
+    domain: Sequence[Sym] = (),
+    dtype: DType = float32,
+    normal: bool = False,
+    name: str | None = None,
+) -> RecurrentTensor:
     """Uniform [0, 1) samples (``normal=True``: standard normal), fresh at every point."""
     ctx = current()
     kind = OpKind.RAND_NORMAL if normal else OpKind.RAND_UNIFORM
     shp = _shape(shape)
-    node = ctx.graph.add(Op.make(kind, shape=shp, dtype=dtype), _domain(domain), (TensorSpec(shp, dtype),), name=name)
+    node = ctx.graph.add(
+        Op.make(kind, shape=shp, dtype=dtype), _domain(domain), (TensorSpec(shp, dtype),), name=name
+    )
     return RecurrentTensor(ctx, node)
 
 
-def randn(shape: Any = (), domain: Sequence[Sym] = (), dtype: DType = float32, name: str | None = None) -> RecurrentTensor:
+def randn(
+    shape: Any = (), domain: Sequence[Sym] = (), dtype: DType = float32, name: str | None = None
+) -> RecurrentTensor:
     return rand(shape, domain, dtype, normal=True, name=name)
 
 
@@ -107,12 +127,17 @@ def as_tensor(expr: Any, dtype: DType = float32, name: str | None = None) -> Rec
     e = lift(expr)
     ctx = current()
     node = ctx.graph.add(
-        Op.make(OpKind.EVAL_SYMBOL, expr=e, dtype=dtype), ctx.order(index_symbols(e)), (TensorSpec((), dtype),), name=name
+        Op.make(OpKind.EVAL_SYMBOL, expr=e, dtype=dtype),
+        ctx.order(index_symbols(e)),
+        (TensorSpec((), dtype),),
+        name=name,
     )
     return RecurrentTensor(ctx, node)
 
 
-def param(init: Any, domain: Sequence[Sym] = (), name: str | None = None, dtype: DType | None = None) -> RecurrentTensor:
+def param(
+    init: Any, domain: Sequence[Sym] = (), name: str | None = None, dtype: DType | None = None
+) -> RecurrentTensor:
     """A parameter: ``w[0] = init`` over ``domain`` (e.g. ``(i,)``); later points come from an optimiser.
 
     With an empty domain the parameter is a constant leaf (gradients still flow to it).

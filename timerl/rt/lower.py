@@ -28,8 +28,7 @@ def lower(ctx: Context, bounds: Mapping[Any, Any]) -> PDG:
         b = by_name.get(key) if isinstance(key, str) else key
         if not isinstance(b, Sym) or not b.is_bound or b not in by_name.values():
             raise BoundError(
-                f"compile bounds: {key!r} is not a bound symbol of this context "
-                f"(bounds: {sorted(by_name)})"
+                f"compile bounds: {key!r} is not a bound symbol of this context (bounds: {sorted(by_name)})"
             )
         if isinstance(val, RecurrentTensor):
             dim = ctx.dim_of_bound(b)
@@ -65,9 +64,7 @@ def lower(ctx: Context, bounds: Mapping[Any, Any]) -> PDG:
                         used.setdefault(s, n.label)
         for inp in n.order_after:
             edges.append(Edge(n.id, inp.src, -1, inp.oid, inp.phi, inp.cond, None, True))
-        nodes[n.id] = Node(
-            n.id, n.op, n.domain, n.outputs, len(n.inputs), n.cond, (), n.name, n.where
-        )
+        nodes[n.id] = Node(n.id, n.op, n.domain, n.outputs, len(n.inputs), n.cond, (), n.name, n.where)
     for b, who in used.items():
         if b not in static and b not in dynamic:
             raise BoundError(

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from timerl.errors import RTDefinitionError, ShapeError
+from timerl.errors import NonAffineIndexError, RTDefinitionError, ShapeError
 from timerl.pdg.ir import ShapeDim, TensorSpec
 from timerl.pdg.ops import DType, Op, OpKind
 from timerl.rt import shapes as S
@@ -24,6 +24,9 @@ from timerl.symbolic import (
     TRUE,
     Const,
     Expr,
+    FloorDiv,
+    Mod,
+    Mul,
     Slice,
     Sym,
     index_symbols,
@@ -32,6 +35,7 @@ from timerl.symbolic import (
     logical_and,
     logical_not,
     substitute,
+    to_str,
 )
 from timerl.symbolic.simplify import affine_in
 
@@ -84,9 +88,9 @@ class RecurrentTensor:
 
     @property
     def is_identity(self) -> bool:
-        return all(p is s for p, s in zip(self.phi, self.node.domain, strict=True)) and len(
-            self.phi
-        ) == len(self.node.domain)
+        return all(p is s for p, s in zip(self.phi, self.node.domain, strict=True)) and len(self.phi) == len(
+            self.node.domain
+        )
 
     def _input(self) -> BInput:
         return BInput(self.node.id, self.oid, self.phi)
@@ -131,6 +135,10 @@ class RecurrentTensor:
                 sym_entries.append(_to_index(e, self, len(sym_entries)))
             else:
                 concrete.append(e)
+        for d, e in zip(self.domain, sym_entries, strict=False):
+            _check_affine(self, e, f"on dim `{d}`")
+        for c in conds:
+            _check_affine(self, c, "in the condition")
         out = self
         if sym_entries or conds:
             out = self._reindex(sym_entries, conds)
@@ -160,16 +168,22 @@ class RecurrentTensor:
             syms = index_symbols(c)
             sl = [s for s in syms if isinstance(mapping.get(s), Slice)]
             if sl:
-                if len(syms) != 1 or not isinstance(affine_in(c, sl[0]), tuple) or affine_in(c, sl[0])[0] != 1:
+                if (
+                    len(syms) != 1
+                    or not isinstance(affine_in(c, sl[0]), tuple)
+                    or affine_in(c, sl[0])[0] != 1
+                ):
                     raise RTDefinitionError(f"cannot slice `{sl[0]}` inside the index `{c}` of {self!r}")
                 sli = mapping[sl[0]]
                 new_phi.append(Slice(substitute(c, {sl[0]: sli.start}), substitute(c, {sl[0]: sli.stop})))
             else:
                 new_phi.append(substitute(c, mapping))
         point_map = {k: v for k, v in mapping.items() if not isinstance(v, Slice)}
-        cond = substitute(self.cond, point_map) if all(
-            not isinstance(v, Slice) for v in mapping.values()
-        ) else self.cond
+        cond = (
+            substitute(self.cond, point_map)
+            if all(not isinstance(v, Slice) for v in mapping.values())
+            else self.cond
+        )
         for c in conds:
             cond = logical_and(cond, c)
         spec = TensorSpec(tuple(extra) + tuple(self.shape), self.dtype)
@@ -185,7 +199,13 @@ class RecurrentTensor:
                 value = lift(value.value + size)
             shape = self.shape[:dim] + self.shape[dim + 1 :]
             return _apply(
-                OpKind.INDEX, [self], shape, self.dtype, extra_domain=index_symbols(value), dim=dim, index=value
+                OpKind.INDEX,
+                [self],
+                shape,
+                self.dtype,
+                extra_domain=index_symbols(value),
+                dim=dim,
+                index=value,
             )
         start, stop = _fix_slice_bounds(self, dim, value)
         size = S.norm_dim(lift(stop) - lift(start))
@@ -396,7 +416,7 @@ class RecurrentTensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         target = S.norm_shape(shape)
-        S.broadcast([self.shape, target], "expand")
+        S.broadcast([self.shape, target], f"expand of {self.node.label} to {target}")
         return _apply(OpKind.EXPAND, [self], target, self.dtype, shape=target)
 
     # -- effects --------------------------------------------------------------------------
@@ -450,6 +470,47 @@ def _to_index(e: Any, x: RecurrentTensor, pos: int) -> Index:
             "use a symbolic expression (e.g. t + 1) or trl.where"
         )
     raise RTDefinitionError(f"bad index {e!r} for {x!r}")
+
+
+def _non_affine_part(e: Index) -> tuple[Expr, str] | None:
+    """The first sub-expression of ``e`` that no Presburger relation can express, with why.
+
+    Bounds (``T``) count as constants here: ``t * T`` is affine once ``T`` gets a static
+    value, and the scheduler reports it if ``T`` stays symbolic.
+    """
+    if isinstance(e, Slice):
+        return _non_affine_part(e.start) or _non_affine_part(e.stop)
+    if not isinstance(e, Expr) or not e.args or isinstance(e, Const):
+        return None
+    a = e.args
+    if isinstance(e, Mul) and index_symbols(a[0]) and index_symbols(a[1]):
+        return e, "multiplies two index symbols"
+    if isinstance(e, (FloorDiv, Mod)) and index_symbols(a[1]):
+        return e, f"uses `{'//' if isinstance(e, FloorDiv) else '%'}` by an index symbol"
+    for sub in a:
+        if isinstance(sub, (Expr, Slice)):
+            bad = _non_affine_part(sub)
+            if bad is not None:
+                return bad
+    return None
+
+
+_AFFINE_HINT = (
+    "index symbolic dims with affine expressions of the dims, such as t + 1, 2 * t, t // 2, "
+    "T - 1 - t or trl.min(t + n, T)"
+)
+
+
+def _check_affine(x: RecurrentTensor, e: Index, where: str, hint: str = _AFFINE_HINT) -> None:
+    """Reject a non-affine index or condition of ``x`` where it is written."""
+    bad = _non_affine_part(e)
+    if bad is None:
+        return
+    part, why = bad
+    raise NonAffineIndexError(
+        f"index `{to_str(e)}` {where} of {x.node.label} is not affine: `{to_str(part)}` {why}, so "
+        f"the dependence cannot become a polyhedral relation. Hint: {hint}"
+    )
 
 
 def _concrete_plan(entries: list[Any]) -> list[tuple[int, str, Any]]:
@@ -531,7 +592,11 @@ def to_rt(x: Any, like: RecurrentTensor | None = None) -> RecurrentTensor:
     if isinstance(x, (bool, np.bool_)):
         return const(np.asarray(x, dtype=np.bool_))
     if isinstance(x, (int, float, np.number)):
-        dt = like.dtype if like is not None and (like.dtype.is_float or isinstance(x, (int, np.integer))) else DType.float32
+        dt = (
+            like.dtype
+            if like is not None and (like.dtype.is_float or isinstance(x, (int, np.integer)))
+            else DType.float32
+        )
         if isinstance(x, float) and not dt.is_float:
             dt = DType.float32
         return const(np.asarray(x, dtype=dt.numpy))
@@ -551,26 +616,39 @@ def binary(kind: OpKind, a: Any, b: Any) -> RecurrentTensor:
         a = to_rt(a, b)
     if not isinstance(b, RecurrentTensor):
         b = to_rt(b, a)
+    shape = S.broadcast([a.shape, b.shape], _operands(kind.name.lower(), a, b))
     dt = _promote(a, b)
     if kind is OpKind.DIV and not dt.is_float:
         dt = DType.float32
     a, b = a.cast(dt), b.cast(dt)
-    shape = S.broadcast([a.shape, b.shape], f"{kind.name.lower()}")
     from timerl.pdg.ops import COMPARISON_OPS
 
     out_dt = DType.bool_ if kind in COMPARISON_OPS else dt
     return _apply(kind, [a, b], shape, out_dt)
 
 
+def _operands(what: str, *xs: RecurrentTensor) -> str:
+    """``add of 'a' and 'b'``: an op and its operands, for shape errors."""
+    names = [x.node.label for x in xs]
+    return f"{what} of {', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else f"{what} of {names[0]}"
+
+
 def matmul(a: Any, b: Any) -> RecurrentTensor:
-    a, b = to_rt(a, b if isinstance(b, RecurrentTensor) else None), to_rt(b, a if isinstance(a, RecurrentTensor) else None)
+    a, b = (
+        to_rt(a, b if isinstance(b, RecurrentTensor) else None),
+        to_rt(b, a if isinstance(a, RecurrentTensor) else None),
+    )
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul needs operands with at least one per-point dim")
     ka = a.shape[-1]
     kb = b.shape[-2] if b.ndim >= 2 else b.shape[0]
     if not S.dims_equal(ka, kb):
-        raise ShapeError(f"matmul: per-point shapes {a.shape} @ {b.shape} do not match ({ka} vs {kb})")
-    batch = S.broadcast([a.shape[:-2], b.shape[:-2]], "matmul")
+        raise ShapeError(
+            f"{_operands('matmul', a, b)}: per-point shapes {a.shape} @ {b.shape} do not match "
+            f"({ka} vs {kb}); the last dim of the left operand must equal the "
+            f"{'first' if b.ndim == 1 else 'second-to-last'} dim of the right one"
+        )
+    batch = S.broadcast([a.shape[:-2], b.shape[:-2]], _operands("matmul batch dims", a, b))
     shape = batch + (a.shape[-2:-1] if a.ndim >= 2 else ()) + (b.shape[-1:] if b.ndim >= 2 else ())
     dt = _promote(a, b)
     return _apply(OpKind.MATMUL, [a.cast(dt), b.cast(dt)], shape, dt)
@@ -585,11 +663,11 @@ def where(cond: Any, a: Any, b: Any) -> RecurrentTensor:
     ref = a if isinstance(a, RecurrentTensor) else b if isinstance(b, RecurrentTensor) else None
     cond = to_rt(cond)
     a, b = to_rt(a, ref), to_rt(b, ref)
+    shape = S.broadcast([cond.shape, a.shape, b.shape], _operands("where (cond, a, b)", cond, a, b))
     dt = _promote(a, b)
     a, b = a.cast(dt), b.cast(dt)
     if cond.dtype is not DType.bool_:
         cond = cond.cast(DType.bool_)
-    shape = S.broadcast([cond.shape, a.shape, b.shape], "where")
     return _apply(OpKind.WHERE, [cond, a, b], shape, dt)
 
 
@@ -634,7 +712,13 @@ def as_float(e: Expr) -> RecurrentTensor:
 
 
 def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
-    """``x[idx] = value``: add a branching definition to the MERGE node behind ``x``."""
+    """``x[idx] = value``: add a branching definition to the MERGE node behind ``x``.
+
+    A point takes the first branch, in the order written, whose index covers it and whose
+    value is defined there. The ops computing ``value`` are first restricted to the points
+    where their own reads are in range (:func:`_restrict_to_defined`), so the general case
+    of ``adv[T - 1] = ...; adv[t] = delta + g * adv[t + 1]`` does not read ``adv[T]``.
+    """
     node = x.node
     if node.op.kind is not OpKind.MERGE or not x.is_identity:
         raise RTDefinitionError(
@@ -660,6 +744,12 @@ def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
                 f"branching definition of {node.label}: slice index `{e}` on dim `{d}` is not "
                 "supported; define points with `t`, `t + k` or a constant"
             )
+        _check_affine(
+            x,
+            e,
+            f"on dim `{d}` in a branching definition",
+            f"define points with `{d}`, `{d} + k` or an expression of the bounds such as `{ctx.bound_of(d)} - 1`",
+        )
         syms = index_symbols(e)
         bound = ctx.bound_of(d)
         if not syms:
@@ -677,10 +767,15 @@ def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
             cover = logical_and(cover, logical_and(pre >= 0, pre < bound))
             shift[d] = pre
     v = to_rt(value, x)
+    v = _restrict_to_defined(v)
     if v.dtype is not x.dtype:
         v = v.cast(x.dtype)
     if not all(S.dims_equal(a, b) for a, b in zip(v.shape, x.shape, strict=False)) or v.ndim != x.ndim:
-        S.broadcast([v.shape, x.shape], f"branching definition of {node.label}")
+        S.broadcast(
+            [v.shape, x.shape],
+            f"branching definition of {node.label} (per-point shape {x.shape}) with a value of "
+            f"per-point shape {v.shape}",
+        )
         v = v.expand(x.shape)
     extra = set(v.domain) - set(node.domain)
     if extra:
@@ -696,3 +791,80 @@ def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
     for b in earlier:
         prior = logical_and(prior, logical_not(b.cond))
     node.inputs.append(BInput(v.node.id, v.oid, phi, logical_and(logical_and(cover, vcond), prior)))
+
+
+_EFFECT_KINDS = frozenset({OpKind.MERGE, OpKind.UDF, OpKind.SINK, OpKind.SET_SYMBOL})
+
+
+def _restrict_to_defined(v: RecurrentTensor) -> RecurrentTensor:
+    """Shrink the domains of the ops computing a branch value to where they are defined.
+
+    In ``adv[T - 1] = delta[T - 1]; adv[t] = delta + g * adv[t + 1]`` the op
+    ``adv[t + 1] * g`` was recorded over all of ``t`` before the assignment, so at
+    ``t = T - 1`` it would read ``adv[T]``, which does not exist, and the compile-time
+    read check rejects the program even though that branch is never taken there. This
+    walks back from the branch value along pointwise (identity) reads and, for every op
+    that reads an input at a shifted point ``d + k``, adds ``0 <= d + k < D`` to its
+    domain condition; ops that read such an op pointwise inherit the condition. Only
+    points where the op reads outside its input's domain are removed, i.e. points with
+    no value anyway, so no well-defined point changes; a later read of a removed point
+    is still a compile-time error. Effectful ops (UDFs, sinks), MERGEs and parameters
+    are never restricted. A branch value that is itself an indexed view (``delta[T-1]``)
+    is left alone: the MERGE's definedness check covers it.
+    """
+    if not v.is_identity:
+        return v
+    nodes = v.ctx.graph.nodes
+
+    def pointwise(inp: BInput) -> bool:
+        src = nodes[inp.src].domain
+        return len(inp.phi) == len(src) and all(c is d for c, d in zip(inp.phi, src, strict=True))
+
+    def walks_into(nid: int) -> bool:
+        n = nodes[nid]
+        return n.op.kind not in _EFFECT_KINDS and not n.is_param
+
+    # Post-order over pointwise reads, iteratively (value chains can be long).
+    memo: dict[int, Expr] = {}
+    stack: list[tuple[int, bool]] = [(v.node.id, False)]
+    while stack:
+        nid, expanded = stack.pop()
+        if nid in memo:
+            continue
+        if not walks_into(nid):
+            memo[nid] = TRUE
+            continue
+        n = nodes[nid]
+        usable = [inp for inp in n.inputs if inp.cond is TRUE and inp.select is None]
+        if not expanded:
+            stack.append((nid, True))
+            stack.extend((inp.src, False) for inp in usable if pointwise(inp) and inp.src not in memo)
+            continue
+        r: Expr = TRUE
+        for inp in usable:
+            if pointwise(inp):
+                r = logical_and(r, memo.get(inp.src, TRUE))  # absent only on a cycle
+            else:
+                for d, c in zip(nodes[inp.src].domain, inp.phi, strict=True):
+                    r = logical_and(r, _in_range(v.ctx, c, d))
+        if r is not TRUE:
+            n.cond = logical_and(n.cond, r)
+        memo[nid] = r
+    if memo[v.node.id] is TRUE:
+        return v
+    return RecurrentTensor(v.ctx, v.node, v.oid)
+
+
+def _in_range(ctx: Context, c: Index, d: Sym) -> Expr:
+    """The condition under which index ``c`` (a shift ``q + k`` of one symbol) lies in dim ``d``."""
+    if isinstance(c, Slice):
+        return TRUE
+    syms = index_symbols(c)
+    if len(syms) != 1:
+        return TRUE
+    (q,) = syms
+    aff = affine_in(c, q)
+    if aff is None or aff[0] != 1 or not isinstance(aff[1], Const) or aff[1].value == 0:
+        return TRUE
+    k = aff[1].value
+    return c < ctx.bound_of(d) if k > 0 else c >= 0
