@@ -94,9 +94,6 @@ class AbstractBackend(abc.ABC):
 
     name: ClassVar[str]
     kernels: ClassVar[Mapping[OpKind, Kernel]]
-    compiles: bool = False
-    """Whether ``compile(fn)`` really compiles (the runtime then runs fused regions through it;
-    eager backends run op by op, which is as fast)."""
     static_shapes: ClassVar[bool] = False
     """Whether every new input shape costs a compilation (the runtime then pads slice reads
     of zero-padding-safe reductions to power-of-two lengths, see ``runtime.interpreter``)."""

@@ -121,7 +121,6 @@ class JaxBackend(AbstractBackend):
     name: ClassVar[str] = "jax"
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
     static_shapes: ClassVar[bool] = True
-    compiles = True
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__()

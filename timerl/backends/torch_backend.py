@@ -138,7 +138,6 @@ class TorchBackend(AbstractBackend):
         super().__init__()
         self.generator = torch.Generator().manual_seed(seed)
         self.use_compile = use_compile
-        self.compiles = use_compile
 
     def seed(self, seed: int) -> None:
         """Reset the generator."""

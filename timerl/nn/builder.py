@@ -43,8 +43,23 @@ class DNNBuilder:
         self.head: str = "categorical"
         self.out_dim: int | None = None
         self.activation = "tanh"
+        self.critic = False
+        self.shared = False
 
-    def from_env(self, env: Any, hidden: Sequence[int] = (64, 64), activation: str = "tanh") -> DNNBuilder:
+    def from_env(
+        self,
+        env: Any,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        critic: bool = False,
+        shared: bool = False,
+    ) -> DNNBuilder:
+        """Size the network from ``env``'s spaces.
+
+        ``critic=True`` adds a value head (``dnn.value()``): a separate MLP of the same
+        hidden sizes, or with ``shared=True`` one linear layer on the policy's last hidden
+        layer (actor and critic then share the trunk).
+        """
         import gymnasium as gym
 
         obs = env.obs_space
@@ -63,6 +78,12 @@ class DNNBuilder:
             )
         self.hidden = list(hidden)
         self.activation = activation
+        self.critic = critic
+        self.shared = shared
+        if shared and not critic:
+            raise RTDefinitionError("DNNBuilder.from_env: shared=True needs critic=True")
+        if shared and not self.hidden:
+            raise RTDefinitionError("DNNBuilder.from_env: a shared trunk needs at least one hidden layer")
         return self
 
     def build(self) -> DNN:
@@ -91,21 +112,69 @@ class DNN:
         if self.head == "gaussian":
             self.log_std = param(np.zeros(b.out_dim, np.float32), b.domain, name="dnn.log_std")
             self.params.append(self.log_std)
+        # value head: its own MLP, or one linear layer on the shared trunk
+        self.critic_layers: list[tuple[RecurrentTensor, RecurrentTensor]] = []
+        self.shared = b.shared
+        if b.critic:
+            vsizes = [b.hidden[-1], 1] if b.shared else [b.obs_dim, *b.hidden, 1]
+            for k, (fi, fo) in enumerate(zip(vsizes[:-1], vsizes[1:], strict=True)):
+                last = k == len(vsizes) - 2
+                w, bias = _init_linear(rng, int(fi), int(fo), 1.0 if last else math.sqrt(2))
+                self.critic_layers.append(
+                    (param(w, b.domain, name=f"dnn.vw{k}"), param(bias, b.domain, name=f"dnn.vb{k}"))
+                )
+            self.params += [p for layer in self.critic_layers for p in layer]
         self._last: RecurrentTensor | None = None
+        self._last_obs: RecurrentTensor | None = None
+        self._last_trunk: RecurrentTensor | None = None
 
-    def forward(self, obs: RecurrentTensor) -> RecurrentTensor:
-        """The network output (logits or Gaussian mean) at every point of ``obs``."""
-        x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
-        for k, (w, bias) in enumerate(self.layers):
+    def _mlp(
+        self, x: RecurrentTensor, layers: list[tuple[RecurrentTensor, RecurrentTensor]]
+    ) -> RecurrentTensor:
+        for k, (w, bias) in enumerate(layers):
             x = x @ w + bias
-            if k < len(self.layers) - 1:
+            if k < len(layers) - 1:
                 x = x.tanh() if self.activation == "tanh" else x.relu()
         return x
 
+    def _features(self, obs: RecurrentTensor) -> tuple[RecurrentTensor, RecurrentTensor]:
+        """(policy output, last hidden layer) at every point of ``obs``."""
+        x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
+        x = self._mlp(x, self.layers[:-1])
+        if len(self.layers) > 1:
+            x = x.tanh() if self.activation == "tanh" else x.relu()
+        w, bias = self.layers[-1]
+        return x @ w + bias, x
+
+    def forward(self, obs: RecurrentTensor) -> RecurrentTensor:
+        """The network output (logits or Gaussian mean) at every point of ``obs``."""
+        return self._features(obs)[0]
+
+    def value(self, obs: RecurrentTensor | None = None) -> RecurrentTensor:
+        """The critic's value (per-point shape ``()``) of ``obs``, default the last acted-on obs.
+
+        Without ``obs`` the last forward pass is reused (its activations, with a shared trunk).
+        """
+        if not self.critic_layers:
+            raise RTDefinitionError("dnn.value(): build the network with from_env(..., critic=True)")
+        if obs is None:
+            if self._last_obs is None:
+                raise RTDefinitionError("dnn.value(): call dnn(obs) first or pass obs=...")
+            obs, trunk = self._last_obs, self._last_trunk
+        else:
+            trunk = self._features(obs)[1] if self.shared else None
+        if self.shared:
+            assert trunk is not None
+            v = self._mlp(trunk, self.critic_layers)
+        else:
+            x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
+            v = self._mlp(x, self.critic_layers)
+        return v.squeeze(-1)
+
     def __call__(self, obs: RecurrentTensor) -> RecurrentTensor:
         """Sample an action at every point of ``obs`` (remembering the forward pass)."""
-        out = self.forward(obs)
-        self._last = out
+        out, trunk = self._features(obs)
+        self._last, self._last_obs, self._last_trunk = out, obs, trunk
         if self.head == "categorical":
             u = rand(out.shape, out.domain)
             gumbel = -(-(u + 1e-10).log() + 1e-10).log()  # Gumbel-max trick

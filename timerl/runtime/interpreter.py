@@ -451,7 +451,7 @@ class Executor:
 
     def _fuse_runs(self, children: Sequence[AstNode]) -> list[AstNode]:
         """Replace runs of consecutive fusable ``Exec``s at one point by a :class:`_FusedExec`."""
-        if not (self.fuse and self.backend.compiles):
+        if not self.fuse:
             return list(children)
         out: list[AstNode] = []
         run: list[Exec] = []
@@ -643,14 +643,17 @@ class Executor:
             return f"{node.label} at {point_dict(domain, point)}"
 
         if kind is OpKind.MERGE:
+            # a branch from an unbatched source is broadcast to the node's batch
             branches = [
-                (self._node_expr((e.cond,), node, False), g) for e, g in zip(edges, gathers, strict=True)
+                (self._node_expr((e.cond,), node, False), g, bool(batch) and not self.pdg.nodes[e.src].batch)
+                for e, g in zip(edges, gathers, strict=True)
             ]
 
             def compute(v: Env, point: Point) -> None:
-                for c, g in branches:
+                for c, g, bcast in branches:
                     if c(v):
-                        put(nid, 0, point, g(v))
+                        x = g(v)
+                        put(nid, 0, point, be.broadcast_batch(x, batch) if bcast else x)
                         return
                 raise RuntimeExecutionError(
                     f"{where(point)}: no branch of this branching definition covers the point"

@@ -311,7 +311,10 @@ class ReferenceEvaluator:
         be, kind = self.backend, n.op.kind
         outs: list[np.ndarray]
         if kind is OpKind.MERGE:
-            outs = [ins[0]]
+            x = ins[0]
+            if n.batch and not self.pdg.nodes[edges[0].src].batch:  # unbatched branch: broadcast
+                x = np.broadcast_to(x, tuple(n.batch) + tuple(np.shape(x))).copy()
+            outs = [x]
         elif kind is OpKind.EVAL_SYMBOL:
             v = np.asarray(evaluate(n.op.attr("expr"), env), dtype=n.op.attr("dtype").numpy)
             outs = [np.broadcast_to(v, tuple(n.batch)).copy()]

@@ -25,6 +25,7 @@ cluster; :func:`expand_ast` turns ``Exec(cluster)`` back into member ``Exec``s.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import defaultdict
 from dataclasses import replace
@@ -88,15 +89,32 @@ class _Clusterer:
             self.inn[e.sink].append(k)
         self.cluster_of = {n: n for n in pdg.nodes}
         self.members: dict[int, list[int]] = {n: [n] for n in pdg.nodes}
+        self._aligned_cache: dict[tuple[Sym, ...], list[tuple[Interval | None, ...]]] = {}
+        self._never_forward_cache: dict[Sym, bool] = {}
+
+    def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[Interval | None, ...]]:
+        """Per edge, its offsets along ``dims`` (``None`` where the edge does not tie the dim)."""
+        got = self._aligned_cache.get(dims)
+        if got is None:
+            got = self._aligned_cache[dims] = [tuple(off.get(d) for d in dims) for off in self.offs]
+        return got
 
     def _vec(self, k: int, dims: tuple[Sym, ...], start: Vec | None = None) -> Vec:
-        off = self.offs[k]
+        off = self._aligned(dims)[k]
         if start is None:
-            return tuple(_clamp(off.get(d, FULL)) for d in dims)
-        return tuple(_clamp(add(s, off[d])) if d in off else FULL for s, d in zip(start, dims, strict=True))
+            return tuple(FULL if o is None else _clamp(o) for o in off)
+        return tuple(FULL if o is None else _clamp(add(s, o)) for s, o in zip(start, off, strict=True))
 
-    def _paths(self, inside: set[int], dims: tuple[Sym, ...]) -> list[Vec]:
-        """Distances of all paths from ``inside`` back to ``inside`` through other nodes."""
+    def _paths(self, inside: set[int], dims: tuple[Sym, ...], outer_forward: bool = False) -> list[Vec]:
+        """Distances of all paths from ``inside`` back to ``inside`` through other statements.
+
+        A path reaching one member of another cluster reaches all of it at the same point
+        (a cluster runs as one statement), so paths are followed between clusters. With
+        ``outer_forward`` (the first dim runs upwards) a path that already went strictly
+        back along the first dim, which no edge of the program ever reads forwards, stays
+        safe whatever follows and is not followed further.
+        """
+        prune = outer_forward and bool(dims) and self._never_forward(dims[0])
         zero = tuple((0, 0) for _ in dims)
         states: dict[int, list[Vec]] = defaultdict(list)
         arrivals: list[Vec] = []
@@ -105,25 +123,35 @@ class _Clusterer:
             for k in self.out[m]:
                 sink = self.pdg.edges[k].sink
                 if sink not in inside:
-                    work.append((sink, self._vec(k, dims, zero)))
+                    work.append((self.cluster_of[sink], self._vec(k, dims, zero)))
         while work:
-            node, vec = work.pop()
-            if not _insert(states[node], vec):
+            cl, vec = work.pop()
+            if not _insert(states[cl], vec):
                 continue
-            if len(states[node]) > _MAX_VECS:
-                h = states[node][0]
-                for v in states[node][1:]:
+            if len(states[cl]) > _MAX_VECS:
+                h = states[cl][0]
+                for v in states[cl][1:]:
                     h = tuple(hull(a, b) for a, b in zip(h, v, strict=True))
-                states[node][:] = [h]
+                states[cl][:] = [h]
                 vec = h
-            for k in self.out[node]:
-                sink = self.pdg.edges[k].sink
-                nv = self._vec(k, dims, vec)
-                if sink in inside:
-                    arrivals.append(nv)
-                else:
-                    work.append((sink, nv))
+            if prune and vec[0][1] < 0:
+                continue
+            for node in self.members[cl]:
+                for k in self.out[node]:
+                    sink = self.pdg.edges[k].sink
+                    nv = self._vec(k, dims, vec)
+                    if sink in inside:
+                        arrivals.append(nv)
+                    elif self.cluster_of[sink] != cl or sink == node or nv != vec:
+                        work.append((self.cluster_of[sink], nv))
         return arrivals
+
+    def _never_forward(self, d: Sym) -> bool:
+        """Whether no edge reads a later point along ``d`` (every offset's upper end <= 0)."""
+        got = self._never_forward_cache.get(d)
+        if got is None:
+            got = self._never_forward_cache[d] = all(off[d][1] <= 0 for off in self.offs if d in off)
+        return got
 
     def try_merge(self, a: int, b: int) -> bool:
         pdg = self.pdg
@@ -140,17 +168,18 @@ class _Clusterer:
             for k in self.out[m]:
                 if pdg.edges[k].sink in inside:
                     intra.append((k, self._vec(k, dims)))
+        signs_ok = [
+            signs
+            for signs in itertools.product((1, -1), repeat=len(dims))
+            if all(lex_nonpositive(v, signs, strict=pdg.edges[k].src == pdg.edges[k].sink) for k, v in intra)
+        ]
+        if not signs_ok:
+            return False
         order = _member_order(inside, [(pdg.edges[k], v) for k, v in intra])
         if order is None:
             return False
-        paths = self._paths(inside, dims)
-        for signs in itertools.product((1, -1), repeat=len(dims)):
-            ok = all(
-                lex_nonpositive(v, signs, strict=pdg.edges[k].src == pdg.edges[k].sink) for k, v in intra
-            ) and all(lex_nonpositive(v, signs, strict=True) for v in paths)
-            if ok:
-                break
-        else:
+        paths = self._paths(inside, dims, outer_forward=bool(dims) and all(sg[0] == 1 for sg in signs_ok))
+        if not any(all(lex_nonpositive(v, signs, strict=True) for v in paths) for signs in signs_ok):
             return False
         for m in inside:
             self.cluster_of[m] = ra
@@ -171,20 +200,24 @@ def _insert(vecs: list[Vec], v: Vec) -> bool:
 
 def _member_order(inside: set[int], intra: list[tuple[Edge, Vec]]) -> list[int] | None:
     """Members in an order that respects every edge that may read the same point; None on a cycle."""
-    preds: dict[int, set[int]] = {m: set() for m in inside}
+    succs: dict[int, set[int]] = {m: set() for m in inside}
     for e, v in intra:
         if e.src != e.sink and _may_be_zero(v):
-            preds[e.sink].add(e.src)
+            succs[e.src].add(e.sink)
+    indeg = dict.fromkeys(inside, 0)
+    for m in inside:
+        for x in succs[m]:
+            indeg[x] += 1
+    ready = [m for m in inside if indeg[m] == 0]
+    heapq.heapify(ready)  # smallest id first: a deterministic order
     out: list[int] = []
-    done: set[int] = set()
-    ready = sorted(m for m in inside if not preds[m])
     while ready:
-        m = ready.pop(0)
+        m = heapq.heappop(ready)
         out.append(m)
-        done.add(m)
-        for x in sorted(inside - done):
-            if x not in out and x not in ready and preds[x] <= done:
-                ready.append(x)
+        for x in succs[m]:
+            indeg[x] -= 1
+            if indeg[x] == 0:
+                heapq.heappush(ready, x)
     return out if len(out) == len(inside) else None
 
 
