@@ -179,6 +179,9 @@ class ReferenceEvaluator:
         if n.op.kind is not OpKind.SET_SYMBOL:  # its attributes name the bound it sets
             syms |= _attr_syms(tuple(v for _, v in n.op.attrs))
         for e in self._edges[n.id]:
+            if e.order_only:  # bounds in its phi are the source's (see _order_points)
+                syms |= free_symbols(e.cond)
+                continue
             syms |= _attr_syms(e.phi) | free_symbols(e.cond)
             if e.select is not None:
                 syms |= free_symbols(e.select)
@@ -208,14 +211,53 @@ class ReferenceEvaluator:
         n = self.pdg.nodes[nid]
         env = dict(self.static)
         env.update(zip(n.domain, p, strict=True))
+        unknown: list[tuple[Sym, Point]] = []
         for b, idx, required in self._needs[nid]:
             key = tuple(p[j] for j in idx)
             val = self.found[b].get(key)
             if val is not None:
                 env[b] = val
             elif required:
-                return env, (b, key)
+                unknown.append((b, key))
+        if unknown:
+            if not self._bound_free(n, env, unknown):
+                return env, unknown[0]
+            # the expressions do not depend on the bound here: evaluate them at its lower bound
+            env.update({b: self._probe.get((b, key), 0) + 1 for b, key in unknown})
         return env, None
+
+    def _bound_free(self, n: Node, env: dict[Sym, int], unknown: list[tuple[Sym, Point]]) -> bool:
+        """Whether ``n``'s edge expressions at this point are the same for every value of the
+        unknown bounds consistent with what was probed (``T = lb`` and ``T`` unbounded agree).
+
+        Then the point runs before its episode's end is known (acting at ``t`` reads
+        ``x[t - 1]`` under a condition ``t - 1 < T``). Op attributes must not use the bound.
+        """
+        if _attr_syms(tuple(v for _, v in n.op.attrs)) & {b for b, _ in unknown}:
+            return False
+        lo, hi = dict(env), dict(env)
+        for b, key in unknown:
+            lo[b] = self._probe.get((b, key), 0) + 1
+            hi[b] = 1 << 40
+
+        def same(x: Any) -> bool:
+            return _same_value(evaluate(x, lo), evaluate(x, hi))
+
+        try:
+            if not same(n.cond):
+                return False
+            for e in self._edges[n.id]:
+                if e.order_only:
+                    continue
+                if not same(e.cond):
+                    return False
+                if not evaluate(e.cond, lo):
+                    continue  # an edge not read here
+                if not all(same(c) for c in e.phi) or (e.select is not None and not same(e.select)):
+                    return False
+        except (KeyError, TypeError):
+            return False
+        return True
 
     def _probe_key(self, b: Sym, key: Point) -> Key:
         t = self._probe.get((b, key), 0)
@@ -228,10 +270,27 @@ class ReferenceEvaluator:
             b = self._bound_of[d]
             if x < 0 or (b in self.static and x >= self.static[b]):
                 return False
+        unknown: list[tuple[Sym, Point]] = []
         for b, idx, required in self._needs[n.id]:
             key = tuple(p[j] for j in idx)
-            if key in self.found[b] or required:
-                env[b] = self.bound(b, key)
+            if key in self.found[b]:
+                env[b] = self.found[b][key]
+            elif required:
+                unknown.append((b, key))
+        if unknown:
+            # below the probed lower bound, and with expressions that do not depend on the
+            # bound's value, the point is decided without knowing the episode's end
+            lbs = {b: self._probe.get((b, key), 0) + 1 for b, key in unknown}
+            below = all(
+                x < lbs[self._bound_of[d]]
+                for d, x in zip(n.domain, p, strict=True)
+                if self._bound_of[d] in lbs
+            )
+            if below and self._bound_free(n, env, unknown):
+                env.update(lbs)
+            else:
+                for b, key in unknown:
+                    env[b] = self.bound(b, key)
         for d, x in zip(n.domain, p, strict=True):
             b = self._bound_of[d]
             if b in env and x >= env[b]:
@@ -261,13 +320,32 @@ class ReferenceEvaluator:
         env, unknown = self._env(nid, p)
         if unknown is not None:
             return self._probe_key(*unknown)
-        edges = list(self._branch(nid, env, p))
-        edges += [e for e in self._edges[nid] if e.order_only and evaluate(e.cond, env)]
-        for e in edges:
+        for e in self._branch(nid, env, p):
             for q in self._src_points(e, env):
                 if (e.src, q) not in self.memo:
                     return (e.src, q)
+        for e in self._edges[nid]:
+            if e.order_only and evaluate(e.cond, env):
+                for q in self._order_points(e, env):
+                    if (e.src, q) not in self.memo:
+                        return (e.src, q)
         return None
+
+    def _order_points(self, e: Edge, env: dict[Sym, int]) -> Iterable[Point]:
+        """Source points of an order edge; a dynamic bound in its phi is the *source's*
+        (``reset[i]`` after ``step[i - 1, 0:T]``: the ``T`` of episode ``i - 1``)."""
+        src = self.pdg.nodes[e.src]
+        dyn = [b for b in self.pdg.dynamic_bounds if any(b in free_symbols(c) for c in e.phi)]
+        if not dyn:
+            return list(self._src_points(e, env))
+        senv = dict(env)
+        for b in dyn:
+            enc = self._setter[b].domain[:-1]
+            key = tuple(
+                evaluate(e.phi[src.domain.index(d)], env) for d in enc
+            )  # the source's enclosing coordinates (points, not slices)
+            senv[b] = self.bound(b, key)
+        return list(self._src_points(e, senv))
 
     def _gather(self, e: Edge, env: dict[Sym, int]) -> np.ndarray:
         src = self.pdg.nodes[e.src]
@@ -365,6 +443,14 @@ def reference_evaluate(
 ) -> dict[int, dict[tuple[int, Point], np.ndarray]]:
     """Evaluate ``pdg`` without a schedule; ``{node id: {(oid, point): NumPy value}}``.
 
-    With ``all_points=False`` only what effectful nodes need is computed.
+    With ``all_points=False`` only what effectful nodes need is computed. UDFs are bound
+    to the static bounds first, as ``ctx.compile`` does.
     """
+    for n in pdg:
+        if n.op.kind is OpKind.UDF and hasattr(n.op.attr("fn"), "bind"):
+            n.op.attr("fn").bind(pdg.static_bounds)
     return ReferenceEvaluator(pdg, backend, seed, all_points).run()
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    return bool(a == b)  # ranges (slices) compare by their points without building them
