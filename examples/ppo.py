@@ -45,6 +45,8 @@ class Args:
     """share the actor and critic trunk"""
     seed: int = 0
     """random seed"""
+    resume: str = ""
+    """continue from a checkpoint (a ckpt_<i>.json/.npz file, or a directory: its latest)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
@@ -117,7 +119,10 @@ def build(args: Args, log_fn):
         trl.optim.Adam(dnn.params, lr=lr).step()
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
-    return ctx.compile({B: args.num_envs, I: args.iterations, T: d}, backend=args.backend, seed=args.seed)
+    resume = {"resume": args.resume} if args.resume else {}
+    return ctx.compile(
+        {B: args.num_envs, I: args.iterations, T: d}, backend=args.backend, seed=args.seed, **resume
+    )
 
 
 def main(args: Args) -> list[float]:

@@ -24,7 +24,9 @@ class CompileOptions:
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
+    free_iterations: bool = True  # free values of iterations no later point reads
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
+    resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
     @staticmethod
     def from_kwargs(kwargs: Mapping[str, Any]) -> CompileOptions:
@@ -38,14 +40,40 @@ class CompileOptions:
 class Executor:
     """A compiled program. ``execute()`` runs it once over all its points."""
 
-    def __init__(self, pdg: PDG, schedule: Any, backend: Any, options: CompileOptions) -> None:
+    def __init__(
+        self, pdg: PDG, schedule: Any, backend: Any, options: CompileOptions, resume: Any = None
+    ) -> None:
+        from timerl.rt.checkpoint import CheckpointSink
         from timerl.runtime.interpreter import Executor as _Interp
 
         self.pdg = pdg
         self.schedule = schedule
         self.backend = backend
         self.options = options
-        self._interp = _Interp(pdg, schedule.ast, backend, seed=options.seed, fuse=options.fuse)
+        ckpt = any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg)
+        if ckpt or resume is not None:
+            from timerl.runtime.checkpoint import CheckpointingExecutor
+
+            config = {"options": {f.name: getattr(options, f.name) for f in fields(options)}}
+            self._interp: Any = CheckpointingExecutor(
+                pdg,
+                schedule.ast,
+                backend,
+                seed=options.seed,
+                fuse=options.fuse,
+                free_iterations=options.free_iterations,
+                resume=resume,
+                config=config,
+            )
+        else:
+            self._interp = _Interp(
+                pdg,
+                schedule.ast,
+                backend,
+                seed=options.seed,
+                fuse=options.fuse,
+                free_iterations=options.free_iterations,
+            )
 
     def execute(self) -> None:
         """Run the whole program (all iterations)."""
@@ -85,6 +113,10 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     from timerl.schedule.scheduler import schedule_pdg
 
     options = CompileOptions.from_kwargs(kwargs)
+    if options.resume:  # a missing path fails before any compile work
+        from timerl.runtime.checkpoint import pick_checkpoint
+
+        pick_checkpoint(str(options.resume))
     t0 = time.perf_counter()
     be = get_backend(backend)
     pdg = build_pdg(ctx, bounds, options)
@@ -94,5 +126,10 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)
+    resume = None
+    if options.resume:
+        from timerl.runtime.checkpoint import load_checkpoint
+
+        resume = load_checkpoint(str(options.resume), pdg, options.seed)
     log.info("compiled %d nodes, %d edges in %.2fs", len(pdg.nodes), len(pdg.edges), time.perf_counter() - t0)
-    return Executor(pdg, sched, be, options)
+    return Executor(pdg, sched, be, options, resume)

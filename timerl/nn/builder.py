@@ -205,8 +205,8 @@ class DNN:
     def __getitem__(self, cond: Any) -> _DNNView:
         return _DNNView(self, cond)
 
-    def checkpoint(self, path: str) -> None:
-        _DNNView(self, None).checkpoint(path)
+    def checkpoint(self, path: str, config: dict[str, Any] | None = None) -> None:
+        _DNNView(self, None).checkpoint(path, config)
 
 
 class _DNNView:
@@ -214,6 +214,7 @@ class _DNNView:
         self.dnn = dnn
         self.cond = cond
 
-    def checkpoint(self, path: str) -> None:
+    def checkpoint(self, path: str, config: dict[str, Any] | None = None) -> None:
+        """One checkpoint of the whole program (not only these params) where ``cond`` holds."""
         for p in self.dnn.params:
-            (p if self.cond is None else p[self.cond]).checkpoint(path)
+            (p if self.cond is None else p[self.cond]).checkpoint(path, config)

@@ -1,23 +1,37 @@
-"""Saving RT values from a running program (``x.checkpoint(path)``)."""
+"""Checkpoint requests from a running program (``x.checkpoint(path)``, ``dnn[c].checkpoint(path)``).
+
+The sink itself writes nothing: at each point where it runs it records a request. The
+executor (:mod:`timerl.runtime.checkpoint`) serves the requests of iteration ``k`` at the
+end of that iteration by writing one file set, ``<path>/ckpt_<k>.npz`` (every value read
+across the iteration boundary, found from the PDG) and ``<path>/ckpt_<k>.json`` (the
+iteration, a fingerprint of the program, the config). ``ctx.compile(..., resume=path)``
+continues from it.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 
-def save_sink(path: str, name: str) -> Callable[[np.ndarray, dict[str, int]], None]:
-    """A sink that writes ``<path>/<name>.npz`` (latest value) and ``meta.json``-style info."""
+class CheckpointSink:
+    """A sink that records ``(point)`` requests for a checkpoint into ``path``."""
 
-    def save(value: np.ndarray, point: dict[str, Any]) -> None:
-        os.makedirs(path, exist_ok=True)
-        tag = "_".join(f"{k}{v}" for k, v in sorted(point.items()))
-        np.save(os.path.join(path, f"{name}.npy"), value)
-        with open(os.path.join(path, f"{name}.point.txt"), "w") as f:
-            f.write(tag + "\n")
+    def __init__(self, path: str, name: str, config: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.config = dict(config or {})
+        self.requests: list[dict[str, int]] = []
+        self.__name__ = f"checkpoint_{name}"
 
-    save.__name__ = f"checkpoint_{name}"
-    return save
+    def __call__(self, value: np.ndarray, point: dict[str, int]) -> None:
+        del value
+        self.requests.append(dict(point))
+
+    def __repr__(self) -> str:
+        return f"{self.__name__}({self.path!r})"
+
+
+def save_sink(path: str, name: str, config: dict[str, Any] | None = None) -> CheckpointSink:
+    """The sink behind ``x.checkpoint(path)``."""
+    return CheckpointSink(path, name, config)

@@ -427,11 +427,16 @@ class RecurrentTensor:
         )
         del node
 
-    def checkpoint(self, path: str) -> None:
-        """Save this RT's value as ``<path>/<name>_<point>.npy`` at every point of its domain."""
+    def checkpoint(self, path: str, config: dict[str, Any] | None = None) -> None:
+        """Checkpoint the program into ``path`` at the end of every iteration where this RT runs.
+
+        Writes ``<path>/ckpt_<i>.npz`` (all values carried into the next iteration: params,
+        optimiser state, any recurrence over ``i``) and ``<path>/ckpt_<i>.json`` (iteration,
+        program fingerprint, ``config``); ``ctx.compile(..., resume=path)`` continues from it.
+        """
         from timerl.rt.checkpoint import save_sink
 
-        self.sink(save_sink(path, self.name or f"rt{self.node.id}"))
+        self.sink(save_sink(path, self.name or f"rt{self.node.id}", config))
 
     def backward(self) -> None:
         """Accumulate gradients of this scalar-per-point RT over all its points."""

@@ -65,6 +65,7 @@ from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
+from timerl.runtime.gc import IterationCollector, outer_loop
 from timerl.runtime.store import MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
@@ -225,10 +226,27 @@ class Executor:
     max_loop_iterations: int = MAX_LOOP_ITERATIONS
 
     def __init__(
-        self, pdg: PDG, ast: AstNode, backend: AbstractBackend, seed: int = 0, fuse: bool = True
+        self,
+        pdg: PDG,
+        ast: AstNode,
+        backend: AbstractBackend,
+        seed: int = 0,
+        fuse: bool = True,
+        free_iterations: bool = False,
     ) -> None:
         self.pdg = pdg
         self.fuse = fuse
+        # free whole iterations no longer read (see runtime/gc.py) when the schedule allows
+        self._collector: IterationCollector | None = None
+        self._gc_loop: Loop | None = None
+        if free_iterations:
+            used = [d for d, _ in pdg.dims if any(d in n.domain for n in pdg)]
+            if used:
+                self._gc_loop = outer_loop(ast, pdg, used[0])
+                if self._gc_loop is not None:
+                    self._collector = IterationCollector(pdg, used[0])
+                else:
+                    log.debug("not freeing iterations: the schedule is not iteration-major over %s", used[0])
         self._fused: dict[tuple[int, ...], Callable[[Point], None]] = {}
         self._fused_fns: dict[tuple[int, ...], Callable[..., Any]] = {}  # kept across runs
         self.ast = ast
@@ -508,6 +526,8 @@ class Executor:
                 )
             return cond({**env, **known, **{b: BIG for b in unknown}})
 
+        collector = self._collector if node is self._gc_loop else None
+
         def run_loop() -> None:
             if init_site is None:
                 env[var] = init(env)
@@ -515,6 +535,8 @@ class Executor:
                 env[var] = self._agree(init, init_site, lambda: f"the init of {var}")
             n, limit = 0, self.max_loop_iterations
             while cond(env) if cond_site is None else cond_value():
+                if collector is not None:
+                    collector.collect(self.store, env[var])
                 body()
                 env[var] += inc
                 n += 1

@@ -1,0 +1,55 @@
+"""Freeing finished iterations (``free_iterations``): same values, bounded memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import timerl as trl
+from timerl.runtime.gc import read_lags
+
+
+def _program(out: list):
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.array([0.5, -0.25], np.float32), domain=(i,), name="w")
+        x = trl.empty((2,), domain=(i, t), name="x")
+        x[i, 0] = w * 2.0
+        x[i, t + 1] = (x * 0.5 + w).tanh()
+        loss = (x[i, t:T].sum(0) ** 2).sum()
+        loss.backward()
+        trl.optim.Adam([w], lr=0.01).step()
+        # a look-back over every earlier iteration: its values must be kept
+        hist = trl.empty((), domain=(i,), name="hist")
+        hist[i] = loss[i, 0]
+        hist[0 : i + 1].sum(0).sink(lambda v, p: out.append((p["i"], float(v))))
+    return ctx, (I, T)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_same_values_less_memory(backend: str) -> None:
+    results, peaks = [], []
+    for free in (False, True):
+        out: list = []
+        ctx, (I, T) = _program(out)
+        ex = ctx.compile({I: 6, T: 4}, backend=backend, free_iterations=free)
+        ex.execute()
+        results.append(sorted(out))
+        peaks.append(ex.memory_stats().peak_bytes)
+    assert len(results[0]) == 6
+    assert results[0] == results[1]
+    assert peaks[1] < peaks[0]
+
+
+def test_lags() -> None:
+    out: list = []
+    ctx, (I, T) = _program(out)
+    from timerl.compile import CompileOptions, build_pdg
+
+    pdg = build_pdg(ctx, {I: 3, T: 2}, CompileOptions())
+    i = next(d for d, _ in pdg.dims if d.name == "i")
+    lags = read_lags(pdg, i)
+    named = {pdg.nodes[k].name: v for k, v in lags.items() if pdg.nodes[k].name}
+    assert named["w"] == 0  # read at its own iteration (the update reads it there)
+    assert max(lags.values()) == 1  # the optimiser's update is read by w[i + 1]
+    assert "hist" not in named  # read by hist[0:i + 1]: kept for the whole run

@@ -1,0 +1,467 @@
+"""Checkpoint and resume of a running program, at iteration boundaries of the outer dim.
+
+**What is saved.** The state at the end of iteration ``k`` of the iteration dim ``i`` (the
+outermost dim of the program that nodes vary over, static bound) is exactly the set of
+values read across the ``i`` boundary, found from the PDG (:func:`carried_values`): the
+source points of every *data* edge whose sink reads the source at an earlier ``i`` than
+its own (``w[i] <- w_new[i - 1]``: params, Adam moments, any user recurrence over ``i``),
+or whose sink has no ``i`` (a final read after the loop). Order-only edges carry no data
+and are skipped. For a source read at ``i - d`` the points with ``k - d < i <= k`` are
+saved; for any other read of an earlier iteration (a slice over ``i``) every stored point
+with ``i <= k``. Dynamic bounds found so far (``T`` per episode) are saved too.
+
+**Files.** ``<dir>/ckpt_<k>.npz`` holds one array per saved point, keyed
+``<value name>@<point>``; a value is named by its source node's name, else by the name of
+the node reading it (``'dnn.w0'``, ``'dnn.w0.adam_m'``), else ``%<node id>.<output>``.
+``<dir>/ckpt_<k>.json`` holds the iteration, the fingerprint (per carried value: name,
+per-point shape, dtype, batch; the static bounds other than the iteration bound; the
+seed) and a config (compile options and the user's ``config=``).
+
+**Resume.** :func:`load_checkpoint` picks the file (the latest ``ckpt_<k>`` of a
+directory, or the given file), checks the fingerprint against the program being
+compiled (:class:`~timerl.errors.TimeRLError` naming every difference; nothing is
+written), and :class:`CheckpointingExecutor` puts the saved points into the store before
+running and starts the loop over ``i`` at ``k + 1`` (:func:`skip_iterations`). RNG ops and
+env resets are seeded per point, so a resumed run is bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from timerl.errors import TimeRLError
+from timerl.pdg.ir import PDG
+from timerl.pdg.ops import OpKind
+from timerl.rt.checkpoint import CheckpointSink
+from timerl.runtime.interpreter import Executor as _Interpreter
+from timerl.runtime.interpreter import compile_expr
+from timerl.runtime.store import Point
+from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq, walk
+from timerl.symbolic import Slice, Sym, affine_difference, free_symbols, smax
+
+log = logging.getLogger(__name__)
+
+FORMAT = "timerl-checkpoint/1"
+_CKPT = re.compile(r"^ckpt_(\d+)\.json$")
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Output ``oid`` of node ``nid``, read across the ``i`` boundary.
+
+    ``lag``: the sinks read at most ``lag`` iterations back (``None``: any earlier one).
+    """
+
+    name: str
+    nid: int
+    oid: int
+    lag: int | None
+    shape: str
+    dtype: str
+    batch: tuple[int, ...]
+
+    def spec(self) -> dict[str, Any]:
+        return {"shape": self.shape, "dtype": self.dtype, "batch": list(self.batch)}
+
+
+def iteration_dim(pdg: PDG) -> Sym | None:
+    """The outermost dim that nodes vary over and whose bound is static (``i``), if any."""
+    used = {d for n in pdg for d in n.domain}
+    for s, b in pdg.dims:
+        if s in used and b in pdg.static_bounds:
+            return s
+    return None
+
+
+def carried_values(pdg: PDG, i: Sym) -> list[Carried]:
+    """The values read across the ``i`` boundary, in a stable order (see the module doc)."""
+    lags: dict[tuple[int, int], int | None] = {}
+    readers: dict[tuple[int, int], set[str]] = {}
+    for e in pdg.edges:
+        if e.order_only:
+            continue
+        src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+        if i not in src.domain:
+            continue
+        comp = e.phi[src.domain.index(i)]
+        lag: int | None
+        if i in sink.domain and not isinstance(comp, Slice):
+            d = affine_difference(i, comp)
+            if d is not None and d <= 0:
+                continue  # same (or a later) iteration: nothing crosses the boundary
+            lag = d
+        else:
+            lag = None
+        key = (e.src, e.oid)
+        if key in lags:
+            old = lags[key]
+            lags[key] = None if old is None or lag is None else max(old, lag)
+        else:
+            lags[key] = lag
+        if sink.name:
+            readers.setdefault(key, set()).add(sink.name)
+    names: dict[tuple[int, int], str] = {}
+    for nid, oid in lags:
+        src = pdg.nodes[nid]
+        nm = src.name or (sorted(readers[(nid, oid)])[0] if readers.get((nid, oid)) else None)
+        names[(nid, oid)] = f"%{nid}.{oid}" if nm is None else (nm if oid == 0 else f"{nm}:{oid}")
+    counts: dict[str, int] = {}
+    for nm in names.values():
+        counts[nm] = counts.get(nm, 0) + 1
+    out = []
+    for nid, oid in sorted(lags):
+        nm = names[(nid, oid)]
+        if counts[nm] > 1:
+            nm = f"%{nid}.{oid}"
+        spec = pdg.nodes[nid].outputs[oid]
+        shape = "(" + ", ".join(str(x) for x in spec.shape) + (",)" if len(spec.shape) == 1 else ")")
+        out.append(
+            Carried(nm, nid, oid, lags[(nid, oid)], shape, spec.dtype.name, tuple(pdg.nodes[nid].batch))
+        )
+    return out
+
+
+def fingerprint(pdg: PDG, i: Sym, seed: int) -> dict[str, Any]:
+    bound = pdg.bound_of(i)
+    return {
+        "dim": i.name,
+        "carried": {c.name: c.spec() for c in carried_values(pdg, i)},
+        "bounds": {
+            s.name: int(v)
+            for s, v in sorted(pdg.static_bounds.items(), key=lambda x: x[0].name)
+            if s is not bound
+        },
+        "seed": int(seed),
+    }
+
+
+def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    out = []
+    if saved.get("dim") != now["dim"]:
+        out.append(f"iteration dim: {saved.get('dim')!r} in the checkpoint, {now['dim']!r} in this program")
+    sc, nc = saved.get("carried", {}), now["carried"]
+    for k in sorted(set(sc) - set(nc)):
+        out.append(f"carried value {k!r} is in the checkpoint but not in this program")
+    for k in sorted(set(nc) - set(sc)):
+        out.append(f"carried value {k!r} of this program is not in the checkpoint")
+    for k in sorted(set(sc) & set(nc)):
+        for f in ("shape", "dtype", "batch"):
+            if sc[k].get(f) != nc[k][f]:
+                out.append(f"{k!r}: {f} {sc[k].get(f)} in the checkpoint, {nc[k][f]} in this program")
+    sb, nb = saved.get("bounds", {}), now["bounds"]
+    for k in sorted(set(sb) | set(nb)):
+        if sb.get(k) != nb.get(k):
+            out.append(f"bound {k}: {sb.get(k)} in the checkpoint, {nb.get(k)} in this program")
+    if saved.get("seed") != now["seed"]:
+        out.append(f"seed: {saved.get('seed')} in the checkpoint, {now['seed']} in this program")
+    return out
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checked checkpoint: the iteration it ends, the saved points and dynamic bounds."""
+
+    path: str
+    iteration: int
+    values: dict[tuple[int, int, Point], np.ndarray]  # (nid, oid, point) -> value
+    dynamic: dict[str, dict[Point, int]]
+
+
+def pick_checkpoint(path: str) -> str:
+    """The JSON file of ``path``: a ``ckpt_<k>.json``/``.npz`` file or the latest in a directory."""
+    if not path:
+        raise TimeRLError("resume: empty checkpoint path")
+    if os.path.isdir(path):
+        found = [(int(m.group(1)), f) for f in os.listdir(path) if (m := _CKPT.match(f))]
+        if not found:
+            raise TimeRLError(f"resume: no checkpoint (ckpt_<i>.json) in directory {path!r}")
+        return os.path.join(path, max(found)[1])
+    if path.endswith(".npz"):
+        path = path[: -len(".npz")] + ".json"
+    if not os.path.isfile(path):
+        raise TimeRLError(f"resume: checkpoint {path!r} does not exist")
+    return path
+
+
+def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
+    """Read and check a checkpoint against ``pdg`` (reads only; raises ``TimeRLError``)."""
+    jpath = pick_checkpoint(path)
+    npath = jpath[: -len(".json")] + ".npz"
+    try:
+        with open(jpath) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise TimeRLError(f"resume: cannot read checkpoint {jpath!r}: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise TimeRLError(f"resume: {jpath!r} is not a timerl checkpoint (format {FORMAT!r})")
+    i = iteration_dim(pdg)
+    if i is None:
+        raise TimeRLError("resume: this program has no iteration dim (no dim with a static bound)")
+    now = fingerprint(pdg, i, seed)
+    diffs = _differences(meta.get("fingerprint", {}), now)
+    if diffs:
+        raise TimeRLError(
+            f"resume: checkpoint {jpath!r} does not match this program:\n  " + "\n  ".join(diffs)
+        )
+    k = int(meta["iteration"])
+    by_name = {c.name: c for c in carried_values(pdg, i)}
+    if not os.path.isfile(npath):
+        raise TimeRLError(f"resume: checkpoint values {npath!r} are missing")
+    values: dict[tuple[int, int, Point], np.ndarray] = {}
+    try:
+        with np.load(npath, allow_pickle=False) as z:
+            for key in z.files:
+                name, _, pt = key.rpartition("@")
+                c = by_name.get(name)
+                if c is None:
+                    raise TimeRLError(f"resume: {npath!r} holds {key!r}, not a carried value of this program")
+                point = tuple(int(x) for x in pt.split(",")) if pt else ()
+                values[(c.nid, c.oid, point)] = z[key]
+    except (OSError, ValueError) as exc:
+        raise TimeRLError(f"resume: cannot read checkpoint values {npath!r}: {exc}") from exc
+    have = {(nid, oid) for nid, oid, _ in values}
+    absent = [c.name for c in by_name.values() if (c.nid, c.oid) not in have]
+    if absent and k >= 0:
+        raise TimeRLError(f"resume: {npath!r} has no values for {absent}")
+    dynamic = {
+        name: {tuple(key): int(v) for key, v in entries}
+        for name, entries in meta.get("dynamic_bounds", {}).items()
+    }
+    return Checkpoint(jpath, k, values, dynamic)
+
+
+# -- skipping iterations ------------------------------------------------------------------------
+
+
+def _i_offset(loop: Loop, pdg: PDG, i: Sym) -> int | None:
+    """``c`` when every exec of an ``i`` node in ``loop`` runs at ``i = counter + c`` (one ``c``)."""
+    offs = set()
+    for st in walk(loop.body):
+        if isinstance(st, Exec) and i in pdg.nodes[st.node].domain:
+            comp = st.point[pdg.nodes[st.node].domain.index(i)]
+            if isinstance(comp, Slice) or loop.var not in free_symbols(comp):
+                return None
+            offs.add(affine_difference(comp, loop.var))
+    if len(offs) != 1 or None in offs or loop.inc != 1:
+        return None
+    return offs.pop()
+
+
+def plain_iteration_loop(ast: AstNode, pdg: PDG, i: Sym) -> tuple[Loop, int] | None:
+    """The one outermost loop that runs ``i`` nodes, when it runs iteration ``counter + c``
+    and nothing else (``for (c0 = 0; c0 < I; ...)``); ``None`` for other schedules."""
+    found: list[Loop] = []
+
+    def rec(node: AstNode) -> None:
+        if isinstance(node, Loop):
+            if any(isinstance(st, Exec) and i in pdg.nodes[st.node].domain for st in walk(node.body)):
+                found.append(node)
+        elif isinstance(node, Seq):
+            for c in node.children:
+                rec(c)
+        elif isinstance(node, If):
+            rec(node.then)
+            if node.else_ is not None:
+                rec(node.else_)
+
+    rec(ast)
+    if len(found) != 1:
+        return None
+    c = _i_offset(found[0], pdg, i)
+    return None if c is None else (found[0], c)
+
+
+def skip_iterations(ast: AstNode, pdg: PDG, i: Sym, k: int) -> AstNode:
+    """``ast`` with every loop that runs only iteration ``counter + c`` starting at ``k + 1``.
+
+    Other execs of points with ``i <= k`` are skipped at runtime by the executor's guard.
+    """
+
+    def rec(node: AstNode) -> AstNode:
+        if isinstance(node, Seq):
+            return Seq(tuple(rec(c) for c in node.children))
+        if isinstance(node, Loop):
+            c = _i_offset(node, pdg, i)
+            if c is None:
+                return replace(node, body=rec(node.body))
+            return replace(node, init=smax(node.init, k + 1 - c))
+        if isinstance(node, If):
+            return If(node.cond, rec(node.then), None if node.else_ is None else rec(node.else_))
+        return node
+
+    return rec(ast)
+
+
+# -- the executor ---------------------------------------------------------------------------------
+
+
+class CheckpointingExecutor(_Interpreter):
+    """The interpreter, plus: checkpoint requests served at the end of iterations, resume."""
+
+    def __init__(
+        self,
+        pdg: PDG,
+        ast: AstNode,
+        backend: Any,
+        seed: int = 0,
+        fuse: bool = True,
+        resume: Checkpoint | None = None,
+        config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.iter_dim = iteration_dim(pdg)
+        self.config = dict(config or {})
+        self.resume_from = resume
+        self._sinks = [
+            n.op.attr("fn")
+            for n in pdg
+            if n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink)
+        ]
+        self._bodies: dict[int, tuple[Sym, int]] = {}
+        i = self.iter_dim
+        if (self._sinks or resume is not None) and i is None:
+            raise TimeRLError(
+                "checkpoint/resume: this program has no iteration dim (no dim with a static bound)"
+            )
+        self._plain: tuple[Loop, int] | None = None
+        if i is not None:
+            if resume is not None:
+                ast = skip_iterations(ast, pdg, i, resume.iteration)
+            if self._sinks:
+                self._plain = plain_iteration_loop(ast, pdg, i)
+                if self._plain is not None:
+                    lp, c = self._plain
+                    self._bodies[id(lp.body)] = (lp.var, c)
+            self._carried = carried_values(pdg, i)
+        super().__init__(pdg, ast, backend, seed=seed, fuse=fuse, **kwargs)  # e.g. free_iterations
+        run = self._run
+
+        def run_resumed() -> None:
+            for s in self._sinks:
+                s.requests.clear()
+            if self.resume_from is not None:
+                self._restore(self.resume_from)
+            run()
+            self._serve_final()
+
+        self._run = run_resumed
+
+    def _compile(self, node: AstNode, scope: frozenset[Sym]) -> Callable[[], None]:
+        fn = super()._compile(node, scope)
+        i, ck = self.iter_dim, self.resume_from
+        if ck is not None and isinstance(node, Exec) and i in self.pdg.nodes[node.node].domain:
+            comp = node.point[self.pdg.nodes[node.node].domain.index(i)]
+            if free_symbols(comp) & set(self._dyn):
+                raise TimeRLError(
+                    f"resume: the schedule runs %{node.node} at {i.name} = {comp}, a dynamic bound"
+                )
+            at, k, env_ = compile_expr(comp), ck.iteration, self._env
+            inner = fn
+
+            def guarded() -> None:  # points of finished iterations never run again
+                if at(env_) > k:
+                    inner()
+
+            return guarded
+        hit = self._bodies.get(id(node))
+        if hit is None:
+            return fn
+        var, c = hit
+        env = self._env
+
+        def run_body() -> None:
+            fn()
+            if any(s.requests for s in self._sinks):
+                self._serve(env[var] + c)
+
+        return run_body
+
+    # -- writing -------------------------------------------------------------------------------
+    def _serve_final(self) -> None:
+        """At the end of a run: the last iteration's state is complete whatever the schedule."""
+        i = self.iter_dim
+        if i is None or not any(s.requests for s in self._sinks):
+            return
+        last = int(self._static[self.pdg.bound_of(i)]) - 1
+        paths: dict[str, dict[str, Any]] = {}
+        for s in self._sinks:
+            if any(r.get(i.name, last) == last for r in s.requests):
+                paths.setdefault(s.path, {}).update(s.config)
+            others = sorted({r[i.name] for r in s.requests if r.get(i.name, last) != last})
+            if others:
+                log.warning(
+                    "checkpoint %s at %s = %s not written: the schedule interleaves iterations "
+                    "(no plain loop over %s); only the last iteration's state can be saved",
+                    s.path,
+                    i.name,
+                    others,
+                    i.name,
+                )
+            s.requests.clear()
+        for path, cfg in paths.items():
+            self.write_checkpoint(path, last, cfg)
+
+    def _serve(self, k: int) -> None:
+        paths: dict[str, dict[str, Any]] = {}
+        for s in self._sinks:
+            if s.requests:
+                paths.setdefault(s.path, {}).update(s.config)
+                s.requests.clear()
+        for path, cfg in paths.items():
+            self.write_checkpoint(path, k, cfg)
+
+    def write_checkpoint(self, path: str, k: int, config: dict[str, Any] | None = None) -> str:
+        """Write the state at the end of iteration ``k`` into ``path``; returns the JSON path."""
+        i = self.iter_dim
+        assert i is not None
+        arrays: dict[str, np.ndarray] = {}
+        for c in self._carried:
+            idx = self.pdg.nodes[c.nid].domain.index(i)
+            for p in self.store.points(c.nid, c.oid):
+                if p[idx] <= k and (c.lag is None or p[idx] > k - c.lag):
+                    x = self.store.get(c.nid, c.oid, p)
+                    arrays[f"{c.name}@{','.join(map(str, p))}"] = np.array(self.backend.to_numpy(x))
+        meta = {
+            "format": FORMAT,
+            "iteration": int(k),
+            "fingerprint": fingerprint(self.pdg, i, self.seed),
+            "config": {**self.config, **(config or {})},
+            "dynamic_bounds": {
+                db.sym.name: [[list(key), int(v)] for key, v in sorted(db.known.items())]
+                for db in self._dyn.values()
+            },
+        }
+        os.makedirs(path or ".", exist_ok=True)
+        base = os.path.join(path, f"ckpt_{k}")
+        with open(base + ".npz.tmp", "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(base + ".npz.tmp", base + ".npz")
+        with open(base + ".json.tmp", "w") as f:
+            json.dump(meta, f, indent=1, default=str)
+        os.replace(base + ".json.tmp", base + ".json")
+        return base + ".json"
+
+    # -- resuming ------------------------------------------------------------------------------
+    def _restore(self, ck: Checkpoint) -> None:
+        be = self.backend
+        for (nid, oid, point), a in ck.values.items():
+            self.store.put(nid, oid, point, be.from_numpy(np.asarray(a)))
+        by_name = {db.sym.name: db for db in self._dyn.values()}
+        for name, known in ck.dynamic.items():
+            db = by_name.get(name)
+            if db is None:
+                continue
+            db.known.update(known)
+            if known:
+                db.key = max(known)
