@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -47,6 +47,10 @@ class Args:
     """random seed"""
     resume: str = ""
     """continue from a checkpoint (a ckpt_<i>.json/.npz file, or a directory: its latest)"""
+    checkpoint_every: int = 0
+    """write a checkpoint every this many iterations (0: never)"""
+    checkpoint_dir: str = "checkpoints"
+    """where checkpoints go (ckpt_<i>.npz + ckpt_<i>.json)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
@@ -119,6 +123,8 @@ def build(args: Args, log_fn):
         trl.optim.Adam(dnn.params, lr=lr).step()
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
+        if args.checkpoint_every > 0:  # last, so the other ops keep their ids (and RNG streams)
+            dnn[(i + 1) % args.checkpoint_every == 0].checkpoint(args.checkpoint_dir, config=asdict(args))
     resume = {"resume": args.resume} if args.resume else {}
     return ctx.compile(
         {B: args.num_envs, I: args.iterations, T: d}, backend=args.backend, seed=args.seed, **resume

@@ -96,3 +96,14 @@ def test_compiled_equals_reference_evaluator(backend: str, n: int) -> None:
     reference_evaluate(pdg, get_backend(backend), seed=args.seed)
     assert len(compiled) == 6
     assert sorted(got) == compiled  # episode returns: integers, equal iff the same actions
+
+
+def test_cli_checkpoint_and_resume(tmp_path) -> None:
+    """--checkpoint-every / --resume: iterations after the resume point match a straight run."""
+    base = dict(backend="torch", iterations=3, num_envs=3, seed=4, checkpoint_every=2)
+    straight = reinforce.main(reinforce.Args(**base, checkpoint_dir=str(tmp_path / "a")))
+    first = reinforce.main(reinforce.Args(**{**base, "iterations": 2}, checkpoint_dir=str(tmp_path / "b")))
+    assert (tmp_path / "b" / "ckpt_1.json").exists()
+    rest = reinforce.main(reinforce.Args(**{**base, "checkpoint_every": 0}, resume=str(tmp_path / "b")))
+    assert first == straight[:2]
+    assert rest == straight[2:]
