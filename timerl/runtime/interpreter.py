@@ -46,7 +46,8 @@ precede ``t`` in the SET_SYMBOL node's domain (``(i,)`` for an episode bound). R
 
 **Effects.** ``RAND_*`` ops are seeded per ``(seed, node id, point)``
 (:func:`~timerl.runtime.common.point_seed`); UDFs get ``(inputs as NumPy, point dict)``
-and return one array per output; sinks get ``(NumPy value, point dict)``. Exceptions from
+and return one array per output (with ``array_io = "dlpack"``: backend tensors in, DLPack
+objects out, no host copies); sinks get ``(NumPy value, point dict)``. Exceptions from
 user code become :class:`~timerl.errors.RuntimeExecutionError` naming the node and point.
 """
 
@@ -63,7 +64,7 @@ from timerl.backends.base import AbstractBackend
 from timerl.errors import BackendError, BoundError, RuntimeExecutionError, ScheduleError, TimeRLError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
-from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
+from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_dlpack_outputs, udf_outputs
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, outer_loop
 from timerl.runtime.store import MemoryStats, Point, PointStore
@@ -701,8 +702,6 @@ class Executor:
                     put(nid, 0, point, x)
 
         elif kind is OpKind.UDF:
-            from timerl.runtime.common import udf_dlpack_outputs
-
             fn = op.attr("fn")
             # array_io="dlpack": backend tensors in and out through DLPack (no host copies).
             dlpack = getattr(fn, "array_io", "numpy") == "dlpack"
