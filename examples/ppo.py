@@ -19,11 +19,11 @@ class Args:
     """the gymnasium environment id"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
-    num_envs: int = 8
+    num_envs: int = 4
     """parallel environments (the batch dim b)"""
-    iterations: int = 60
+    iterations: int = 250
     """training iterations (the dim i); each runs one episode per env"""
-    lr: float = 2.5e-3
+    lr: float = 3e-3
     """Adam learning rate (annealed linearly to 0 over the iterations)"""
     anneal_lr: bool = True
     """anneal the learning rate (an RT over i)"""
