@@ -3,14 +3,19 @@
 # policy's activations from acting are reused by the symbolic autodiff for learning.
 from __future__ import annotations
 
-import argparse
 import logging
+import os
+import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 import timerl as trl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+from _common import checkpoint_and_compile  # noqa: E402
 
 
 @dataclass
@@ -54,16 +59,7 @@ class Args:
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    d = defaults or Args()
-    p = argparse.ArgumentParser(description="PPO with GAE as a timerl program")
-    for f in fields(Args):
-        v = getattr(d, f.name)
-        flag = f"--{f.name.replace('_', '-')}"
-        if isinstance(v, bool):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
-        else:
-            p.add_argument(flag, type=type(v), default=v)
-    return Args(**vars(p.parse_args()))
+    return _common.parse_args(Args, defaults, "PPO with GAE as a timerl program")
 
 
 def build(args: Args, log_fn):
@@ -123,12 +119,7 @@ def build(args: Args, log_fn):
         trl.optim.Adam(dnn.params, lr=lr).step()
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
-        if args.checkpoint_every > 0:  # last, so the other ops keep their ids (and RNG streams)
-            dnn[(i + 1) % args.checkpoint_every == 0].checkpoint(args.checkpoint_dir, config=asdict(args))
-    resume = {"resume": args.resume} if args.resume else {}
-    return ctx.compile(
-        {B: args.num_envs, I: args.iterations, T: d}, backend=args.backend, seed=args.seed, **resume
-    )
+    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d})
 
 
 def main(args: Args) -> list[float]:

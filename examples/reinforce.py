@@ -3,14 +3,19 @@
 # g[t] = sum_{k = t}^{min(t+n, T)-1} gamma^(k-t) r[k] (examples/reinforce_nstep.py).
 from __future__ import annotations
 
-import argparse
 import logging
+import os
+import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 import timerl as trl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+from _common import checkpoint_and_compile  # noqa: E402
 
 
 @dataclass
@@ -42,13 +47,7 @@ class Args:
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    d = defaults or Args()
-    p = argparse.ArgumentParser(description=__doc__)
-    for f in fields(Args):
-        p.add_argument(
-            f"--{f.name.replace('_', '-')}", type=type(getattr(d, f.name)), default=getattr(d, f.name)
-        )
-    return Args(**vars(p.parse_args()))
+    return _common.parse_args(Args, defaults, "REINFORCE as a timerl program")
 
 
 def build(args: Args, log_fn):
@@ -71,12 +70,7 @@ def build(args: Args, log_fn):
         trl.optim.Adam(dnn.params, lr=args.lr).step()
         # Episode return per env, reported once per iteration.
         r[b, i, 0:T].sum(0).sink(log_fn)
-        if args.checkpoint_every > 0:  # last, so the other ops keep their ids (and RNG streams)
-            dnn[(i + 1) % args.checkpoint_every == 0].checkpoint(args.checkpoint_dir, config=asdict(args))
-    resume = {"resume": args.resume} if args.resume else {}
-    return ctx.compile(
-        {B: args.num_envs, I: args.iterations, T: d}, backend=args.backend, seed=args.seed, **resume
-    )
+    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d})
 
 
 def main(args: Args) -> list[float]:

@@ -3,34 +3,17 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from example_pdg import lower_example, ppo
 
-import timerl as trl
-from timerl.compile import CompileOptions, build_pdg
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import ppo  # noqa: E402
-
 
 def _pdg(args: ppo.Args):
-    captured = {}
-
-    def fake_compile(self, bounds, **kw):
-        captured["ctx"], captured["bounds"] = self, bounds
-
-    orig = trl.Context.compile
-    trl.Context.compile = fake_compile
-    try:
-        ppo.build(args, lambda v, p: None)
-    finally:
-        trl.Context.compile = orig
-    return build_pdg(captured["ctx"], captured["bounds"], CompileOptions())
+    return lower_example(ppo.build, args, lambda v, p: None)
 
 
 def test_one_epoch_reuses_the_acting_forward_pass() -> None:

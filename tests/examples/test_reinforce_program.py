@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from example_pdg import lower_example, reinforce
 
-import timerl as trl
-from timerl.compile import CompileOptions, build_pdg
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import reinforce  # noqa: E402
-
 
 def _pdg(n: int):
-    """Lower the example program without running it (capture ctx.compile's arguments)."""
-    captured = {}
-
-    def fake_compile(self, bounds, **kw):
-        captured["ctx"], captured["bounds"] = self, bounds
-
-    orig = trl.Context.compile
-    trl.Context.compile = fake_compile
-    try:
-        reinforce.build(reinforce.Args(n=n, iterations=3, num_envs=2), lambda v, p: None)
-    finally:
-        trl.Context.compile = orig
-    return build_pdg(captured["ctx"], captured["bounds"], CompileOptions())
+    return lower_example(reinforce.build, reinforce.Args(n=n, iterations=3, num_envs=2), lambda v, p: None)
 
 
 def _inner_loop_of(ast, nid):
@@ -81,18 +63,7 @@ def test_compiled_equals_reference_evaluator(backend: str, n: int) -> None:
     reinforce.build(args, sink).execute()
     compiled = sorted(got)
     got.clear()
-    captured = {}
-
-    def fake_compile(self, bounds, **kw):
-        captured["ctx"], captured["bounds"] = self, bounds
-
-    orig = trl.Context.compile
-    trl.Context.compile = fake_compile
-    try:
-        reinforce.build(args, sink)
-    finally:
-        trl.Context.compile = orig
-    pdg = build_pdg(captured["ctx"], captured["bounds"], CompileOptions(seed=args.seed))
+    pdg = lower_example(reinforce.build, args, sink, seed=args.seed)
     reference_evaluate(pdg, get_backend(backend), seed=args.seed)
     assert len(compiled) == 6
     assert sorted(got) == compiled  # episode returns: integers, equal iff the same actions
