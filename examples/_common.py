@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
 import timerl as trl
 
 A = TypeVar("A")
+
+
+@dataclass
+class CheckpointArgs:
+    """Flags every example takes for checkpoints (fields come after the example's own)."""
+
+    resume: str = ""
+    """continue from a checkpoint (a ckpt_<i>.json/.npz file, or a directory: its latest)"""
+    checkpoint_every: int = 0
+    """write a checkpoint every this many iterations (0: never)"""
+    checkpoint_dir: str = "checkpoints"
+    """where checkpoints go (ckpt_<i>.npz + ckpt_<i>.json)"""
 
 
 def parse_args(cls: type[A], defaults: A | None, description: str) -> A:

@@ -15,11 +15,11 @@ import timerl as trl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402
-from _common import checkpoint_and_compile  # noqa: E402
+from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
 
 
 @dataclass
-class Args:
+class Args(CheckpointArgs):
     env_id: str = "CartPole-v1"
     """the gymnasium environment id"""
     backend: str = "jax"
@@ -50,12 +50,6 @@ class Args:
     """share the actor and critic trunk"""
     seed: int = 0
     """random seed"""
-    resume: str = ""
-    """continue from a checkpoint (a ckpt_<i>.json/.npz file, or a directory: its latest)"""
-    checkpoint_every: int = 0
-    """write a checkpoint every this many iterations (0: never)"""
-    checkpoint_dir: str = "checkpoints"
-    """where checkpoints go (ckpt_<i>.npz + ckpt_<i>.json)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
