@@ -41,11 +41,12 @@ from timerl.errors import TimeRLError
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
 from timerl.rt.checkpoint import CheckpointSink
+from timerl.runtime.gc import iteration_dim, iteration_loop, loop_offset, read_back
 from timerl.runtime.interpreter import Executor as _Interpreter
 from timerl.runtime.interpreter import compile_expr
 from timerl.runtime.store import Point
-from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq, walk
-from timerl.symbolic import Slice, Sym, affine_difference, free_symbols, smax
+from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq
+from timerl.symbolic import Slice, Sym, free_symbols, smax
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +73,6 @@ class Carried:
         return {"shape": self.shape, "dtype": self.dtype, "batch": list(self.batch)}
 
 
-def iteration_dim(pdg: PDG) -> Sym | None:
-    """The outermost dim that nodes vary over and whose bound is static (``i``), if any."""
-    used = {d for n in pdg for d in n.domain}
-    for s, b in pdg.dims:
-        if s in used and b in pdg.static_bounds:
-            return s
-    return None
-
-
 def carried_values(pdg: PDG, i: Sym) -> list[Carried]:
     """The values read across the ``i`` boundary, in a stable order (see the module doc)."""
     lags: dict[tuple[int, int], int | None] = {}
@@ -91,15 +83,10 @@ def carried_values(pdg: PDG, i: Sym) -> list[Carried]:
         src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
         if i not in src.domain:
             continue
-        comp = e.phi[src.domain.index(i)]
-        lag: int | None
-        if i in sink.domain and not isinstance(comp, Slice):
-            d = affine_difference(i, comp)
-            if d is not None and d <= 0:
-                continue  # same (or a later) iteration: nothing crosses the boundary
-            lag = d
-        else:
-            lag = None
+        # any slice over i: every earlier point (kept as written by the first version)
+        lag = None if isinstance(e.phi[src.domain.index(i)], Slice) else read_back(e, pdg, i)
+        if lag == 0:
+            continue  # same (or a later) iteration: nothing crosses the boundary
         key = (e.src, e.oid)
         if key in lags:
             old = lags[key]
@@ -244,44 +231,6 @@ def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
 # -- skipping iterations ------------------------------------------------------------------------
 
 
-def _i_offset(loop: Loop, pdg: PDG, i: Sym) -> int | None:
-    """``c`` when every exec of an ``i`` node in ``loop`` runs at ``i = counter + c`` (one ``c``)."""
-    offs = set()
-    for st in walk(loop.body):
-        if isinstance(st, Exec) and i in pdg.nodes[st.node].domain:
-            comp = st.point[pdg.nodes[st.node].domain.index(i)]
-            if isinstance(comp, Slice) or loop.var not in free_symbols(comp):
-                return None
-            offs.add(affine_difference(comp, loop.var))
-    if len(offs) != 1 or None in offs or loop.inc != 1:
-        return None
-    return offs.pop()
-
-
-def plain_iteration_loop(ast: AstNode, pdg: PDG, i: Sym) -> tuple[Loop, int] | None:
-    """The one outermost loop that runs ``i`` nodes, when it runs iteration ``counter + c``
-    and nothing else (``for (c0 = 0; c0 < I; ...)``); ``None`` for other schedules."""
-    found: list[Loop] = []
-
-    def rec(node: AstNode) -> None:
-        if isinstance(node, Loop):
-            if any(isinstance(st, Exec) and i in pdg.nodes[st.node].domain for st in walk(node.body)):
-                found.append(node)
-        elif isinstance(node, Seq):
-            for c in node.children:
-                rec(c)
-        elif isinstance(node, If):
-            rec(node.then)
-            if node.else_ is not None:
-                rec(node.else_)
-
-    rec(ast)
-    if len(found) != 1:
-        return None
-    c = _i_offset(found[0], pdg, i)
-    return None if c is None else (found[0], c)
-
-
 def skip_iterations(ast: AstNode, pdg: PDG, i: Sym, k: int) -> AstNode:
     """``ast`` with every loop that runs only iteration ``counter + c`` starting at ``k + 1``.
 
@@ -292,7 +241,7 @@ def skip_iterations(ast: AstNode, pdg: PDG, i: Sym, k: int) -> AstNode:
         if isinstance(node, Seq):
             return Seq(tuple(rec(c) for c in node.children))
         if isinstance(node, Loop):
-            c = _i_offset(node, pdg, i)
+            c = loop_offset(node, pdg, i)
             if c is None:
                 return replace(node, body=rec(node.body))
             return replace(node, init=smax(node.init, k + 1 - c))
@@ -339,7 +288,7 @@ class CheckpointingExecutor(_Interpreter):
             if resume is not None:
                 ast = skip_iterations(ast, pdg, i, resume.iteration)
             if self._sinks:
-                self._plain = plain_iteration_loop(ast, pdg, i)
+                self._plain = iteration_loop(ast, pdg, i)
                 if self._plain is not None:
                     lp, c = self._plain
                     self._bodies[id(lp.body)] = (lp.var, c)

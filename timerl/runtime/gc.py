@@ -9,8 +9,8 @@ without ``i``, which keep every value). :class:`IterationCollector` frees those 
 the start of each iteration, so memory stays bounded by a few iterations instead of
 growing with the run (PPO on CartPole ran out of 24 GiB after 62 iterations without it).
 
-It is used only when the schedule has that shape (checked on the AST); otherwise nothing
-is freed here. Explicit ``Dealloc`` statements are independent of it.
+It is used only when the schedule has that shape (:func:`iteration_loop`, also used by
+checkpointing); otherwise nothing is freed here. Explicit ``Dealloc`` statements are independent of it.
 """
 
 from __future__ import annotations
@@ -18,13 +18,31 @@ from __future__ import annotations
 import logging
 import math
 
-from timerl.pdg.ir import PDG
+from timerl.pdg.ir import PDG, Edge
 from timerl.runtime.store import PointStore
-from timerl.schedule.ast import AstNode, Exec, Loop, Seq, walk
+from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq, walk
 from timerl.schedule.distance import edge_offsets
-from timerl.symbolic import Sym
+from timerl.symbolic import Slice, Sym, affine_difference, free_symbols
 
 log = logging.getLogger(__name__)
+
+
+def iteration_dim(pdg: PDG) -> Sym | None:
+    """The outermost dim that nodes vary over and whose bound is static (``i``), if any."""
+    used = {d for n in pdg for d in n.domain}
+    for s, b in pdg.dims:
+        if s in used and b in pdg.static_bounds:
+            return s
+    return None
+
+
+def read_back(e: Edge, pdg: PDG, dim: Sym) -> int | None:
+    """How many iterations of ``dim`` before its own the sink of ``e`` reads (``0``: none);
+    ``None`` when unbounded (``x[0:i]``, a constant index, a sink without ``dim``)."""
+    off = edge_offsets(e, pdg).get(dim)
+    if off is None or math.isinf(off[0]):
+        return None
+    return max(0, int(-off[0]))
 
 
 def read_lags(pdg: PDG, dim: Sym) -> dict[int, int]:
@@ -33,44 +51,51 @@ def read_lags(pdg: PDG, dim: Sym) -> dict[int, int]:
     for e in pdg.edges:
         if e.order_only or e.src not in lags or lags[e.src] is None:
             continue
-        off = edge_offsets(e, pdg).get(dim)
-        if off is None or math.isinf(off[0]):
-            lags[e.src] = None  # a reader without dim, or an unbounded look-back
-            continue
-        lags[e.src] = max(lags[e.src] or 0, int(-off[0]))
+        back = read_back(e, pdg, dim)
+        lags[e.src] = None if back is None else max(lags[e.src] or 0, back)
     return {k: v for k, v in lags.items() if v is not None}
 
 
-def outer_loop(ast: AstNode, pdg: PDG, dim: Sym) -> Loop | None:
-    """The top-level loop that runs every node varying over ``dim`` with ``dim = counter``."""
-    tops: list[AstNode] = []
-    todo = [ast]
-    while todo:  # top-level statements, nested sequences flattened
-        x = todo.pop(0)
-        if isinstance(x, Seq):
-            todo[:0] = list(x.children)
-        else:
-            tops.append(x)
-    loops = [x for x in tops if isinstance(x, Loop)]
-    if len(loops) != 1:
+def loop_offset(loop: Loop, pdg: PDG, dim: Sym) -> int | None:
+    """``c`` when every exec of a ``dim`` node in ``loop`` runs at ``dim = counter + c`` (one ``c``)."""
+    offs = set()
+    for st in walk(loop.body):
+        if isinstance(st, Exec) and dim in pdg.nodes[st.node].domain:
+            comp = st.point[pdg.nodes[st.node].domain.index(dim)]
+            if isinstance(comp, Slice) or loop.var not in free_symbols(comp):
+                return None
+            offs.add(affine_difference(comp, loop.var))
+    if len(offs) != 1 or None in offs or loop.inc != 1:
         return None
-    loop = loops[0]
-    inside = 0
-    for x in walk(loop.body):
-        if isinstance(x, Exec):
-            dom = pdg.nodes[x.node].domain
-            if dim in dom:
-                if x.point[dom.index(dim)] is not loop.var:
-                    return None
-                inside += 1
-    outside = [
-        x
-        for t in tops
-        if t is not loop
-        for x in walk(t)
-        if isinstance(x, Exec) and dim in pdg.nodes[x.node].domain
-    ]
-    return loop if inside and not outside else None
+    return offs.pop()
+
+
+def iteration_loop(ast: AstNode, pdg: PDG, dim: Sym) -> tuple[Loop, int] | None:
+    """The one loop running every exec of a ``dim`` node, each at ``dim = counter + c``:
+    ``(loop, c)`` for an iteration-major schedule, else ``None``."""
+    found: list[Loop] = []
+    stray = False
+
+    def rec(node: AstNode) -> None:
+        nonlocal stray
+        if isinstance(node, Loop):
+            if any(isinstance(st, Exec) and dim in pdg.nodes[st.node].domain for st in walk(node.body)):
+                found.append(node)
+        elif isinstance(node, Seq):
+            for c in node.children:
+                rec(c)
+        elif isinstance(node, If):
+            rec(node.then)
+            if node.else_ is not None:
+                rec(node.else_)
+        elif isinstance(node, Exec) and dim in pdg.nodes[node.node].domain:
+            stray = True  # a point of some iteration runs outside the loop
+
+    rec(ast)
+    if len(found) != 1 or stray:
+        return None
+    c = loop_offset(found[0], pdg, dim)
+    return None if c is None else (found[0], c)
 
 
 class IterationCollector:

@@ -66,7 +66,7 @@ from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_dlpack_outputs, udf_outputs
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
-from timerl.runtime.gc import IterationCollector, outer_loop
+from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
 from timerl.runtime.store import MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
@@ -240,14 +240,15 @@ class Executor:
         # free whole iterations no longer read (see runtime/gc.py) when the schedule allows
         self._collector: IterationCollector | None = None
         self._gc_loop: Loop | None = None
-        if free_iterations:
-            used = [d for d, _ in pdg.dims if any(d in n.domain for n in pdg)]
-            if used:
-                self._gc_loop = outer_loop(ast, pdg, used[0])
-                if self._gc_loop is not None:
-                    self._collector = IterationCollector(pdg, used[0])
-                else:
-                    log.debug("not freeing iterations: the schedule is not iteration-major over %s", used[0])
+        self._gc_offset = 0
+        dim = iteration_dim(pdg) if free_iterations else None
+        if dim is not None:
+            found = iteration_loop(ast, pdg, dim)
+            if found is not None:
+                self._gc_loop, self._gc_offset = found
+                self._collector = IterationCollector(pdg, dim)
+            else:
+                log.debug("not freeing iterations: the schedule is not iteration-major over %s", dim)
         self._fused: dict[tuple[int, ...], Callable[[Point], None]] = {}
         self._fused_fns: dict[tuple[int, ...], Callable[..., Any]] = {}  # kept across runs
         self.ast = ast
@@ -537,7 +538,7 @@ class Executor:
             n, limit = 0, self.max_loop_iterations
             while cond(env) if cond_site is None else cond_value():
                 if collector is not None:
-                    collector.collect(self.store, env[var])
+                    collector.collect(self.store, env[var] + self._gc_offset)
                 body()
                 env[var] += inc
                 n += 1
