@@ -1,0 +1,151 @@
+"""LoopTune measurement: TVM lowering == NumPy, caches, failures, the analytic model.
+
+No timing is asserted anywhere (the machine is shared): only correctness, caching and
+error handling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from timerl.envs.looptune import measure, tvm_lower
+from timerl.envs.looptune.ir import ACTIONS, LoopState, Problem, apply_action, initial_state
+from timerl.envs.looptune.measure import AnalyticCostModel, TVMMeasurer
+from timerl.errors import TimeRLError
+
+tvm = pytest.importorskip("tvm", reason="the LoopTune TVM measurer needs pip install 'timerl[looptune]'")
+
+A = {name: i for i, name in enumerate(ACTIONS)}
+
+
+def run(state: LoopState, *names: str) -> LoopState:
+    for name in names:
+        state = apply_action(state, A[name])
+    return state
+
+
+def random_states(p: Problem, count: int, length: int, seed: int) -> list[LoopState]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        s = initial_state(p)
+        for _ in range(length):
+            s = apply_action(s, int(rng.integers(len(ACTIONS))))
+        out.append(s)
+    return out
+
+
+def compiled_result(state: LoopState, target: object) -> tuple[np.ndarray, np.ndarray]:
+    p = state.problem
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-1, 1, (p.m, p.k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (p.k, p.n)).astype(np.float32)
+    dev = tvm.cpu(0)
+    c = tvm.runtime.tensor(np.full((p.m, p.n), np.nan, np.float32), dev)
+    lib = tvm_lower.build(state, target).jit()
+    lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
+    return c.numpy(), a.astype(np.float64) @ b.astype(np.float64)
+
+
+@pytest.mark.parametrize("shape", [(16, 24, 20), (32, 48, 40), (64, 80, 96)])
+def test_random_schedules_compute_the_matmul(shape: tuple[int, int, int]) -> None:
+    """Random action sequences (splits with tails, swaps in both nests) lower to TIR that
+    computes exactly ``A @ B`` (every element of C written: C starts as NaN)."""
+    target = tvm_lower.host_target()
+    states = random_states(Problem(*shape), count=6, length=14, seed=sum(shape))
+    states.append(run(initial_state(Problem(*shape)), "down", "down", "split_8", "swap_up", "swap_up"))
+    assert len({s.schedule_key for s in states}) > 3
+    for s in states:
+        out, ref = compiled_result(s, target)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=s.key)
+
+
+def test_unroll_cap() -> None:
+    with pytest.raises(TimeRLError, match="unroll_max_step"):
+        tvm_lower.lower(initial_state(Problem(16, 16, 16)), unroll_max_step=1024)
+    out, ref = compiled_result(initial_state(Problem(16, 16, 16)), tvm_lower.host_target())
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def fast_measurer(tmp_path: object, **kw: object) -> TVMMeasurer:
+    return TVMMeasurer(cache_dir=tmp_path, repeats=3, min_repeats=3, repeat_ms=0.2, **kw)  # type: ignore[arg-type]
+
+
+def test_tvm_measurer_caches_in_memory_and_on_disk(tmp_path: object) -> None:
+    p = Problem(16, 32, 16)
+    m = fast_measurer(tmp_path)
+    s = initial_state(p)
+    g = m.gflops(s)
+    assert g > 0 and m.stats.measured == 1
+    assert m.gflops(run(s, "down")) == g  # the cursor does not change the schedule
+    assert m.stats.memory_hits == 1 and m.stats.measured == 1
+    lines = m.disk.path.read_text().splitlines()  # type: ignore[union-attr]
+    assert [json.loads(x) for x in lines] == [{"key": s.schedule_key, "gflops": g}]
+    again = fast_measurer(tmp_path)
+    assert again.gflops(s) == g and again.stats.disk_hits == 1 and again.stats.measured == 0
+
+
+def test_measure_failure_is_logged_and_zero(tmp_path: object, monkeypatch, caplog) -> None:
+    m = fast_measurer(tmp_path)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("LLVM exploded")
+
+    monkeypatch.setattr(tvm_lower, "build", broken)
+    s = initial_state(Problem(16, 16, 16))
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        assert m.gflops(s) == 0.0
+    assert "LLVM exploded" in caplog.text and s.schedule_key in caplog.text
+    assert m.stats.failures == 1
+    assert not m.disk.path.exists()  # type: ignore[union-attr]  # failures are not cached on disk
+
+
+def test_wrong_result_is_logged_and_zero(tmp_path: object, monkeypatch, caplog) -> None:
+    def wrong_reference(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a = np.ones((p.m, p.k), np.float32)
+        b = np.ones((p.k, p.n), np.float32)
+        return a, b, np.zeros((p.m, p.n))
+
+    monkeypatch.setattr(measure, "_inputs", wrong_reference)
+    m = fast_measurer(tmp_path, disk_cache=False)
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        assert m.gflops(initial_state(Problem(16, 16, 16))) == 0.0
+    assert "wrong result" in caplog.text
+
+
+def test_machine_peak_reads_its_cache(tmp_path) -> None:
+    (tmp_path / "peak.json").write_text(json.dumps({tvm_lower.host_cpu(): 123.5}))
+    assert measure.machine_peak(tmp_path) == 123.5
+
+
+def test_numpy_gflops_runs() -> None:
+    assert measure.numpy_gflops(Problem(64, 64, 64), repeats=3) > 0
+
+
+def test_make_measurer() -> None:
+    assert isinstance(measure.make_measurer("analytic"), AnalyticCostModel)
+    m = AnalyticCostModel()
+    assert measure.make_measurer(m) is m
+    with pytest.raises(TimeRLError, match="'tvm', 'analytic'"):
+        measure.make_measurer("gcc")
+
+
+def test_analytic_model_is_deterministic_and_ranks_schedules() -> None:
+    p = Problem(128, 128, 128)
+    m1, m2 = AnalyticCostModel(), AnalyticCostModel()
+    init = initial_state(p)
+    k_inner = run(init, "down", "swap_down")  # m, n, k: a scalar reduction innermost
+    tiled = run(init, "split_4", "down", "swap_down", "down", "split_32")
+    assert m1.gflops(init) == m2.gflops(init) > 0
+    assert m1.gflops(k_inner) < m1.gflops(init) < m1.gflops(tiled) <= m1.peak
+
+
+def test_analytic_model_warns_outside_tests(monkeypatch, caplog) -> None:
+    monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        AnalyticCostModel()
+    assert "CI tests" in caplog.text

@@ -1,0 +1,273 @@
+"""LoopTune as a timerl environment: ``trl.env.make("looptune.mm", num_envs=B, ...)``.
+
+Each of the ``B`` envs holds one :class:`~timerl.envs.looptune.ir.LoopState`. Reset
+picks a problem per env and returns the untiled nest's :func:`~.ir.features`, flattened
+to ``(max_loops * 20,)``; ``step(action)`` applies one of the 10 actions per env and
+rewards ``(GFLOPS(S') - GFLOPS(S)) / peak`` (the paper's formula). An invalid action is
+a no-op with reward exactly 0 (the schedule, hence its cached GFLOPS, is unchanged). An
+episode is ``episode_len`` actions; then the env is done and stays done (reward 0, the
+last observation repeated) until the next reset, as in ``GymEnv``, so the dynamic bound
+``T: d`` ends after ``episode_len`` steps.
+
+Problems: with ``split="train"``, reset at point ``k`` (the sum of the reset point's
+coordinates other than the batch dim, as in ``GymEnv``) draws the ``B`` problems with
+``numpy.random.default_rng(seed + 7919 * k)``; with ``split="test"`` env ``e`` gets
+test problem ``(k * B + e) mod len(test)``, so ``iterations x B`` enumerates the test
+set in order. ``problems=[...]`` replaces the split's list. ``split="all"`` uses every
+problem of the dataset.
+
+The ``B`` envs are measured one after the other in this process: two measuring
+processes at once spoil the timings on a small machine. Every finished episode is
+appended to :attr:`LoopTuneEnv.history` (an :class:`EpisodeRecord`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from timerl.envs.gym_env import GymEnv
+from timerl.envs.looptune import dataset as ds
+from timerl.envs.looptune.analytic import AnalyticCostModel
+from timerl.envs.looptune.ir import (
+    ACTIONS,
+    MAX_LOOPS,
+    NUM_FEATURES,
+    LoopState,
+    Problem,
+    apply_action,
+    features,
+    initial_state,
+)
+from timerl.envs.looptune.measure import Measurer, machine_peak, make_measurer
+from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.symbolic import Sym
+
+log = logging.getLogger("timerl.envs.looptune")
+
+SPLITS = ("train", "test", "all")
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One finished episode of one env (GFLOPS as measured by the env's measurer)."""
+
+    reset_point: int  # k: the reset's point (see the module doc)
+    env_index: int  # e: the env within the batch
+    problem: Problem
+    initial_key: str
+    final_key: str
+    best_key: str
+    initial_gflops: float
+    final_gflops: float
+    best_gflops: float
+    actions: tuple[int, ...]
+
+    @property
+    def speedup(self) -> float:
+        """Final over initial GFLOPS (0 when the initial nest failed)."""
+        return self.final_gflops / self.initial_gflops if self.initial_gflops > 0 else 0.0
+
+
+class _Episode:
+    """Mutable per-env bookkeeping of the running episode."""
+
+    def __init__(self, k: int, e: int, state: LoopState, g: float) -> None:
+        self.k, self.e = k, e
+        self.initial, self.initial_g = state, g
+        self.state, self.g = state, g
+        self.best, self.best_g = state, g
+        self.actions: list[int] = []
+
+    def record(self) -> EpisodeRecord:
+        return EpisodeRecord(
+            self.k,
+            self.e,
+            self.initial.problem,
+            self.initial.key,
+            self.state.key,
+            self.best.key,
+            self.initial_g,
+            self.g,
+            self.best_g,
+            tuple(self.actions),
+        )
+
+
+class _LoopTuneState:
+    """The ``B`` episodes (a ``GymEnv`` state object: ``bind``, ``reset``, ``step``)."""
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: Any,
+        seed: int,
+        problems: list[Problem],
+        in_order: bool,
+        measurer: Measurer,
+        peak: float,
+        max_loops: int,
+        episode_len: int,
+    ) -> None:
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.problems = problems
+        self.in_order = in_order
+        self.measurer = measurer
+        self.peak = float(peak)
+        self.max_loops = max_loops
+        self.episode_len = episode_len
+        self.batched = isinstance(num_envs, Sym)
+        self.n = 0
+        self.episodes: list[_Episode] = []
+        self.steps = 0
+        self.history: list[EpisodeRecord] = []
+        self.last_obs: np.ndarray | None = None
+
+    def bind(self, bounds: Mapping[Sym, int]) -> None:
+        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
+        if n is None:
+            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
+        self.n = int(n)
+
+    def _pick(self, k: int) -> list[Problem]:
+        if self.in_order:
+            return [self.problems[(k * self.n + e) % len(self.problems)] for e in range(self.n)]
+        rng = np.random.default_rng(self.seed + 7919 * k)
+        return [self.problems[int(i)] for i in rng.integers(0, len(self.problems), self.n)]
+
+    def _obs(self) -> np.ndarray:
+        obs = np.stack([features(ep.state, self.max_loops).reshape(-1) for ep in self.episodes])
+        self.last_obs = obs
+        return obs if self.batched else obs[0]
+
+    def reset(self, point: dict[str, int]) -> np.ndarray:
+        k = sum(point.values())
+        self.episodes = []
+        for e, p in enumerate(self._pick(k)):
+            s = initial_state(p)
+            self.episodes.append(_Episode(k, e, s, self.measurer.gflops(s)))
+        self.steps = 0
+        return self._obs()
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.episodes or self.last_obs is None:
+            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+        acts = np.asarray(action).reshape(-1)
+        if acts.shape[0] != self.n:
+            raise RuntimeExecutionError(f"env {self.env_id}: got {acts.shape[0]} actions for {self.n} envs")
+        was_done = self.steps >= self.episode_len
+        rew = np.zeros(self.n, np.float32)
+        if not was_done:
+            for e, ep in enumerate(self.episodes):
+                a = int(acts[e])
+                if not 0 <= a < len(ACTIONS):
+                    raise RuntimeExecutionError(
+                        f"env {self.env_id}: action {a} outside 0..{len(ACTIONS) - 1} ({', '.join(ACTIONS)})"
+                    )
+                nxt = apply_action(ep.state, a, self.max_loops)
+                g = ep.g if nxt is ep.state else self.measurer.gflops(nxt)
+                rew[e] = (g - ep.g) / self.peak
+                ep.state, ep.g = nxt, g
+                ep.actions.append(a)
+                if g > ep.best_g:
+                    ep.best, ep.best_g = nxt, g
+            self.steps += 1
+            if self.steps == self.episode_len:
+                self._finish()
+            obs = self._obs()
+        else:
+            obs = self.last_obs if self.batched else self.last_obs[0]
+        done = np.full(self.n, self.steps >= self.episode_len)
+        if not self.batched:
+            return obs, rew[0], done[0]
+        return obs, rew, done
+
+    def _finish(self) -> None:
+        recs = [ep.record() for ep in self.episodes]
+        self.history.extend(recs)
+        init = np.mean([r.initial_gflops for r in recs])
+        final = np.mean([r.final_gflops for r in recs])
+        best = np.mean([r.best_gflops for r in recs])
+        log.info(
+            "%s reset %d: %d episodes, mean GFLOPS %.1f -> %.1f (best %.1f), %d episodes so far",
+            self.env_id,
+            recs[0].reset_point,
+            len(recs),
+            init,
+            final,
+            best,
+            len(self.history),
+        )
+
+
+class LoopTuneEnv(GymEnv):
+    """LoopTune in RT programs (same interface as ``GymEnv``; see the module doc).
+
+    ``trl.env.make("looptune.<dataset>", num_envs=B, seed=0, split="train", measurer="tvm",
+    max_loops=16, episode_len=10, problems=None, peak=None, cache_dir=None)``:
+
+    - ``measurer``: ``"tvm"`` (compile and time), ``"analytic"`` (CI tests only) or any
+      object with ``name`` and ``gflops(state)``;
+    - ``peak``: the reward's denominator in GFLOPS; by default :func:`.machine_peak` for
+      real measurers and :attr:`AnalyticCostModel.peak` for the analytic model;
+    - ``max_loops``: rows of the observation; splits beyond it are invalid actions;
+    - ``cache_dir``: where the TVM measurer and the peak keep their disk caches.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        num_envs: Any,
+        seed: int = 0,
+        split: str = "train",
+        measurer: str | Measurer = "tvm",
+        max_loops: int = MAX_LOOPS,
+        episode_len: int = 10,
+        problems: Sequence[Problem] | None = None,
+        peak: float | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        import gymnasium as gym
+
+        env_id = f"looptune.{name}"
+        if split not in SPLITS:
+            raise TimeRLError(f"env {env_id}: unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        if episode_len < 1:
+            raise TimeRLError(f"env {env_id}: episode_len must be >= 1, got {episode_len}")
+        if max_loops < 5:
+            raise TimeRLError(f"env {env_id}: max_loops must be >= 5 (the untiled nest has 5 loops)")
+        if problems is not None:
+            plist = list(problems)
+            if not plist:
+                raise TimeRLError(f"env {env_id}: problems= is empty; pass at least one Problem")
+        else:
+            train, test = ds.split(name, seed=0)
+            plist = {"train": train, "test": test, "all": ds.problems(name)}[split]
+        meas = make_measurer(measurer, cache_dir)
+        if peak is None:
+            peak = meas.peak if isinstance(meas, AnalyticCostModel) else machine_peak(cache_dir)
+        if not peak > 0:
+            raise TimeRLError(f"env {env_id}: peak must be > 0 GFLOPS, got {peak}")
+        self.measurer = meas
+        self.peak = float(peak)
+        self.problems = plist
+        self.max_loops = max_loops
+        self.episode_len = episode_len
+        self.obs_space = gym.spaces.Box(0.0, np.inf, (max_loops * NUM_FEATURES,), np.float32)
+        self.action_space = gym.spaces.Discrete(len(ACTIONS))
+        state = _LoopTuneState(
+            env_id, num_envs, seed, plist, split == "test", meas, self.peak, max_loops, episode_len
+        )
+        self._init_wrapper(env_id, num_envs, state)
+
+    @property
+    def history(self) -> list[EpisodeRecord]:
+        """Every finished episode so far, in order."""
+        return self._state.history

@@ -1,0 +1,350 @@
+"""GFLOPS of a LoopTune state: compile-and-time with TVM, or an analytic model for tests.
+
+- :class:`TVMMeasurer` lowers a state (:mod:`.tvm_lower`), builds it with LLVM for this
+  CPU, checks the result against NumPy once per compiled schedule, then times it
+  single-threaded (min over repeats). Results are cached in memory and, optionally, in a
+  JSON-lines file per machine (``~/.cache/timerl/looptune/``).
+- :class:`~timerl.envs.looptune.analytic.AnalyticCostModel` (re-exported here): a
+  deterministic estimate for CI tests only.
+- :func:`machine_peak`: the reward's denominator, measured once per machine and cached.
+- :func:`numpy_gflops`: the NumPy (OpenBLAS) baseline, single-threaded.
+
+Measurers cache by :attr:`LoopState.schedule_key` (the state key without the cursor):
+states that differ only by the cursor run the same code, so ``up``/``down`` get exactly
+zero reward. A schedule that fails to build, or computes a wrong result, measures
+0.0 GFLOPS and is logged as a warning (it is never rewarded).
+
+Timing rules (``shared/notes/loop_envs.md``): one measuring process at a time on a small
+machine; single thread; min of >= 3 repeats. Per state, about 60-120 ms of TVM + LLVM
+(build and JIT) and a timing budget of ``repeats * repeat_ms`` (default 20 x 1 ms); a
+kernel slower than ``repeat_ms`` runs once per repeat, as many times as fit the budget
+(at least ``min_repeats``). Many short repeats matter on a shared machine: with 3 busy
+processes on 2 cores, 5 repeats of 5 ms measured about half the speed that 20 repeats of
+1 ms did (the best short repeat is the one that ran undisturbed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from timerl.envs.looptune import tvm_lower
+from timerl.envs.looptune.analytic import AnalyticCostModel
+from timerl.envs.looptune.ir import LoopState, Problem
+from timerl.errors import TimeRLError
+
+__all__ = [
+    "AnalyticCostModel",
+    "Measurer",
+    "MeasureStats",
+    "TVMMeasurer",
+    "default_cache_dir",
+    "machine_peak",
+    "make_measurer",
+    "numpy_gflops",
+    "numpy_gflops_batch",
+]
+
+log = logging.getLogger("timerl.envs.looptune")
+
+
+class Measurer(Protocol):
+    """Anything that gives the GFLOPS of a state (cached by its schedule key)."""
+
+    name: str
+
+    def gflops(self, state: LoopState) -> float: ...
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/timerl/looptune`` (``~/.cache/timerl/looptune`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "timerl" / "looptune"
+
+
+@dataclass
+class MeasureStats:
+    """Counters of a measurer (for logs and reports); times in seconds."""
+
+    measured: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    failures: int = 0
+    compile_s: list[float] = field(default_factory=list)  # TVM lowering + LLVM build + JIT
+    total_s: list[float] = field(default_factory=list)
+
+
+class _DiskCache:
+    """An append-only JSON-lines file ``{"key": ..., "gflops": ...}``: loaded whole at start,
+    one line appended per new measurement (appends of short lines do not interleave)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.values: dict[str, float] = {}
+        if path.exists():
+            with path.open() as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                        self.values[str(rec["key"])] = float(rec["gflops"])
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("skipping a corrupt line of the LoopTune cache %s", path)
+
+    def add(self, key: str, value: float) -> None:
+        self.values[key] = value
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(json.dumps({"key": key, "gflops": value}) + "\n")
+        except OSError as exc:
+            log.warning("cannot write the LoopTune cache %s (%s): results stay in memory", self.path, exc)
+
+
+def _inputs(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fixed random ``A``, ``B`` in [-1, 1) and the float64 reference ``A @ B``."""
+    rng = np.random.default_rng([p.m, p.n, p.k])
+    a = rng.uniform(-1.0, 1.0, (p.m, p.k)).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, (p.k, p.n)).astype(np.float32)
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+
+class TVMMeasurer:
+    """Compile-and-time through TVM + LLVM on this CPU (see the module doc).
+
+    **Arguments:**
+
+    - ``cache_dir``: folder of the disk cache (default :func:`default_cache_dir`); the file
+      is named by the CPU, TVM version and lowering options.
+    - ``disk_cache``: ``False`` keeps results in memory only.
+    - ``repeats`` / ``min_repeats`` / ``repeat_ms``: timing budget (fast kernels run
+      ``repeats`` timed repeats of about ``repeat_ms`` each; slow ones single runs, as
+      many as fit ``repeats * repeat_ms`` but at least ``min_repeats``); the result is
+      the fastest repeat.
+    - ``max_lanes`` / ``unroll_max_step``: lowering options (:func:`.tvm_lower.lower`).
+    """
+
+    name = "tvm"
+
+    def __init__(
+        self,
+        cache_dir: str | os.PathLike[str] | None = None,
+        disk_cache: bool = True,
+        repeats: int = 20,
+        min_repeats: int = 3,
+        repeat_ms: float = 1.0,
+        max_lanes: int = 64,
+        unroll_max_step: int = 0,
+    ) -> None:
+        if min_repeats < 3 or repeats < min_repeats:
+            raise TimeRLError(f"need repeats >= min_repeats >= 3, got {repeats}, {min_repeats}")
+        tvm = tvm_lower.import_tvm()
+        self.tvm = tvm
+        self.cpu = tvm_lower.host_cpu()
+        self.target = tvm_lower.host_target()
+        self.dev = tvm.cpu(0)
+        self.repeats, self.min_repeats, self.repeat_ms = repeats, min_repeats, repeat_ms
+        self.max_lanes, self.unroll_max_step = max_lanes, unroll_max_step
+        self.stats = MeasureStats()
+        self._mem: dict[str, float] = {}
+        self._inputs: dict[Problem, tuple[Any, Any, np.ndarray]] = {}
+        self.disk: _DiskCache | None = None
+        if disk_cache:
+            cfg = f"{tvm.__version__}|v{tvm_lower.LOWERING_VERSION}|lanes{max_lanes}|unroll{unroll_max_step}"
+            tag = hashlib.sha1(cfg.encode()).hexdigest()[:10]
+            folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            self.disk = _DiskCache(folder / f"tvm-{self.cpu}-{tag}.jsonl")
+            log.info("LoopTune TVM cache %s (%d entries)", self.disk.path, len(self.disk.values))
+
+    def gflops(self, state: LoopState) -> float:
+        key = state.schedule_key
+        if key in self._mem:
+            self.stats.memory_hits += 1
+            return self._mem[key]
+        if self.disk is not None and key in self.disk.values:
+            self.stats.disk_hits += 1
+            self._mem[key] = self.disk.values[key]
+            return self._mem[key]
+        try:
+            value = self._measure(state)
+        except Exception as exc:  # any failure of TVM/LLVM or the check: never rewarded
+            self.stats.failures += 1
+            log.warning("LoopTune: measuring %s failed, counted as 0 GFLOPS: %s", key, exc)
+            self._mem[key] = 0.0
+            return 0.0
+        self._mem[key] = value
+        if self.disk is not None:
+            self.disk.add(key, value)
+        return value
+
+    def _arrays(self, p: Problem) -> tuple[Any, Any, np.ndarray]:
+        if p not in self._inputs:
+            a, b, ref = _inputs(p)
+            rt = self.tvm.runtime
+            self._inputs[p] = (rt.tensor(a, self.dev), rt.tensor(b, self.dev), ref)
+        return self._inputs[p]
+
+    def _measure(self, state: LoopState) -> float:
+        p = state.problem
+        t0 = time.perf_counter()
+        lib = tvm_lower.build(state, self.target, self.max_lanes, self.unroll_max_step).jit()
+        fn = lib["main"]  # LLVM's machine-code generation (the JIT) happens here
+        t1 = time.perf_counter()
+        a, b, ref = self._arrays(p)
+        c = self.tvm.runtime.tensor(np.full((p.m, p.n), np.nan, np.float32), self.dev)
+        t2 = time.perf_counter()
+        fn(a, b, c)  # the check run also warms the caches
+        once = time.perf_counter() - t2
+        out = c.numpy()
+        if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * p.k):
+            bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
+            raise TimeRLError(f"wrong result (max abs error {bad:.3g}): a lowering bug, please report it")
+        if once * 1e3 < self.repeat_ms:
+            number, repeat = max(1, int(self.repeat_ms * 1e-3 / max(once, 1e-7))), self.repeats
+        else:  # a slow kernel: single runs, as many as fit the budget, at least min_repeats
+            budget_s = self.repeats * self.repeat_ms * 1e-3
+            number, repeat = 1, max(self.min_repeats, min(self.repeats, int(budget_s / once)))
+        timer = lib.time_evaluator("main", self.dev, number=number, repeat=repeat)
+        best = min(timer(a, b, c).results)
+        end = time.perf_counter()
+        self.stats.measured += 1
+        self.stats.compile_s.append(t1 - t0)
+        self.stats.total_s.append(end - t0)
+        gf = p.flops / best / 1e9
+        if end - t0 > 1.0:
+            log.info(
+                "LoopTune: %s was slow to measure: build %.2f s, total %.2f s",
+                state.schedule_key,
+                t1 - t0,
+                end - t0,
+            )
+        log.debug(
+            "LoopTune: %s %.2f GFLOPS (build %.0f ms, total %.0f ms)",
+            state.key,
+            gf,
+            1e3 * (t1 - t0),
+            1e3 * (end - t0),
+        )
+        return gf
+
+
+def make_measurer(spec: str | Measurer, cache_dir: str | os.PathLike[str] | None = None) -> Measurer:
+    """``"tvm"`` -> :class:`TVMMeasurer`, ``"analytic"`` -> :class:`AnalyticCostModel`, or a
+    measurer object as is."""
+    if not isinstance(spec, str):
+        return spec
+    if spec == "tvm":
+        return TVMMeasurer(cache_dir=cache_dir)
+    if spec == "analytic":
+        return AnalyticCostModel()
+    raise TimeRLError(f"unknown LoopTune measurer {spec!r}; use 'tvm', 'analytic' or a Measurer object")
+
+
+# --- baselines: NumPy and the machine peak (in a child process, single-threaded) -------
+
+_NUMPY_SCRIPT = """
+import json, sys, time
+import numpy as np
+out = []
+for m, n, k, repeats in json.loads(sys.argv[1]):
+    rng = np.random.default_rng(0)
+    a = rng.random((m, k), dtype=np.float32); b = rng.random((k, n), dtype=np.float32)
+    c = a @ b
+    t = time.perf_counter(); c = a @ b; once = time.perf_counter() - t
+    number = max(1, int(0.001 / max(once, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(number):
+            np.matmul(a, b, out=c)
+        best = min(best, (time.perf_counter() - t) / number)
+    out.append(2.0 * m * n * k / best / 1e9)
+print(json.dumps(out))
+"""
+
+
+def _numpy_child(shapes: list[tuple[int, int, int]], repeats: int) -> list[float]:
+    """GFLOPS of ``a @ b`` for each ``(m, n, k)``, timed in a child Python whose OpenBLAS
+    is limited to one thread (the variable only works before NumPy loads, and this
+    process's NumPy is loaded already)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    arg = json.dumps([[m, n, k, repeats] for m, n, k in shapes])
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", _NUMPY_SCRIPT, arg], env=env, capture_output=True, text=True, check=True
+        )
+    except subprocess.CalledProcessError as exc:
+        raise TimeRLError(f"timing NumPy in a child process failed: {exc.stderr.strip()[-500:]}") from exc
+    return [float(x) for x in json.loads(res.stdout)]
+
+
+def numpy_gflops(problem: Problem, repeats: int = 20) -> float:
+    """Single-threaded NumPy (OpenBLAS) GFLOPS of ``problem``: best of ``repeats`` repeats
+    of ~1 ms each (short repeats: the best one is more likely undisturbed on a shared
+    machine), in a child process with ``OPENBLAS_NUM_THREADS=1``."""
+    return _numpy_child([(problem.m, problem.n, problem.k)], repeats)[0]
+
+
+def numpy_gflops_batch(problems: list[Problem], repeats: int = 20) -> list[float]:
+    """:func:`numpy_gflops` of many problems in one child process (one start-up cost)."""
+    return _numpy_child([(p.m, p.n, p.k) for p in problems], repeats) if problems else []
+
+
+def _peak_kernel_gflops(measurer: TVMMeasurer) -> float:
+    """The best of a few register-tiled TVM kernels (``m/4`` under ``k``, ``n`` vectorized
+    by 16 or 32; 64^3 and 128^3 fit in L2), the fastest schedules we know for this IR."""
+    from timerl.envs.looptune.ir import ACTIONS, apply_action, initial_state
+
+    best = 0.0
+    for size in (64, 128):
+        for lanes in ("split_16", "split_32"):
+            s = initial_state(Problem(size, size, size))
+            for a in ("split_4", "down", "swap_down", "down", lanes):
+                s = apply_action(s, ACTIONS.index(a))
+            best = max(best, measurer.gflops(s))
+    return best
+
+
+def machine_peak(cache_dir: str | os.PathLike[str] | None = None, refresh: bool = False) -> float:
+    """Empirical single-thread peak GFLOPS of this machine (float32): the best of NumPy
+    matmuls of 256..1024 and of register-tiled TVM kernels. Measured once (about 10 s;
+    measure on a quiet machine: the value normalises every reward), then read from
+    ``<cache_dir>/peak.json`` (keyed by CPU); ``refresh=True`` measures again."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cpu = tvm_lower.host_cpu()
+    path = folder / "peak.json"
+    known: dict[str, float] = {}
+    if path.exists():
+        try:
+            known = {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
+        except (ValueError, AttributeError):
+            log.warning("ignoring the corrupt LoopTune peak cache %s", path)
+    if cpu in known and not refresh:
+        return known[cpu]
+    log.info("LoopTune: measuring this machine's single-thread peak (once, cached in %s)", path)
+    np_best = max(_numpy_child([(256, 256, 256), (512, 512, 512), (1024, 1024, 1024)], 20))
+    tvm_best = _peak_kernel_gflops(TVMMeasurer(disk_cache=False, repeats=50))
+    best = max(np_best, tvm_best)
+    log.info("LoopTune: NumPy best %.1f GFLOPS, TVM kernels best %.1f GFLOPS", np_best, tvm_best)
+    known[cpu] = best
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(known, indent=1))
+    log.info("LoopTune: peak %.1f GFLOPS on %s", best, cpu)
+    return best
+
+
+def summarize(values: list[float]) -> str:
+    """``median / max`` in ms of a list of seconds (for logs)."""
+    if not values:
+        return "n/a"
+    v = sorted(values)
+    return f"median {1e3 * v[len(v) // 2]:.0f} ms, max {1e3 * v[-1]:.0f} ms (n={len(v)})"
