@@ -1,6 +1,9 @@
 # PPO (Schulman et al., 2017) with GAE as one recurrent-tensor program over dims (b, i, t).
 # The TimeRL setting: one epoch, one minibatch (the whole rollout of iteration i), so the
 # policy's activations from acting are reused by the symbolic autodiff for learning.
+# With --update-epochs E / --num-minibatches M the updates are two more dims (e, m): the
+# parameters vary over (i, e, m), acting uses those at (i, 0, 0), and every (e, m) runs a
+# new forward pass over the stored rollout (minibatch m: the steps t with t % M == m).
 from __future__ import annotations
 
 import logging
@@ -21,7 +24,7 @@ from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
 @dataclass
 class Args(CheckpointArgs):
     env_id: str = "CartPole-v1"
-    """the gymnasium environment id"""
+    """the environment: a gymnasium id, brax.<name> or looptune.<dataset>"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 4
@@ -48,6 +51,10 @@ class Args(CheckpointArgs):
     """hidden units per layer (two layers)"""
     shared: bool = False
     """share the actor and critic trunk"""
+    update_epochs: int = 1
+    """epochs over each rollout (a dim e); > 1 recomputes the forward pass"""
+    num_minibatches: int = 1
+    """minibatches per epoch (a dim m; minibatch m holds the steps t with t % M == m)"""
     seed: int = 0
     """random seed"""
 
@@ -56,55 +63,94 @@ def parse_args(defaults: Args | None = None) -> Args:
     return _common.parse_args(Args, defaults, "PPO with GAE as a timerl program")
 
 
-def build(args: Args, log_fn):
-    ctx = trl.Context(dims=("b", "i", "t"))
-    with ctx as ((b, B), (i, I), (t, T)):
-        env = trl.env.make(f"gym.{args.env_id}", num_envs=B, seed=args.seed)
-        dnn = (
-            trl.DNNBuilder(domain=(i,), seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
-            .build()
+def _gae(args: Args, b, i, t, T, v, r, d):
+    """alive mask (the env had not finished before t), GAE advantages as a backward
+    recurrence over t (dynamic T), and returns."""
+    alive = trl.empty((), domain=(b, i, t), name="alive")
+    alive[b, i, 0] = trl.ones(())
+    alive[b, i, t + 1] = 1.0 - d.cast(trl.float32)
+    not_done = 1.0 - d.cast(trl.float32)
+    v_next = trl.empty((), domain=(b, i, t), name="v_next")
+    v_next[b, i, T - 1] = trl.zeros(())
+    v_next[b, i, t] = v[b, i, t + 1]
+    delta = (r + args.gamma * not_done * v_next.detach() - v.detach()) * alive
+    adv = trl.empty((), domain=(b, i, t), name="adv")
+    adv[b, i, T - 1] = delta[b, i, T - 1]
+    adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
+    ret = adv + v.detach()
+    return alive, adv, ret
+
+
+def _normalise(args: Args, adv, alive, B, i, T):
+    """(adv - mean) / std over every alive step of iteration i's rollout."""
+    if not args.norm_adv:
+        return adv
+    n = alive[0:B, i, 0:T].sum()
+    mu = (adv[0:B, i, 0:T] * alive[0:B, i, 0:T]).sum() / n
+    dev = (adv[0:B, i, 0:T] - mu) * alive[0:B, i, 0:T]
+    std = ((dev * dev).sum() / n).sqrt()
+    return (adv - mu) / (std + 1e-8)
+
+
+def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
+    """Per-point PPO loss: clipped surrogate + value loss - entropy bonus."""
+    ratio = (logp - logp_old.detach()).exp()
+    pg1 = -adv_n * ratio
+    pg2 = -adv_n * trl.where(ratio < 1.0 - args.clip_coef, trl.full((), 1.0 - args.clip_coef), ratio)
+    pg2 = trl.where(ratio > 1.0 + args.clip_coef, -adv_n * (1.0 + args.clip_coef), pg2)
+    pg_loss = trl.where(pg1 > pg2, pg1, pg2)
+    v_loss = 0.5 * (v - ret) * (v - ret)
+    return pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy
+
+
+def make_env(args: Args, B):
+    """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
+    env_id = args.env_id if args.env_id.split(".")[0] in ("gym", "brax", "looptune") else f"gym.{args.env_id}"
+    return trl.env.make(env_id, num_envs=B, seed=args.seed)
+
+
+def build(args: Args, log_fn, env_fn=make_env, weights=None):
+    """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
+    the network from given values (e.g. a checkpoint's)."""
+    epochs = args.update_epochs > 1 or args.num_minibatches > 1
+    if epochs:
+        raise trl.TimeRLError(
+            "ppo: --update-epochs/--num-minibatches > 1 build the (i, e, m) program below, but it "
+            "does not run yet (a node over t is scheduled before T is known: BoundError; see "
+            "docs/status.md, issue 3); use --update-epochs 1 --num-minibatches 1"
         )
+    # Dim order is loop order where isl has a choice: the update dims come before t, so
+    # one (e, m) update sweeps the rollout over t.
+    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
+    with ctx as ((b, B), (i, I), *upd, (t, T)):
+        env = env_fn(args, B)
+        pdims = (i, *(s for s, _ in upd))
+        dnn = (
+            trl.DNNBuilder(domain=pdims, seed=args.seed)
+            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
+            .build(weights)
+        )
+        actor = dnn.at(i, 0, 0) if epochs else dnn
         # Acting.
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
-        a = dnn(o)
-        v = dnn.value()  # V(o[t]) from the same forward pass
+        a = actor(o)
+        v = actor.value()  # V(o[t]) from the same forward pass
         o[b, i, t + 1], r, d = env.step(a)
-        # alive[t]: the env had not finished before t (done envs keep stepping with reward 0)
-        alive = trl.empty((), domain=(b, i, t), name="alive")
-        alive[b, i, 0] = trl.ones(())
-        alive[b, i, t + 1] = 1.0 - d.cast(trl.float32)
-        not_done = 1.0 - d.cast(trl.float32)
-        # GAE as a backward recurrence over t (dynamic T).
-        v_next = trl.empty((), domain=(b, i, t), name="v_next")
-        v_next[b, i, T - 1] = trl.zeros(())
-        v_next[b, i, t] = v[b, i, t + 1]
-        delta = (r + args.gamma * not_done * v_next.detach() - v.detach()) * alive
-        adv = trl.empty((), domain=(b, i, t), name="adv")
-        adv[b, i, T - 1] = delta[b, i, T - 1]
-        adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
-        ret = adv + v.detach()
-        if args.norm_adv:
-            # mean and std over every alive step of the iteration's rollout
-            n = alive[0:B, i, 0:T].sum()
-            mu = (adv[0:B, i, 0:T] * alive[0:B, i, 0:T]).sum() / n
-            dev = (adv[0:B, i, 0:T] - mu) * alive[0:B, i, 0:T]
-            std = ((dev * dev).sum() / n).sqrt()
-            adv_n = (adv - mu) / (std + 1e-8)
+        alive, adv, ret = _gae(args, b, i, t, T, v, r, d)
+        adv_n = _normalise(args, adv, alive, B, i, T)
+        logp_old = actor.log_prob(a)
+        if not epochs:
+            # One update: the acting forward pass is the one differentiated (ratio = 1,
+            # its gradient is grad log pi).
+            per_point = _clipped_loss(args, logp_old, logp_old, actor.entropy(), v, ret, adv_n)
         else:
-            adv_n = adv
-        # Clipped surrogate (ratio = 1 in the single epoch; its gradient is grad log pi).
-        logp = dnn.log_prob(a)
-        ratio = (logp - logp.detach()).exp()
-        pg1 = -adv_n * ratio
-        pg2 = -adv_n * trl.where(ratio < 1.0 - args.clip_coef, trl.full((), 1.0 - args.clip_coef), ratio)
-        pg2 = trl.where(ratio > 1.0 + args.clip_coef, -adv_n * (1.0 + args.clip_coef), pg2)
-        pg_loss = trl.where(pg1 > pg2, pg1, pg2)
-        v_loss = 0.5 * (v - ret) * (v - ret)
-        loss = (
-            (pg_loss + args.vf_coef * v_loss - args.ent_coef * dnn.entropy()) * alive / float(args.num_envs)
-        )
+            m = upd[1][0]
+            logp, ent, v_new = dnn.evaluate(o, a)  # parameters at (i, e, m)
+            step_mb = trl.as_tensor(t % args.num_minibatches, domain=(i,))  # per i: T is per episode
+            in_mb = (step_mb == trl.as_tensor(m)).cast(trl.float32)
+            per_point = _clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
+        loss = per_point * alive / float(args.num_envs)
         loss.backward()
         if args.anneal_lr:
             lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
@@ -113,10 +159,13 @@ def build(args: Args, log_fn):
         trl.optim.Adam(dnn.params, lr=lr).step()
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
-    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d})
+    bounds = {B: args.num_envs, I: args.iterations, T: d}
+    if epochs:
+        bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
+    return checkpoint_and_compile(ctx, args, dnn, i, bounds)
 
 
-def main(args: Args) -> list[float]:
+def main(args: Args, env_fn=make_env) -> list[float]:
     logging.basicConfig(level=logging.WARNING)
     returns: dict[int, list[float]] = {}
     means: list[float] = []
@@ -132,11 +181,11 @@ def main(args: Args) -> list[float]:
             m = float(np.mean(returns[it]))
             means.append(m)
             print(
-                f"iter {it:4d}  mean return {m:7.1f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s",
+                f"iter {it:4d}  mean return {m:9.3f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s",
                 flush=True,
             )
 
-    ex = build(args, log_fn)
+    ex = build(args, log_fn, env_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
     )

@@ -9,15 +9,17 @@ forward pass (its activations are reused, not recomputed).
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from timerl.errors import RTDefinitionError
 from timerl.pdg.ops import DType, OpKind
-from timerl.rt.creation import param, rand, randn
+from timerl.rt.creation import param as _param
+from timerl.rt.creation import rand, randn
 from timerl.rt.tensor import RecurrentTensor, _apply, log_softmax
 from timerl.symbolic import Sym
 
@@ -45,6 +47,7 @@ class DNNBuilder:
         self.activation = "tanh"
         self.critic = False
         self.shared = False
+        self.weights: dict[str, Any] = {}
 
     def from_env(
         self,
@@ -86,9 +89,12 @@ class DNNBuilder:
             raise RTDefinitionError("DNNBuilder.from_env: a shared trunk needs at least one hidden layer")
         return self
 
-    def build(self) -> DNN:
+    def build(self, weights: Mapping[str, Any] | None = None) -> DNN:
+        """The network; ``weights`` (e.g. from a checkpoint: ``{"dnn.w0": array, ...}``)
+        replaces the random initial values of the parameters it names."""
         if self.obs_dim is None or self.out_dim is None:
             raise RTDefinitionError("DNNBuilder.build(): call from_env(...) first")
+        self.weights = dict(weights or {})
         return DNN(self)
 
 
@@ -97,6 +103,19 @@ class DNN:
 
     def __init__(self, b: DNNBuilder) -> None:
         rng = np.random.default_rng(b.seed)
+        weights = dict(b.weights)
+
+        def param(init: np.ndarray, domain: Any, name: str) -> RecurrentTensor:
+            if name in weights:
+                got = np.asarray(weights.pop(name), dtype=np.float32)
+                if got.shape != init.shape:
+                    raise RTDefinitionError(
+                        f"DNNBuilder.build(weights=...): {name} has shape {got.shape}, the network "
+                        f"needs {init.shape}; build with the hidden sizes the weights were trained with"
+                    )
+                init = got
+            return _param(init, domain, name=name)
+
         sizes = [b.obs_dim, *b.hidden, b.out_dim]
         self.head = b.head
         self.activation = b.activation
@@ -124,6 +143,11 @@ class DNN:
                     (param(w, b.domain, name=f"dnn.vw{k}"), param(bias, b.domain, name=f"dnn.vb{k}"))
                 )
             self.params += [p for layer in self.critic_layers for p in layer]
+        if weights:
+            raise RTDefinitionError(
+                f"DNNBuilder.build(weights=...): no parameter named {sorted(weights)} in this network "
+                f"(it has {[p.name for p in self.params]})"
+            )
         self._last: RecurrentTensor | None = None
         self._last_obs: RecurrentTensor | None = None
         self._last_trunk: RecurrentTensor | None = None
@@ -187,6 +211,32 @@ class DNN:
         out = self.forward(obs) if obs is not None else self._last
         if out is None:
             raise RTDefinitionError("dnn.log_prob(a): call dnn(obs) first or pass obs=...")
+        return self._log_prob(out, action)
+
+    def entropy(self) -> RecurrentTensor:
+        if self._last is None:
+            raise RTDefinitionError("dnn.entropy(): call dnn(obs) first")
+        return self._entropy(self._last)
+
+    def evaluate(
+        self, obs: RecurrentTensor, action: RecurrentTensor
+    ) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor | None]:
+        """``(log_prob(action), entropy, value)`` from one new forward pass over ``obs``.
+
+        What PPO's later epochs need: the policy re-evaluated with the current parameters
+        on stored observations (``value`` is None without a critic).
+        """
+        out, trunk = self._features(obs)
+        value = None
+        if self.critic_layers:
+            if self.shared:
+                value = self._mlp(trunk, self.critic_layers).squeeze(-1)
+            else:
+                x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
+                value = self._mlp(x, self.critic_layers).squeeze(-1)
+        return self._log_prob(out, action), self._entropy(out), value
+
+    def _log_prob(self, out: RecurrentTensor, action: RecurrentTensor) -> RecurrentTensor:
         if self.head == "categorical":
             lp = log_softmax(out, -1)
             return _apply(OpKind.GATHER, [lp, action.cast(DType.int64)], action.shape, lp.dtype)
@@ -194,13 +244,31 @@ class DNN:
         z = (action.detach() - out) / std
         return (-0.5 * z * z - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
-    def entropy(self) -> RecurrentTensor:
-        if self._last is None:
-            raise RTDefinitionError("dnn.entropy(): call dnn(obs) first")
+    def _entropy(self, out: RecurrentTensor) -> RecurrentTensor:
         if self.head == "categorical":
-            lp = log_softmax(self._last, -1)
+            lp = log_softmax(out, -1)
             return -(lp.exp() * lp).sum(-1)
         return (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+    def at(self, *index: Any) -> DNN:
+        """The same network with every parameter read at ``index`` (e.g. ``dnn.at(i, 0)``).
+
+        For parameters over more dims than the caller's points, such as ``(i, e)`` when
+        PPO updates once per epoch ``e``: acting at ``(b, i, t)`` uses the parameters
+        at the start of iteration ``i`` with ``dnn.at(i, 0)``. ``params`` stays the full
+        list (what the optimiser updates); the view shares nothing else with ``self``.
+        """
+        if len(index) != len(self.domain):
+            raise RTDefinitionError(
+                f"dnn.at{index}: give one index per parameter dim {tuple(s.name for s in self.domain)}"
+            )
+        view = copy.copy(self)
+        view.layers = [(w[index], bias[index]) for w, bias in self.layers]
+        view.critic_layers = [(w[index], bias[index]) for w, bias in self.critic_layers]
+        if self.head == "gaussian":
+            view.log_std = self.log_std[index]
+        view._last = view._last_obs = view._last_trunk = None
+        return view
 
     def __getitem__(self, cond: Any) -> _DNNView:
         return _DNNView(self, cond)

@@ -1,8 +1,14 @@
-"""SGD and Adam as branching definitions over the parameters' first dim.
+"""SGD and Adam as branching definitions over the parameters' dims.
 
-Each parameter ``w`` (``trl.param``, domain ``(i, ...)``) gets ``w[i + 1] = ...`` from
-its gradient ``w.grad`` at ``i``; Adam's moments are RTs defined the same way. The
-learning rate may be a float or an RT (a schedule such as ``lr[i] = lr0 * 0.99**i``).
+Each parameter ``w`` (``trl.param``, domain ``(i,)``) gets ``w[i + 1] = ...`` from its
+gradient ``w.grad`` at ``i``; Adam's moments are RTs defined the same way. The learning
+rate may be a float or an RT (a schedule such as ``lr[i] = lr0 * 0.99**i``).
+
+A parameter over several dims, e.g. ``(i, e)`` for PPO's epochs or ``(i, e, m)`` with
+minibatches, is updated along its dims as one mixed-radix counter: the innermost dim
+steps (``w[i, e + 1] = ...``) and its last update carries into the next outer point
+(``w[i + 1, 0] = new[i, E - 1]``). The inner dims need static bounds; the update count
+(Adam's bias correction) is the flattened index plus one.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from timerl.errors import RTDefinitionError
+from timerl.rt.context import current
 from timerl.rt.creation import as_tensor, empty, zeros
 from timerl.rt.tensor import RecurrentTensor
 
@@ -23,9 +30,31 @@ def _check(params: Sequence[RecurrentTensor]) -> None:
             )
 
 
-def _next(p: RecurrentTensor) -> tuple[Any, ...]:
-    d0 = p.node.domain[0]
-    return (d0 + 1,) + tuple(p.node.domain[1:])
+def _assign_next(p: RecurrentTensor, new: RecurrentTensor) -> None:
+    """``p`` at the next update point := ``new`` (the update computed at this point).
+
+    For domain ``(d0, ..., dk)``: ``p[d0, ..., dk + 1] = new`` and, for each outer level
+    ``j < k``, ``p[d0, ..., dj + 1, 0, ..., 0] = new[d0, ..., dj, Bj+1 - 1, ..., Bk - 1]``.
+    """
+    dom = tuple(p.node.domain)
+    ctx = current()
+    for j in range(len(dom) - 1, -1, -1):
+        inner = dom[j + 1 :]
+        target = dom[:j] + (dom[j] + 1,) + tuple(0 for _ in inner)
+        if not inner:
+            p[target] = new
+        else:
+            p[target] = new[dom[: j + 1] + tuple(ctx.bound_of(d) - 1 for d in inner)]
+
+
+def _update_count(p: RecurrentTensor) -> RecurrentTensor:
+    """How many updates precede this point's, plus one: the flattened mixed-radix index + 1."""
+    dom = tuple(p.node.domain)
+    ctx = current()
+    k: Any = dom[0]
+    for d in dom[1:]:
+        k = k * ctx.bound_of(d) + d
+    return as_tensor(k + 1)
 
 
 class SGD:
@@ -41,9 +70,9 @@ class SGD:
             if self.momentum:
                 buf = empty(p.shape, p.dtype, p.node.domain)
                 buf[tuple(0 for _ in p.node.domain)] = zeros(p.shape, p.dtype)
-                buf[_next(p)] = buf * self.momentum + g
                 g = buf * self.momentum + g
-            p[_next(p)] = p - g * self.lr
+                _assign_next(buf, g)
+            _assign_next(p, p - g * self.lr)
 
 
 class Adam:
@@ -71,9 +100,9 @@ class Adam:
             v[first] = zeros(p.shape, p.dtype)
             m_new = m * b1 + g * (1 - b1)
             v_new = v * b2 + g * g * (1 - b2)
-            m[_next(p)] = m_new
-            v[_next(p)] = v_new
-            k = as_tensor(dom[0] + 1)
+            _assign_next(m, m_new)
+            _assign_next(v, v_new)
+            k = _update_count(p)
             mhat = m_new / (1.0 - b1**k)
             vhat = v_new / (1.0 - b2**k)
-            p[_next(p)] = p - self.lr * mhat / (vhat.sqrt() + self.eps)
+            _assign_next(p, p - self.lr * mhat / (vhat.sqrt() + self.eps))

@@ -122,13 +122,20 @@ def randn(
     return rand(shape, domain, dtype, normal=True, name=name)
 
 
-def as_tensor(expr: Any, dtype: DType = float32, name: str | None = None) -> RecurrentTensor:
-    """An RT whose value at each point is ``expr`` evaluated there (``as_tensor(t)``)."""
+def as_tensor(
+    expr: Any, dtype: DType = float32, name: str | None = None, domain: Sequence[Sym] = ()
+) -> RecurrentTensor:
+    """An RT whose value at each point is ``expr`` evaluated there (``as_tensor(t)``).
+
+    Its domain is the dims ``expr`` mentions plus ``domain``: give the outer dims when a
+    dim's bound depends on them, e.g. ``as_tensor(t % 2, domain=(i,))`` where ``T`` is
+    each iteration's episode length (over ``t`` alone it would need one ``T`` for all ``i``).
+    """
     e = lift(expr)
     ctx = current()
     node = ctx.graph.add(
         Op.make(OpKind.EVAL_SYMBOL, expr=e, dtype=dtype),
-        ctx.order(index_symbols(e)),
+        ctx.order(set(index_symbols(e)) | set(domain)),
         (TensorSpec((), dtype),),
         name=name,
     )

@@ -29,6 +29,7 @@ import heapq
 import itertools
 from collections import defaultdict
 from dataclasses import replace
+from typing import Any
 
 from timerl.pdg.ir import PDG, Edge
 from timerl.schedule import ast as tast
@@ -42,7 +43,7 @@ from timerl.schedule.distance import (
     hull,
     lex_nonpositive,
 )
-from timerl.symbolic import Sym
+from timerl.symbolic import Const, Slice, Sym
 
 Vec = tuple[Interval, ...]
 _CLAMP = 2  # offsets beyond +-_CLAMP widen to infinity, so path analysis terminates
@@ -89,24 +90,38 @@ class _Clusterer:
             self.inn[e.sink].append(k)
         self.cluster_of = {n: n for n in pdg.nodes}
         self.members: dict[int, list[int]] = {n: [n] for n in pdg.nodes}
-        self._aligned_cache: dict[tuple[Sym, ...], list[tuple[Interval | None, ...]]] = {}
+        self._aligned_cache: dict[tuple[Sym, ...], list[tuple[_Step, ...]]] = {}
         self._never_forward_cache: dict[Sym, bool] = {}
 
-    def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[Interval | None, ...]]:
-        """Per edge, its offsets along ``dims`` (``None`` where the edge does not tie the dim)."""
+    def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[_Step, ...]]:
+        """Per edge, how it moves a path's distance along each of ``dims`` (see :func:`_step`)."""
         got = self._aligned_cache.get(dims)
         if got is None:
-            got = self._aligned_cache[dims] = [tuple(off.get(d) for d in dims) for off in self.offs]
+            got = self._aligned_cache[dims] = [
+                tuple(_step(e, self.pdg, off, d) for d in dims)
+                for e, off in zip(self.pdg.edges, self.offs, strict=True)
+            ]
         return got
 
     def _vec(self, k: int, dims: tuple[Sym, ...], start: Vec | None = None) -> Vec:
-        off = self._aligned(dims)[k]
-        if start is None:
-            return tuple(FULL if o is None else _clamp(o) for o in off)
-        return tuple(FULL if o is None else _clamp(add(s, o)) for s, o in zip(start, off, strict=True))
+        """A path's distance vector after edge ``k`` (``start``: before it; None: a lone edge).
 
-    def _paths(self, inside: set[int], dims: tuple[Sym, ...], outer_forward: bool = False) -> list[Vec]:
-        """Distances of all paths from ``inside`` back to ``inside`` through other statements.
+        Along a dim the current node has, the distance is ``start_d - current_d``; along a
+        dim it lacks, it is ``start_d - 0`` (the path left the dim reading a known position,
+        and every point it re-enters is at position >= 0).
+        """
+        steps = self._aligned(dims)[k]
+        if start is None:
+            return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
+        return tuple(_clamp(_move(st, v)) for st, v in zip(steps, start, strict=True))
+
+    def _paths_ok(
+        self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]
+    ) -> bool:
+        """Whether, for one of the loop directions ``signs_ok``, every path from ``inside``
+        back to ``inside`` through other statements reads strictly earlier points.
+
+        Stops at the first path that no direction allows (most refused merges end early).
 
         A path reaching one member of another cluster reaches all of it at the same point
         (a cluster runs as one statement), so paths are followed between clusters. With
@@ -114,10 +129,11 @@ class _Clusterer:
         back along the first dim, which no edge of the program ever reads forwards, stays
         safe whatever follows and is not followed further.
         """
-        prune = outer_forward and bool(dims) and self._never_forward(dims[0])
+        outer_forward = bool(dims) and all(sg[0] == 1 for sg in signs_ok)
+        viable = list(signs_ok)
+        prune = outer_forward and self._never_forward(dims[0])
         zero = tuple((0, 0) for _ in dims)
         states: dict[int, list[Vec]] = defaultdict(list)
-        arrivals: list[Vec] = []
         work: list[tuple[int, Vec]] = []
         for m in inside:
             for k in self.out[m]:
@@ -141,10 +157,12 @@ class _Clusterer:
                     sink = self.pdg.edges[k].sink
                     nv = self._vec(k, dims, vec)
                     if sink in inside:
-                        arrivals.append(nv)
+                        viable = [sg for sg in viable if lex_nonpositive(nv, sg, strict=True)]
+                        if not viable:
+                            return False
                     elif self.cluster_of[sink] != cl or sink == node or nv != vec:
                         work.append((self.cluster_of[sink], nv))
-        return arrivals
+        return True
 
     def _never_forward(self, d: Sym) -> bool:
         """Whether no edge reads a later point along ``d`` (every offset's upper end <= 0)."""
@@ -178,14 +196,52 @@ class _Clusterer:
         order = _member_order(inside, [(pdg.edges[k], v) for k, v in intra])
         if order is None:
             return False
-        paths = self._paths(inside, dims, outer_forward=bool(dims) and all(sg[0] == 1 for sg in signs_ok))
-        if not any(all(lex_nonpositive(v, signs, strict=True) for v in paths) for signs in signs_ok):
+        if not self._paths_ok(inside, dims, signs_ok):
             return False
         for m in inside:
             self.cluster_of[m] = ra
         self.members[ra] = order
         del self.members[rb]
         return True
+
+
+# How an edge moves a path's distance along one dim: ("tied", offset) when both ends have
+# the dim; ("drop", position) when only the source has it (the sink reads it at that
+# absolute position); ("bcast",) when only the sink has it; ("none",) when neither has it.
+_Step = tuple
+
+
+def _step(e: Edge, pdg: PDG, off: dict[Sym, Interval], d: Sym) -> _Step:
+    if d in off:
+        return ("tied", off[d])
+    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+    if d in src.domain:
+        comp = e.phi[src.domain.index(d)]
+        return ("drop", _position(comp))
+    if d in sink.domain:
+        return ("bcast",)
+    return ("none",)
+
+
+def _position(comp: Any) -> Interval:
+    """Absolute range of an index component that mentions no dim of the reader (>= 0)."""
+    if isinstance(comp, Slice):
+        lo, hi = _position(comp.start), _position(comp.stop)
+        return (lo[0], hi[1] - 1)
+    if isinstance(comp, Const):
+        return (comp.value, comp.value)
+    return (0, INF)
+
+
+def _move(step: _Step, v: Interval) -> Interval:
+    kind = step[0]
+    if kind == "tied":
+        return add(v, step[1])
+    if kind == "drop":  # start_d - 0 = (start_d - cur_d) + position
+        return add(v, step[1])
+    if kind == "bcast":  # start_d - r for a re-entered position r >= 0
+        return (-INF, v[1])
+    return v
 
 
 def _insert(vecs: list[Vec], v: Vec) -> bool:

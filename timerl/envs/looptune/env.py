@@ -113,8 +113,10 @@ class _LoopTuneState:
         peak: float,
         max_loops: int,
         episode_len: int,
+        final_reward: bool = False,
     ) -> None:
         self.env_id = env_id
+        self.final_reward = final_reward
         self.num_envs = num_envs
         self.seed = int(seed)
         self.problems = problems
@@ -172,7 +174,12 @@ class _LoopTuneState:
                         f"env {self.env_id}: action {a} outside 0..{len(ACTIONS) - 1} ({', '.join(ACTIONS)})"
                     )
                 nxt = apply_action(ep.state, a, self.max_loops)
-                g = ep.g if nxt is ep.state else self.measurer.gflops(nxt)
+                last = self.steps + 1 == self.episode_len
+                if self.final_reward and not last:
+                    ep.state = nxt  # measured at the end only: reward 0 until then
+                    ep.actions.append(a)
+                    continue
+                g = ep.g if nxt is ep.state and not self.final_reward else self.measurer.gflops(nxt)
                 rew[e] = (g - ep.g) / self.peak
                 ep.state, ep.g = nxt, g
                 ep.actions.append(a)
@@ -218,7 +225,10 @@ class LoopTuneEnv(GymEnv):
     - ``peak``: the reward's denominator in GFLOPS; by default :func:`.machine_peak` for
       real measurers and :attr:`AnalyticCostModel.peak` for the analytic model;
     - ``max_loops``: rows of the observation; splits beyond it are invalid actions;
-    - ``cache_dir``: where the TVM measurer and the peak keep their disk caches.
+    - ``cache_dir``: where the TVM measurer and the peak keep their disk caches;
+    - ``reward``: ``"step"`` (the paper's per-action ``ΔGFLOPS / peak``) or ``"final"``
+      (0 until the last action, then ``(GFLOPS(final) - GFLOPS(initial)) / peak``: the same
+      episode return with two measurements per episode, for evaluating a trained policy).
     """
 
     def __init__(
@@ -233,12 +243,15 @@ class LoopTuneEnv(GymEnv):
         problems: Sequence[Problem] | None = None,
         peak: float | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
+        reward: str = "step",
     ) -> None:
         import gymnasium as gym
 
         env_id = f"looptune.{name}"
         if split not in SPLITS:
             raise TimeRLError(f"env {env_id}: unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        if reward not in ("step", "final"):
+            raise TimeRLError(f"env {env_id}: reward must be 'step' or 'final', got {reward!r}")
         if episode_len < 1:
             raise TimeRLError(f"env {env_id}: episode_len must be >= 1, got {episode_len}")
         if max_loops < 5:
@@ -263,7 +276,16 @@ class LoopTuneEnv(GymEnv):
         self.obs_space = gym.spaces.Box(0.0, np.inf, (max_loops * NUM_FEATURES,), np.float32)
         self.action_space = gym.spaces.Discrete(len(ACTIONS))
         state = _LoopTuneState(
-            env_id, num_envs, seed, plist, split == "test", meas, self.peak, max_loops, episode_len
+            env_id,
+            num_envs,
+            seed,
+            plist,
+            split == "test",
+            meas,
+            self.peak,
+            max_loops,
+            episode_len,
+            final_reward=reward == "final",
         )
         self._init_wrapper(env_id, num_envs, state)
 

@@ -1,0 +1,42 @@
+"""``reward="final"``: the same episode return as per-step rewards, two measurements per episode."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from timerl.envs.looptune.analytic import AnalyticCostModel
+from timerl.envs.looptune.ir import Problem
+
+
+class _Counting(AnalyticCostModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def gflops(self, state):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super().gflops(state)
+
+
+def _episode(reward: str, actions: list[int]) -> tuple[np.ndarray, int, object]:
+    import timerl as trl
+
+    ctx = trl.Context(dims=("t",))
+    with ctx:
+        meas = _Counting()
+        env = trl.env.make("looptune.mm", problems=[Problem(96, 64, 128)], measurer=meas, reward=reward)
+    st = env._state
+    st.bind({})
+    st.reset({"i": 0})
+    rews = [float(st.step(np.array([a]))[1]) for a in actions]
+    return np.array(rews), meas.calls, env.history[-1]
+
+
+def test_final_reward_sums_to_the_per_step_return() -> None:
+    acts = [4, 1, 3, 1, 9, 0, 2, 5, 1, 6]  # splits, moves and swaps, some of them no-ops
+    step_r, step_calls, step_h = _episode("step", acts)
+    fin_r, fin_calls, fin_h = _episode("final", acts)
+    assert np.all(fin_r[:-1] == 0.0)
+    np.testing.assert_allclose(fin_r.sum(), step_r.sum(), rtol=1e-5, atol=1e-7)
+    assert fin_h.final_key == step_h.final_key and fin_h.actions == step_h.actions
+    assert fin_calls == 2 < step_calls  # the untuned nest and the final one
