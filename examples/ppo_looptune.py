@@ -66,20 +66,14 @@ def _subset(problems: list, n: int, seed: int) -> list:
 
 
 def latest_weights(ckpt_dir: str) -> dict[str, np.ndarray]:
-    """The network's parameters from the latest checkpoint in ``ckpt_dir`` (``dnn.*`` names)."""
-    files = sorted(Path(ckpt_dir).glob("ckpt_*.npz"), key=lambda f: int(f.stem.split("_")[1]))
-    if not files:
-        raise trl.TimeRLError(f"no checkpoint (ckpt_<k>.npz) in {ckpt_dir}: train first")
-    out: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
-    with np.load(files[-1]) as z:
-        for key in z.files:
-            name, _, pt = key.rpartition("@")
-            if not name.startswith("dnn.") or ".adam_" in name:
-                continue
-            point = tuple(int(x) for x in pt.split(",") if x)
-            if name not in out or point > out[name][0]:
-                out[name] = (point, z[key])
-    return {k: v for k, (_, v) in out.items()}
+    """The network's parameters (``dnn.*``) at their latest point in the latest checkpoint."""
+    from timerl.runtime.checkpoint import read_values
+
+    return {
+        name: by_point[max(by_point)]
+        for name, by_point in read_values(ckpt_dir).items()
+        if name.startswith("dnn.") and ".adam_" not in name
+    }
 
 
 def tune_with_policy(args: Args, weights: dict[str, np.ndarray], problems: list) -> dict[str, dict]:

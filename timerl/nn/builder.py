@@ -187,13 +187,15 @@ class DNN:
             obs, trunk = self._last_obs, self._last_trunk
         else:
             trunk = self._features(obs)[1] if self.shared else None
+        return self._critic(obs, trunk)
+
+    def _critic(self, obs: RecurrentTensor, trunk: RecurrentTensor | None) -> RecurrentTensor:
+        """The value head on the shared trunk's last hidden layer, or its own MLP on ``obs``."""
         if self.shared:
             assert trunk is not None
-            v = self._mlp(trunk, self.critic_layers)
-        else:
-            x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
-            v = self._mlp(x, self.critic_layers)
-        return v.squeeze(-1)
+            return self._mlp(trunk, self.critic_layers).squeeze(-1)
+        x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
+        return self._mlp(x, self.critic_layers).squeeze(-1)
 
     def __call__(self, obs: RecurrentTensor) -> RecurrentTensor:
         """Sample an action at every point of ``obs`` (remembering the forward pass)."""
@@ -227,13 +229,7 @@ class DNN:
         on stored observations (``value`` is None without a critic).
         """
         out, trunk = self._features(obs)
-        value = None
-        if self.critic_layers:
-            if self.shared:
-                value = self._mlp(trunk, self.critic_layers).squeeze(-1)
-            else:
-                x = obs if obs.dtype is DType.float32 else obs.cast(DType.float32)
-                value = self._mlp(x, self.critic_layers).squeeze(-1)
+        value = self._critic(obs, trunk) if self.critic_layers else None
         return self._log_prob(out, action), self._entropy(out), value
 
     def _log_prob(self, out: RecurrentTensor, action: RecurrentTensor) -> RecurrentTensor:

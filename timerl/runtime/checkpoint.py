@@ -181,6 +181,25 @@ def pick_checkpoint(path: str) -> str:
     return path
 
 
+def read_values(path: str) -> dict[str, dict[Point, np.ndarray]]:
+    """The values a checkpoint holds (``path``: a file or a directory, its latest), by the
+    saved value's name (e.g. ``dnn.w0``) and point. Reads only; raises ``TimeRLError``."""
+    jpath = pick_checkpoint(path)
+    npath = jpath[: -len(".json")] + ".npz"
+    if not os.path.isfile(npath):
+        raise TimeRLError(f"resume: checkpoint values {npath!r} are missing")
+    out: dict[str, dict[Point, np.ndarray]] = {}
+    try:
+        with np.load(npath, allow_pickle=False) as z:
+            for key in z.files:
+                name, _, pt = key.rpartition("@")
+                point = tuple(int(x) for x in pt.split(",")) if pt else ()
+                out.setdefault(name, {})[point] = z[key]
+    except (OSError, ValueError) as exc:
+        raise TimeRLError(f"resume: cannot read checkpoint values {npath!r}: {exc}") from exc
+    return out
+
+
 def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
     """Read and check a checkpoint against ``pdg`` (reads only; raises ``TimeRLError``)."""
     jpath = pick_checkpoint(path)
@@ -203,20 +222,13 @@ def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
         )
     k = int(meta["iteration"])
     by_name = {c.name: c for c in carried_values(pdg, i)}
-    if not os.path.isfile(npath):
-        raise TimeRLError(f"resume: checkpoint values {npath!r} are missing")
     values: dict[tuple[int, int, Point], np.ndarray] = {}
-    try:
-        with np.load(npath, allow_pickle=False) as z:
-            for key in z.files:
-                name, _, pt = key.rpartition("@")
-                c = by_name.get(name)
-                if c is None:
-                    raise TimeRLError(f"resume: {npath!r} holds {key!r}, not a carried value of this program")
-                point = tuple(int(x) for x in pt.split(",")) if pt else ()
-                values[(c.nid, c.oid, point)] = z[key]
-    except (OSError, ValueError) as exc:
-        raise TimeRLError(f"resume: cannot read checkpoint values {npath!r}: {exc}") from exc
+    for name, by_point in read_values(jpath).items():
+        c = by_name.get(name)
+        if c is None:
+            raise TimeRLError(f"resume: {npath!r} holds {name!r}, not a carried value of this program")
+        for point, v in by_point.items():
+            values[(c.nid, c.oid, point)] = v
     have = {(nid, oid) for nid, oid, _ in values}
     absent = [c.name for c in by_name.values() if (c.nid, c.oid) not in have]
     if absent and k >= 0:

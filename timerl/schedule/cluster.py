@@ -115,9 +115,7 @@ class _Clusterer:
             return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
         return tuple(_clamp(_move(st, v)) for st, v in zip(steps, start, strict=True))
 
-    def _paths_ok(
-        self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]
-    ) -> bool:
+    def _paths_ok(self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]) -> bool:
         """Whether, for one of the loop directions ``signs_ok``, every path from ``inside``
         back to ``inside`` through other statements reads strictly earlier points.
 
@@ -235,9 +233,7 @@ def _position(comp: Any) -> Interval:
 
 def _move(step: _Step, v: Interval) -> Interval:
     kind = step[0]
-    if kind == "tied":
-        return add(v, step[1])
-    if kind == "drop":  # start_d - 0 = (start_d - cur_d) + position
+    if kind in ("tied", "drop"):  # drop: start_d - 0 = (start_d - cur_d) + position
         return add(v, step[1])
     if kind == "bcast":  # start_d - r for a re-entered position r >= 0
         return (-INF, v[1])
