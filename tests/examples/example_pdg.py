@@ -12,10 +12,11 @@ from timerl.compile import CompileOptions, build_pdg
 from timerl.pdg.ir import PDG
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import ppo  # noqa: E402  (the example programs, re-exported for the tests)
+import dqn_looptune as dqn  # noqa: E402  (the example programs, re-exported for the tests)
+import ppo  # noqa: E402
 import reinforce  # noqa: E402
 
-__all__ = ["lower_example", "ppo", "reinforce"]
+__all__ = ["dqn", "lower_example", "ppo", "reinforce"]
 
 
 def lower_example(build: Callable[..., Any], args: Any, *build_args: Any, seed: int = 0) -> PDG:

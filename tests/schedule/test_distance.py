@@ -26,6 +26,9 @@ INF = math.inf
         (t * 0, (-INF, 0)),
         (T - 1, (0, INF)),
         (t * 2, FULL),
+        (t - t % 4, (-3, 0)),  # a target network refreshed every 4 iterations: w[i - i % 4]
+        (t - t % 4 - 1, (-4, -1)),
+        (t % 3, (-INF, 2)),
     ],
 )
 def test_component_offsets(comp, expected) -> None:
@@ -34,7 +37,7 @@ def test_component_offsets(comp, expected) -> None:
 
 def test_offsets_cover_every_read_point() -> None:
     """Brute force: every point a component reads lies inside its interval."""
-    comps = [t - 1, Slice(t, T), Slice(t * 0, t + 1), Slice(t, smin(t + 3, T)), T - 1, t * 0]
+    comps = [t - 1, Slice(t, T), Slice(t * 0, t + 1), Slice(t, smin(t + 3, T)), T - 1, t * 0, t - t % 4]
     for comp in comps:
         lo, hi = component_offset(comp, t, T)
         for tv in range(1, 8):

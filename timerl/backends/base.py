@@ -43,6 +43,12 @@ RUNTIME_OPS = frozenset({OpKind.MERGE, OpKind.SET_SYMBOL, OpKind.UDF, OpKind.SIN
 BATCH_NATIVE_OPS = frozenset({OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL})
 
 
+def _batch_native(op: Op) -> bool:
+    """Whether ``op``'s result already carries the batch dims (a ``CONST`` with
+    ``batched=True`` holds one value per batch index, e.g. a vectorized ``as_tensor(b)``)."""
+    return op.kind in BATCH_NATIVE_OPS or (op.kind is OpKind.CONST and bool(op.attr("batched", False)))
+
+
 @dataclass(frozen=True, slots=True)
 class KernelCall:
     """One execution of an op: its attributes, batch shape and the symbol values."""
@@ -153,7 +159,7 @@ class AbstractBackend(abc.ABC):
                 f"{self.name} kernel for {op!r} failed on input shapes {shapes} "
                 f"(batch={batch}, batched={list(flags)}): {type(e).__name__}: {e}"
             ) from e
-        if batch and not call.any_batched and op.kind not in BATCH_NATIVE_OPS:
+        if batch and not call.any_batched and not _batch_native(op):
             out = self.broadcast_batch(out, batch)
         return out
 

@@ -53,7 +53,7 @@ class OpKind(enum.Enum):
     """Every op kind. Per-point semantics (``x`` = input 0, ``y`` = input 1)."""
 
     # -- creation (no inputs) --------------------------------------------------------
-    CONST = enum.auto()  # attrs: value (np.ndarray). Output: value.
+    CONST = enum.auto()  # attrs: value (np.ndarray), batched (value carries the batch dims). Output: value.
     EVAL_SYMBOL = enum.auto()  # attrs: expr, dtype. Output: 0-d tensor, expr at the point.
     RAND_UNIFORM = enum.auto()  # attrs: shape, dtype. U[0,1). Effectful (RNG).
     RAND_NORMAL = enum.auto()  # attrs: shape, dtype. N(0,1). Effectful (RNG).

@@ -3,8 +3,9 @@
 For an edge ``sink <- src`` and a dim ``d`` in both domains, the *offset* is the range
 of ``src_d - sink_d`` over the points the sink reads: ``x[t - 1]`` gives ``[-1, -1]``,
 ``x[t:T]`` gives ``[0, inf]``, ``x[0:t + 1]`` gives ``[-inf, 0]``, a constant index
-``x[0]`` gives ``[-inf, 0]`` (because ``t >= 0``). Offsets over-approximate: a bound
-that cannot be derived is infinite. Dims in only one of the two domains have no offset
+``x[0]`` gives ``[-inf, 0]`` (because ``t >= 0``), ``x[t - t % 4]`` gives ``[-3, 0]``
+(``c * (x % m)`` for a constant ``m > 0`` lies in ``c * [0, m - 1]``). Offsets
+over-approximate: a bound that cannot be derived is infinite. Dims in only one of the two domains have no offset
 (the source coordinate is not tied to a sink coordinate).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 
 from timerl.pdg.ir import PDG, Edge
-from timerl.symbolic import Expr, Max, Min, Slice, Sym, free_symbols, linear_form
+from timerl.symbolic import Const, Expr, Max, Min, Mod, Slice, Sym, free_symbols, linear_form
 
 INF = math.inf
 Interval = tuple[float, float]
@@ -30,6 +31,20 @@ def expr_offset(e: Expr, d: Sym, bound: Sym) -> Interval:
         a, b = (expr_offset(x, d, bound) for x in e.args)
         return (max(a[0], b[0]), max(a[1], b[1]))
     coeffs, const = linear_form(e)
+    # c * (x % m) with a constant m > 0 lies in c * [0, m - 1] (``w[i - i % K]``: [-(K-1), 0])
+    lo, hi = 0, 0
+    for atom in [a for a in coeffs if _mod_by_positive_const(a)]:
+        span = coeffs.pop(atom) * (int(atom.args[1].value) - 1)
+        lo, hi = lo + min(0, span), hi + max(0, span)
+    return add(_linear_offset(coeffs, const, d, bound), (lo, hi))
+
+
+def _mod_by_positive_const(a: Expr) -> bool:
+    return isinstance(a, Mod) and isinstance(a.args[1], Const) and int(a.args[1].value) > 0
+
+
+def _linear_offset(coeffs: dict[Expr, int], const: int, d: Sym, bound: Sym) -> Interval:
+    """Range of ``sum coeffs * atoms + const - d`` (see :func:`expr_offset`)."""
     cd = coeffs.pop(d, 0)
     if any(d in free_symbols(a) for a in coeffs):
         return FULL

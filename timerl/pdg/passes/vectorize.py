@@ -4,7 +4,8 @@ A dim ``b`` with a static bound ``B`` is *vectorizable* when every edge reads it
 with the identity (``x[b, ...]``), not at all, or as the whole range ``0:B`` from a
 sink without ``b`` (a reduction over the batch: the source's batch dim then *is* the
 stacked leading per-point dim, as the first slice of the edge), no condition, slice bound, select
-or op attribute mentions it, it is not a dynamic bound's dim, and every UDF varying
+or op attribute mentions it (``as_tensor(b)`` itself excepted, see below), it is not a
+dynamic bound's dim, and every UDF varying
 over it declared it among its ``batch_dims`` (the function handles all its points at once). Such a dim carries
 no dependence between its points, so it is removed from every domain and becomes a
 leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
@@ -13,6 +14,14 @@ Precondition: a lowered PDG. Postcondition: no node has ``b`` in its domain; nod
 that had it carry ``batch == (B,)`` (dims vectorized earlier come first); edges lose
 their ``b`` component. Sinks over ``b`` are wrapped to call the user's function once
 per batch index with ``point["b"]`` set, so sink semantics are unchanged.
+
+The value of the dim itself, ``as_tensor(b)`` (an ``EVAL_SYMBOL`` whose expression is
+exactly ``b``; e.g. a per-actor epsilon), does not keep a dim symbolic that some UDF
+batches over (an environment's ``b``, which must be vectorized anyway): it becomes the
+constant ``arange(B)`` with ``batch == (B,)``, a ``CONST`` with ``batched=True`` whose
+value already carries the batch dim. Other dims keep their old rule (so programs that
+ran unvectorized still do), and any other expression of ``b`` (``as_tensor(b + i)``)
+keeps ``b`` symbolic; write it as RT arithmetic on ``as_tensor(b)`` instead.
 """
 
 from __future__ import annotations
@@ -48,11 +57,14 @@ def _first_slice(e: Edge, c: Any) -> bool:
 def vectorizable_dims(pdg: PDG) -> list[Sym]:
     """Dims that can become concrete batch dims (see module docstring)."""
     out = []
+    udf_batched = {d for n in pdg if n.op.kind is OpKind.UDF for d in n.op.attr("batch_dims", ())}
     for s, bnd in pdg.dims:
         if bnd not in pdg.static_bounds:
             continue
         ok = True
         for n in pdg:
+            if s.name in udf_batched and _is_dim_value(n, s):
+                continue
             if _mentions(n.cond, s) or any(_mentions(v, s) for _, v in n.op.attrs):
                 ok = False
                 break
@@ -101,7 +113,11 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
         size = pdg.static_bounds[pdg.bound_of(s)]
         new_nodes: dict[int, Node] = {}
         for nid, n in nodes.items():
-            if s in n.domain:
+            if _is_dim_value(n, s):  # as_tensor(b): the values 0..B-1 along the new batch dim
+                value = np.arange(size, dtype=n.op.attr("dtype").numpy)
+                op = Op.make(OpKind.CONST, value=value, batched=True)  # value holds the batch dim
+                n = replace(n, domain=(), batch=(size,), op=op)
+            elif s in n.domain:
                 op = n.op
                 if op.kind is OpKind.SINK:
                     op = Op.make(OpKind.SINK, fn=_per_batch_sink(op.attr("fn"), s.name, len(n.batch)))
@@ -118,6 +134,11 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
             new_edges.append(e)
         nodes, edges = new_nodes, new_edges
     return pdg.with_(nodes=nodes, edges=tuple(edges))
+
+
+def _is_dim_value(n: Node, s: Sym) -> bool:
+    """``as_tensor(s)``: the node's value at each point is the dim's own index."""
+    return n.op.kind is OpKind.EVAL_SYMBOL and n.op.attr("expr") is s and n.domain == (s,)
 
 
 def _per_batch_sink(fn: Any, name: str, axis: int) -> Any:
