@@ -53,3 +53,30 @@ def test_lags() -> None:
     assert named["w"] == 0  # read at its own iteration (the update reads it there)
     assert max(lags.values()) == 1  # the optimiser's update is read by w[i + 1]
     assert "hist" not in named  # read by hist[0:i + 1]: kept for the whole run
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_statement_of_the_last_iteration_only_still_frees(backend: str) -> None:
+    # `w[(i + 1) % I == 0]` runs at i = I - 1 only: isl emits it as `if (c0 == 5)` at the
+    # constant point (5,) inside the iteration loop (as a final checkpoint is); the loop
+    # is still iteration-major and earlier iterations are freed.
+    results, peaks = [], []
+    for free in (False, True):
+        out: list = []
+        ctx = trl.Context(dims=("i", "t"))
+        with ctx as ((i, I), (t, T)):
+            w = trl.param(np.array([0.5, -0.25], np.float32), domain=(i,), name="w")
+            x = trl.empty((2,), domain=(i, t), name="x")
+            x[i, 0] = w * 2.0
+            x[i, t + 1] = (x * 0.5 + w).tanh()
+            loss = (x[i, t:T].sum(0) ** 2).sum()
+            loss.backward()
+            trl.optim.Adam([w], lr=0.01).step()
+            w[(i + 1) % 6 == 0].sink(lambda v, p: out.append((p["i"], v.tolist())), name="last_w")
+        ex = ctx.compile({I: 6, T: 4}, backend=backend, free_iterations=free)
+        ex.execute()
+        results.append(out)
+        peaks.append(ex.memory_stats().peak_bytes)
+    assert [p for p, _ in results[0]] == [5]
+    assert results[0] == results[1]
+    assert peaks[1] < peaks[0] / 2

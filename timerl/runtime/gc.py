@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 
 from timerl.pdg.ir import PDG, Edge
 from timerl.runtime.store import PointStore
 from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq, walk
 from timerl.schedule.distance import edge_offsets
-from timerl.symbolic import Slice, Sym, affine_difference, free_symbols
+from timerl.symbolic import And, Eq, Expr, Slice, Sym, affine_difference, evaluate, free_symbols, linear_form
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +57,53 @@ def read_lags(pdg: PDG, dim: Sym) -> dict[int, int]:
     return {k: v for k, v in lags.items() if v is not None}
 
 
+def _pinned(cond: Expr, var: Sym) -> int | None:
+    """``k`` when ``cond`` (or one of its conjuncts) says ``var == k``, else ``None``."""
+    if isinstance(cond, And):
+        pins = [_pinned(c, var) for c in cond.args]
+        return next((k for k in pins if k is not None), None)
+    if not isinstance(cond, Eq):
+        return None
+    (ca, ka), (cb, kb) = linear_form(cond.args[0]), linear_form(cond.args[1])
+    coeffs = {x: ca.get(x, 0) - cb.get(x, 0) for x in ca.keys() | cb.keys()}
+    c = coeffs.pop(var, 0)
+    if c not in (1, -1) or any(coeffs.values()):
+        return None
+    return (kb - ka) * c
+
+
+def _execs(node: AstNode, var: Sym, pin: int | None = None) -> Iterator[tuple[Exec, int | None]]:
+    """The execs under ``node`` with the value ``var`` is pinned to by enclosing ``If``s."""
+    if isinstance(node, Exec):
+        yield node, pin
+    elif isinstance(node, Seq):
+        for c in node.children:
+            yield from _execs(c, var, pin)
+    elif isinstance(node, If):
+        k = _pinned(node.cond, var)
+        yield from _execs(node.then, var, pin if k is None else k)
+        if node.else_ is not None:
+            yield from _execs(node.else_, var, pin)
+    elif isinstance(node, Loop):
+        yield from _execs(node.body, var, pin)
+
+
 def loop_offset(loop: Loop, pdg: PDG, dim: Sym) -> int | None:
-    """``c`` when every exec of a ``dim`` node in ``loop`` runs at ``dim = counter + c`` (one ``c``)."""
+    """``c`` when every exec of a ``dim`` node in ``loop`` runs at ``dim = counter + c`` (one
+    ``c``). An exec at a constant point under ``if (counter == k)`` (isl's code for a
+    statement run at one iteration only, such as a final checkpoint) counts as ``c = point - k``."""
     offs = set()
-    for st in walk(loop.body):
-        if isinstance(st, Exec) and dim in pdg.nodes[st.node].domain:
+    for st, pin in _execs(loop.body, loop.var):
+        if dim in pdg.nodes[st.node].domain:
             comp = st.point[pdg.nodes[st.node].domain.index(dim)]
-            if isinstance(comp, Slice) or loop.var not in free_symbols(comp):
+            if isinstance(comp, Slice):
                 return None
-            offs.add(affine_difference(comp, loop.var))
+            if loop.var in free_symbols(comp):
+                offs.add(affine_difference(comp, loop.var))
+            elif pin is not None and not free_symbols(comp):
+                offs.add(int(evaluate(comp, {})) - pin)
+            else:
+                return None
     if len(offs) != 1 or None in offs or loop.inc != 1:
         return None
     return offs.pop()
