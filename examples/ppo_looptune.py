@@ -27,11 +27,11 @@ import ppo  # noqa: E402
 class Args(ppo.Args):
     env_id: str = "looptune.mm"
     """the LoopTune dataset (looptune.mm: matmuls with m, n, k in 64..256 step 16)"""
-    num_envs: int = 8
+    num_envs: int = 16
     """parallel environments (the batch dim b): one problem each per episode"""
-    iterations: int = 20
+    iterations: int = 80
     """training iterations; each runs one 10-action episode per env"""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """Adam learning rate (annealed linearly to 0)"""
     gamma: float = 0.9
     """discount factor (episodes are 10 actions)"""
@@ -44,6 +44,11 @@ class Args(ppo.Args):
     schedule-cache hits, so training fits in minutes"""
     eval_problems: int = 16
     """test problems to tune after training (0: all 440)"""
+    reward: str = "best"
+    """training reward. best: gain over the best schedule so far (the return is the best
+    schedule's gain; tuning keeps the best schedule of the greedy rollout); step: the
+    paper's per-action (GFLOPS(S') - GFLOPS(S)) / peak; final: the same return paid at the
+    last action (one measurement per episode; tuning keeps the last schedule)"""
     measurer: str = "tvm"
     """tvm: compile and time (the real reward); analytic: a cost model for tests only"""
     searches: str = ""
@@ -78,8 +83,9 @@ def latest_weights(ckpt_dir: str) -> dict[str, np.ndarray]:
 
 def tune_with_policy(args: Args, weights: dict[str, np.ndarray], problems: list) -> dict[str, dict]:
     """Greedy rollouts of the trained policy on ``problems`` (an RT program of its own):
-    per problem, the actions taken and the seconds per problem (policy inference plus the
-    final state's compile-and-time)."""
+    per problem, the actions taken, the schedule kept (the best one of the rollout with
+    ``reward="best"``, else the last) and the seconds per problem (policy inference plus
+    compiling and timing the schedules measured)."""
     B = min(args.num_envs, len(problems))
     iters = math.ceil(len(problems) / B)
     ctx = trl.Context(dims=("b", "i", "t"))
@@ -91,7 +97,7 @@ def tune_with_policy(args: Args, weights: dict[str, np.ndarray], problems: list)
             split="test",
             problems=problems,
             measurer=args.measurer,
-            reward="final",
+            reward="best" if args.reward == "best" else "final",
         )
         dnn = (
             trl.DNNBuilder(seed=args.seed).from_env(env, hidden=[args.hidden] * 2, critic=True).build(weights)
@@ -107,7 +113,8 @@ def tune_with_policy(args: Args, weights: dict[str, np.ndarray], problems: list)
     out = {}
     for rec in env.history:
         if rec.problem.name not in out:
-            out[rec.problem.name] = {"actions": list(rec.actions), "seconds": per_problem}
+            kept = rec.best_key if args.reward == "best" else rec.final_key
+            out[rec.problem.name] = {"actions": list(rec.actions), "state": kept, "seconds": per_problem}
     return out
 
 
@@ -133,7 +140,8 @@ def main(args: Args) -> dict:
 
     def env_fn(a: Args, B):
         return trl.env.make(
-            a.env_id, num_envs=B, seed=a.seed, split="train", problems=train, measurer=a.measurer
+            a.env_id, num_envs=B, seed=a.seed, split="train", problems=train, measurer=a.measurer,
+            reward=a.reward,
         )
 
     t0 = time.perf_counter()

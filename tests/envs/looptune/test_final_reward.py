@@ -1,4 +1,4 @@
-"""``reward="final"``: the same episode return as per-step rewards, two measurements per episode."""
+"""``reward="final"`` and ``reward="best"`` against the per-step reward (analytic model)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,18 @@ def test_final_reward_sums_to_the_per_step_return() -> None:
     np.testing.assert_allclose(fin_r.sum(), step_r.sum(), rtol=1e-5, atol=1e-7)
     assert fin_h.final_key == step_h.final_key and fin_h.actions == step_h.actions
     assert fin_calls == 2 < step_calls  # the untuned nest and the final one
+
+
+def test_best_reward_pays_each_new_best_once() -> None:
+    # split m by 2, then move the inner m below k (a gain), then wreck it (n split 64)
+    acts = [4, 1, 3, 1, 9, 0, 2, 5, 1, 6]
+    step_r, _, step_h = _episode("step", acts)
+    best_r, _, best_h = _episode("best", acts)
+    assert best_h.final_key == step_h.final_key and best_h.best_key == step_h.best_key
+    assert np.all(best_r >= 0.0)
+    peak = AnalyticCostModel().peak
+    np.testing.assert_allclose(best_r.sum(), (best_h.best_gflops - best_h.initial_gflops) / peak, rtol=1e-5)
+    # the running best of the per-step returns, step by step
+    running = np.maximum.accumulate(np.concatenate([[0.0], np.cumsum(step_r)]))
+    np.testing.assert_allclose(best_r, np.diff(running), rtol=1e-5, atol=1e-7)
+    assert step_r.min() < 0.0  # the sequence does lose GFLOPS somewhere, which best does not pay back

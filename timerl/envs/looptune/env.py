@@ -51,6 +51,7 @@ from timerl.symbolic import Sym
 log = logging.getLogger("timerl.envs.looptune")
 
 SPLITS = ("train", "test", "all")
+REWARDS = ("step", "final", "best")
 
 
 @dataclass(frozen=True)
@@ -113,10 +114,11 @@ class _LoopTuneState:
         peak: float,
         max_loops: int,
         episode_len: int,
-        final_reward: bool = False,
+        reward: str = "step",
     ) -> None:
         self.env_id = env_id
-        self.final_reward = final_reward
+        self.reward = reward
+        self.final_reward = reward == "final"
         self.num_envs = num_envs
         self.seed = int(seed)
         self.problems = problems
@@ -180,7 +182,10 @@ class _LoopTuneState:
                     ep.actions.append(a)
                     continue
                 g = ep.g if nxt is ep.state and not self.final_reward else self.measurer.gflops(nxt)
-                rew[e] = (g - ep.g) / self.peak
+                if self.reward == "best":
+                    rew[e] = max(0.0, g - ep.best_g) / self.peak
+                else:
+                    rew[e] = (g - ep.g) / self.peak
                 ep.state, ep.g = nxt, g
                 ep.actions.append(a)
                 if g > ep.best_g:
@@ -228,7 +233,10 @@ class LoopTuneEnv(GymEnv):
     - ``cache_dir``: where the TVM measurer and the peak keep their disk caches;
     - ``reward``: ``"step"`` (the paper's per-action ``ΔGFLOPS / peak``) or ``"final"``
       (0 until the last action, then ``(GFLOPS(final) - GFLOPS(initial)) / peak``: the same
-      episode return with two measurements per episode, for evaluating a trained policy).
+      episode return with two measurements per episode, for evaluating a trained policy)
+      or ``"best"`` (``max(0, GFLOPS(S') - best so far) / peak``: the return is the gain of
+      the best schedule of the episode, the one a tuner keeps; actions after it are not
+      penalised, so exploring is never worse than stopping).
     """
 
     def __init__(
@@ -250,8 +258,8 @@ class LoopTuneEnv(GymEnv):
         env_id = f"looptune.{name}"
         if split not in SPLITS:
             raise TimeRLError(f"env {env_id}: unknown split {split!r}; use one of {', '.join(SPLITS)}")
-        if reward not in ("step", "final"):
-            raise TimeRLError(f"env {env_id}: reward must be 'step' or 'final', got {reward!r}")
+        if reward not in REWARDS:
+            raise TimeRLError(f"env {env_id}: reward must be one of {', '.join(REWARDS)}, got {reward!r}")
         if episode_len < 1:
             raise TimeRLError(f"env {env_id}: episode_len must be >= 1, got {episode_len}")
         if max_loops < 5:
@@ -285,7 +293,7 @@ class LoopTuneEnv(GymEnv):
             self.peak,
             max_loops,
             episode_len,
-            final_reward=reward == "final",
+            reward=reward,
         )
         self._init_wrapper(env_id, num_envs, state)
 
