@@ -13,7 +13,7 @@ Fixes this needs on TVM 0.27 (``shared/notes/loop_envs.md``):
 
 - ``apache-tvm-ffi==0.1.14.post1`` (0.1.15.x segfaults in every ``TuneContext``) and the
   packages the wheel leaves out: ``xgboost``, ``cloudpickle``, ``psutil``
-  (``pip install 'timerl[looptune]'``);
+  (``pip install 'timerl[metaschedule]'``);
 - builders use :func:`_fast_build`, the default build without its
   ``import tvm.s_tir.tensor_intrin``; that import registers the tensor intrinsics of
   every target and takes 35-120 s here (the CUDA ones dominate), more than the
@@ -86,7 +86,7 @@ def _import_meta_schedule() -> Any:
     missing = [m for m in ("xgboost", "cloudpickle", "psutil") if importlib.util.find_spec(m) is None]
     if missing:
         raise TimeRLError(
-            f"MetaSchedule needs {', '.join(missing)}: pip install 'timerl[looptune]' "
+            f"MetaSchedule needs {', '.join(missing)}: pip install 'timerl[metaschedule]' "
             "(or pip install xgboost==3.2.0 cloudpickle psutil)"
         )
     from tvm.s_tir import meta_schedule
