@@ -39,6 +39,8 @@ class Args(CheckpointArgs):
     """environment id with its family prefix (e.g. looptune.mm, gym.CartPole-v1)"""
     measurer: str = ""
     """looptune only: how states are timed (e.g. tvm, analytic); empty: the env's default"""
+    reward: str = "best"
+    """looptune only: step (the paper's), final or best (gain over the best schedule so far)"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 4
@@ -284,8 +286,10 @@ def _resume_replay(buffer: PrioritizedReplay, resume: str) -> None:
 
 def _make_env(args: Args, B: Any) -> Any:
     kwargs: dict[str, Any] = {}
-    if args.measurer and args.env_id.startswith("looptune."):
-        kwargs["measurer"] = args.measurer
+    if args.env_id.startswith("looptune."):
+        kwargs["reward"] = args.reward
+        if args.measurer:
+            kwargs["measurer"] = args.measurer
     return trl.env.make(args.env_id, num_envs=B, seed=args.seed, **kwargs)
 
 
