@@ -104,7 +104,10 @@ def tune_with_policy(args: Args, weights: dict[str, np.ndarray], problems: list)
         )
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
-        a = dnn.forward(o).argmax(-1)  # greedy
+        # greedy over the actions that change the nest: an argmax on a no-op would repeat
+        # it for the rest of the episode (the state, hence the choice, stays the same)
+        valid = env.action_mask(o)
+        a = (dnn.forward(o) + (valid - 1.0) * 1e9).argmax(-1)
         o[b, i, t + 1], _, d = env.step(a)
     ex = ctx.compile({Bs: B, I: iters, T: d}, backend=args.backend, seed=args.seed)
     t0 = time.perf_counter()

@@ -119,3 +119,33 @@ def test_bad_arguments() -> None:
             trl.env.make("looptune.mm", num_envs=B, measurer="gcc")
         with pytest.raises(TimeRLError, match="'looptune.<dataset>'"):
             trl.env.make("loop.mm", num_envs=B)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_action_mask_marks_the_no_ops(backend: str) -> None:
+    """``env.action_mask(o)`` is ``is_valid`` of the state ``o`` shows; a policy that
+    prefers ``up`` (a no-op at the top) and ``swap_down`` picks valid actions only."""
+    from timerl.envs.looptune.ir import is_valid
+
+    masks: dict[tuple[int, int], np.ndarray] = {}
+    ctx = trl.Context(dims=("b", "t"))
+    with ctx as ((b, B), (t, T)):
+        env = trl.env.make("looptune.mm", num_envs=B, seed=0, split="test", measurer="analytic")
+        o = trl.like(env.obs_space, domain=(b, t))
+        o[b, 0] = env.reset(domain=(b,))
+        valid = env.action_mask(o)
+        prefer = trl.const(np.array([9.0, 0, 0, 5.0, 0, 0, 0, 0, 0, 0], np.float32))
+        a = (prefer + (valid - 1.0) * 1e9).argmax(-1)
+        o[b, t + 1], _, d = env.step(a)
+        valid.sink(lambda v, pt: masks.__setitem__((pt["b"], pt["t"]), np.array(v)))
+    ctx.compile({B: 2, T: d}, backend=backend).execute()
+    assert len(env.history) == 2 and len(masks) == 2 * LEN
+    for h in env.history:
+        s = initial_state(h.problem)
+        for step, act in enumerate(h.actions):
+            want = [float(is_valid(s, k)) for k in range(len(ACTIONS))]
+            assert masks[h.env_index, step].tolist() == want
+            assert is_valid(s, act)
+            s = apply_action(s, act)
+        # up is a no-op at the top: swap_down (the cursor follows the loop), then up, ...
+        assert h.actions == (ACTIONS.index("swap_down"), ACTIONS.index("up")) * (LEN // 2)

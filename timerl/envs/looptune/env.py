@@ -43,9 +43,13 @@ from timerl.envs.looptune.ir import (
     apply_action,
     features,
     initial_state,
+    is_valid,
 )
 from timerl.envs.looptune.measure import Measurer, machine_peak, make_measurer
 from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.pdg.ops import DType
+from timerl.rt.tensor import RecurrentTensor
+from timerl.rt.udf import UDFFn, udf
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.envs.looptune")
@@ -219,6 +223,24 @@ class _LoopTuneState:
         )
 
 
+class _MaskFn(UDFFn):
+    """The valid-action mask of every env's current state (see :meth:`LoopTuneEnv.action_mask`)."""
+
+    def __init__(self, state: _LoopTuneState) -> None:
+        super().__init__(self._call, f"{state.env_id}.action_mask")
+        self.state = state
+
+    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
+        st = self.state
+        if not st.episodes:
+            raise RuntimeExecutionError(f"env {st.env_id}: action_mask before reset")
+        mask = np.array(
+            [[float(is_valid(ep.state, a, st.max_loops)) for a in range(len(ACTIONS))] for ep in st.episodes],
+            np.float32,
+        )
+        return [mask if st.batched else mask[0]]
+
+
 class LoopTuneEnv(GymEnv):
     """LoopTune in RT programs (same interface as ``GymEnv``; see the module doc).
 
@@ -296,6 +318,23 @@ class LoopTuneEnv(GymEnv):
             reward=reward,
         )
         self._init_wrapper(env_id, num_envs, state)
+
+    def action_mask(self, obs: RecurrentTensor) -> RecurrentTensor:
+        """``1.0`` for the actions that change each env's current state, ``0.0`` for the
+        no-ops (a cursor at the top cannot move up, a split larger than the loop, ...), a
+        float32 ``(10,)`` per point of ``obs``. It reads the env's state, so it depends on
+        ``obs`` (the observation of that state) and is computed after the step that made it;
+        e.g. ``(logits + (mask - 1) * 1e9).argmax(-1)`` picks the best valid action."""
+        batch = (self.batch_dim,) if self.batch_dim is not None else ()
+        (mask,) = udf(
+            _MaskFn(self._state),
+            [((len(ACTIONS),), DType.float32)],
+            obs.domain,
+            [obs],
+            name=f"{self.env_id}.action_mask",
+            batch_dims=batch,
+        )
+        return mask
 
     @property
     def history(self) -> list[EpisodeRecord]:
