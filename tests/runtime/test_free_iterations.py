@@ -72,7 +72,7 @@ def test_statement_of_the_last_iteration_only_still_frees(backend: str) -> None:
             loss = (x[i, t:T].sum(0) ** 2).sum()
             loss.backward()
             trl.optim.Adam([w], lr=0.01).step()
-            w[(i + 1) % 6 == 0].sink(lambda v, p: out.append((p["i"], v.tolist())), name="last_w")
+            w[(i + 1) % 6 == 0].sink(lambda v, p, out=out: out.append((p["i"], v.tolist())), name="last_w")
         ex = ctx.compile({I: 6, T: 4}, backend=backend, free_iterations=free)
         ex.execute()
         results.append(out)
