@@ -143,7 +143,12 @@ def main(args: Args) -> dict:
 
     def env_fn(a: Args, B):
         return trl.env.make(
-            a.env_id, num_envs=B, seed=a.seed, split="train", problems=train, measurer=a.measurer,
+            a.env_id,
+            num_envs=B,
+            seed=a.seed,
+            split="train",
+            problems=train,
+            measurer=a.measurer,
             reward=a.reward,
         )
 
