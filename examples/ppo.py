@@ -55,6 +55,8 @@ class Args(CheckpointArgs):
     """epochs over each rollout (a dim e); > 1 recomputes the forward pass"""
     num_minibatches: int = 1
     """minibatches per epoch (a dim m; minibatch m holds the steps t with t % M == m)"""
+    update_dims: bool = False
+    """build the (i, e, m) program even for one epoch and one minibatch (a check of it)"""
     seed: int = 0
     """random seed"""
 
@@ -112,13 +114,7 @@ def make_env(args: Args, B):
 def build(args: Args, log_fn, env_fn=make_env, weights=None):
     """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
     the network from given values (e.g. a checkpoint's)."""
-    epochs = args.update_epochs > 1 or args.num_minibatches > 1
-    if epochs:
-        raise trl.TimeRLError(
-            "ppo: --update-epochs/--num-minibatches > 1 build the (i, e, m) program below, but it "
-            "does not run yet (a node over t is scheduled before T is known: BoundError; see "
-            "docs/status.md, issue 3); use --update-epochs 1 --num-minibatches 1"
-        )
+    epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     # Dim order is loop order where isl has a choice: the update dims come before t, so
     # one (e, m) update sweeps the rollout over t.
     ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))

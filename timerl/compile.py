@@ -25,6 +25,7 @@ class CompileOptions:
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
     free_iterations: bool = True  # free values of iterations no later point reads
+    block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -62,6 +63,7 @@ class Executor:
                 seed=options.seed,
                 fuse=options.fuse,
                 free_iterations=options.free_iterations,
+                block_store=options.block_store,
                 resume=resume,
                 config=config,
             )
@@ -73,6 +75,7 @@ class Executor:
                 seed=options.seed,
                 fuse=options.fuse,
                 free_iterations=options.free_iterations,
+                block_store=options.block_store,
             )
 
     def execute(self) -> None:
@@ -90,6 +93,7 @@ class Executor:
 def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) -> PDG:
     """Lower the program and run the PDG passes selected by ``options``."""
     from timerl.pdg.passes.dce import eliminate_dead_code
+    from timerl.pdg.passes.enclose import enclose_dynamic_dims
     from timerl.pdg.passes.vectorize import vectorize
     from timerl.pdg.verify import verify_pdg
     from timerl.rt.lower import lower
@@ -103,6 +107,9 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     if options.dce:
         keep = frozenset(n.id for n in ctx.graph.nodes.values() if n.is_param)
         pdg = eliminate_dead_code(pdg, keep)
+        verify_pdg(pdg)
+    if pdg.dynamic_bounds:  # a node over t alone has no single T when T is per episode
+        pdg = enclose_dynamic_dims(pdg)
         verify_pdg(pdg)
     return pdg
 

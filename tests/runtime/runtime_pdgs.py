@@ -174,13 +174,16 @@ def batched_program(n: int = 3, reverse: bool = False) -> Program:
 
 
 def episode_program(
-    ep_len: tuple[int, ...] = (5, 3, 1), schedule: str = "mc", fail_reset_at: int | None = None
+    ep_len: tuple[int, ...] = (5, 3, 1),
+    schedule: str = "mc",
+    fail_reset_at: int | None = None,
+    window: int = 2,
 ) -> Program:
     """Episodes of dynamic length T (done when t == ep_len[i] - 1), returns, a per-episode sink.
 
     reset[i] = 100 i; o[i, 0] = reset[i], o[i, t] = step[i, t-1].obs; step: obs + 1, reward
     0.5 obs, done. ``g`` = MC return sum(r[t:T]); ``gr`` = the same as a backward recurrence
-    with 0.9 discount; ``ng`` = 2-step return sum(r[t:min(t+2, T)]); ``tot[i]`` = sum(r[0:T]).
+    with 0.9 discount; ``ng`` = n-step return sum(r[t:min(t+n, T)]) (``n = window``); ``tot[i]`` = sum(r[0:T]).
 
     Schedules: ``mc`` (learn after acting, forward), ``rev`` (backward recurrence loop with
     init ``-T + 1``), ``nstep`` (learning interleaved with acting, needs the lb rule),
@@ -227,7 +230,7 @@ def episode_program(
     b.read(acc, disc, (i, t))
     b.read(gr, step, (i, t), oid=1, cond=t == T - 1)
     b.read(gr, acc, (i, t), cond=t + 1 < T)
-    b.read(ng, step, (i, Slice(t, smin(t + 2, T))), oid=1)
+    b.read(ng, step, (i, Slice(t, smin(t + window, T))), oid=1)
     b.read(tot, step, (i, Slice(ZERO, T)), oid=1)
     b.read(sk, tot, (i,))
     b.read(reset, step, (i - 1, 0), order=True, cond=i > 0)  # env order: a reset after the previous episode
@@ -245,11 +248,12 @@ def episode_program(
             ex(gr, c0, -c1),
         )
         body = (ex(reset, c0), loop(c1, 0, c1 < T, *act), learn, *tail)
-    elif schedule == "nstep":
+    elif schedule == "nstep":  # act window - 1 steps ahead of learning
+        lead = window - 1
         body = (
             ex(reset, c0),
-            loop(c1, 0, c1 <= smin(0, T - 1), *act),
-            loop(c1, 1, c1 <= T, If(T >= c1 + 1, Seq(act)), ex(ng, c0, c1 - 1)),
+            loop(c1, 0, c1 <= smin(lead - 1, T - 1), *act),
+            loop(c1, lead, c1 < T + lead, If(T >= c1 + 1, Seq(act)), ex(ng, c0, c1 - lead)),
             *tail,
         )
     elif schedule == "split":  # all episodes act, then all learn: T is per episode in both loops

@@ -32,8 +32,8 @@ from timerl.schedule.ast import Seq
 from timerl.symbolic import TRUE, Sym
 
 
-def run(prog: Program, backend: AbstractBackend, seed: int = 0) -> Executor:
-    e = Executor(prog.pdg, prog.ast, backend, seed=seed)
+def run(prog: Program, backend: AbstractBackend, seed: int = 0, block_store: bool = True) -> Executor:
+    e = Executor(prog.pdg, prog.ast, backend, seed=seed, block_store=block_store)
     e.execute()
     return e
 
@@ -98,9 +98,10 @@ def test_random_is_deterministic_per_point(backend: AbstractBackend) -> None:
 
 
 def test_dealloc_frees_and_memory_stats(backend: AbstractBackend) -> None:
-    keep = run(cumsum_program(6), backend)
+    """Point-store accounting (the block store's is in test_block_store.py)."""
+    keep = run(cumsum_program(6), backend, block_store=False)
     prog = cumsum_program(6, dealloc=True)
-    e = run(prog, backend)
+    e = run(prog, backend, block_store=False)
     y = prog.ids["y"]
     assert e.points(y) == [(5,)]  # y[0..4] freed once x[t+1] read them
     with pytest.raises(KeyError, match="never run or freed"):

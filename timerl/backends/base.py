@@ -217,6 +217,34 @@ class AbstractBackend(abc.ABC):
     def all_true(self, x: Any) -> bool:
         """Whether every element is true."""
 
+    # -- block buffers (the runtime's block store, ``runtime/block_store.py``) ------------
+    # A block buffer holds consecutive points of one tensor along one dim: row ``k`` of a
+    # buffer of shape ``(rows,) + value shape`` is the value at the ``k``-th coordinate the
+    # buffer covers. The block store writes each row once (it copies a buffer before
+    # writing a row again), so rows and row ranges handed out earlier may alias the buffer.
+    @abc.abstractmethod
+    def block_alloc(self, rows: int, like: Any) -> Any:
+        """A zero buffer of shape ``(rows,) + like.shape`` with ``like``'s dtype."""
+
+    @abc.abstractmethod
+    def block_copy(self, buf: Any) -> Any:
+        """A copy of ``buf`` (``buf`` itself is unchanged)."""
+
+    @abc.abstractmethod
+    def block_write(self, buf: Any, index: int, x: Any) -> Any:
+        """Write ``x`` (shape and dtype of a row) into row ``index``; returns the buffer to use
+        from now on. In place where the library allows it; ``buf`` must not be used again."""
+
+    @abc.abstractmethod
+    def block_row(self, buf: Any, index: int) -> Any:
+        """Row ``index`` (a view where the library has views)."""
+
+    @abc.abstractmethod
+    def block_rows(self, pieces: Sequence[tuple[Any, int, int]], axis: int, size: int) -> Any:
+        """Rows ``buf[start:stop]`` of each ``(buf, start, stop)`` piece, concatenated, with the
+        row axis moved to ``axis`` and zero-padded along it to ``size`` rows: what
+        ``stack_padded`` of the rows gives (same values, shape and layout)."""
+
     # -- interop and compilation -------------------------------------------------------
     @abc.abstractmethod
     def to_dlpack(self, x: Any) -> Any:

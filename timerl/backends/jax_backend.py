@@ -6,12 +6,14 @@ values keep their dtype; every kernel passes dtypes explicitly so float32 stays 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, final
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from timerl.backends import base
 from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
@@ -114,6 +116,18 @@ def _on_cpu(xs: Sequence[Any]) -> bool:
     return bool(xs) and all(d.platform == "cpu" for x in xs for d in x.devices())
 
 
+# Block buffers (see AbstractBackend.block_*): compiled once per buffer shape; the write
+# donates the buffer, so XLA updates it in place.
+@functools.partial(jax.jit, donate_argnums=0)
+def _block_write(buf: jax.Array, x: jax.Array, index: jax.Array) -> jax.Array:
+    return lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), index, 0)
+
+
+@jax.jit
+def _block_row(buf: jax.Array, index: jax.Array) -> jax.Array:
+    return lax.dynamic_index_in_dim(buf, index, 0, keepdims=False)
+
+
 @final
 class JaxBackend(AbstractBackend):
     """Runs ops with ``jax.numpy``; RNG is a PRNG key split once per random op."""
@@ -122,9 +136,10 @@ class JaxBackend(AbstractBackend):
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
     static_shapes: ClassVar[bool] = True
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, host_blocks: bool = False) -> None:
         super().__init__()
         self._key = jax.random.key(seed)
+        self.host_blocks = host_blocks
 
     def seed(self, seed: int) -> None:
         """Reset the PRNG key."""
@@ -178,6 +193,53 @@ class JaxBackend(AbstractBackend):
     def broadcast_to(self, x: Any, shape: tuple[int, ...]) -> jax.Array:
         """``jnp.broadcast_to``."""
         return jnp.broadcast_to(x, shape)
+
+    # Block buffers live on the device (``host_blocks=False``: jitted updates that donate the
+    # buffer, in place) or in host NumPy arrays (``host_blocks=True``: a write is a NumPy copy
+    # of the value, which waits for it). See ``runtime/block_store.py``.
+    def block_alloc(self, rows: int, like: Any) -> Any:
+        """``zeros((rows,) + like.shape)`` (NumPy with ``host_blocks``)."""
+        shape = (rows,) + tuple(like.shape)
+        if self.host_blocks:
+            return np.zeros(shape, dtype=np.dtype(like.dtype))
+        return jnp.zeros(shape, dtype=like.dtype)
+
+    def block_copy(self, buf: Any) -> Any:
+        """A copy."""
+        return buf.copy() if isinstance(buf, np.ndarray) else jnp.array(buf, copy=True)
+
+    def block_write(self, buf: Any, index: int, x: Any) -> Any:
+        """A jitted ``dynamic_update_index_in_dim`` donating ``buf`` (compiled once per buffer
+        shape; in place on CPU and GPU), or a NumPy row assignment."""
+        if isinstance(buf, np.ndarray):
+            buf[index] = np.asarray(x)
+            return buf
+        return _block_write(buf, x, index)
+
+    def block_row(self, buf: Any, index: int) -> jax.Array:
+        """A jitted ``dynamic_index_in_dim`` (a new array), or a copy of the host row."""
+        if isinstance(buf, np.ndarray):
+            return jnp.array(buf[index])
+        return _block_row(buf, index)
+
+    def block_rows(self, pieces: Sequence[tuple[Any, int, int]], axis: int, size: int) -> jax.Array:
+        """CPU and host buffers: one host copy of the rows (nothing compiled per read length).
+        Accelerator buffers: ``jnp.concatenate`` of the slices, then a zero pad."""
+        if all(isinstance(b, np.ndarray) or _on_cpu([b]) for b, _, _ in pieces):
+            parts = [np.moveaxis(np.asarray(b)[lo:hi], 0, axis) for b, lo, hi in pieces]  # views
+            n = sum(p.shape[axis] for p in parts)
+            shape = list(parts[0].shape)
+            shape[axis] = size
+            out = (np.zeros if size > n else np.empty)(shape, dtype=parts[0].dtype)
+            lead, k = (slice(None),) * axis, 0
+            for p in parts:  # a fresh copy: the result must not alias a buffer later writes update
+                out[lead + (slice(k, k + p.shape[axis]),)] = p
+                k += p.shape[axis]
+            return jnp.asarray(out)
+        x = jnp.concatenate([b[lo:hi] for b, lo, hi in pieces], axis=0)
+        if size > x.shape[0]:
+            x = jnp.concatenate([x, jnp.zeros((size - x.shape[0],) + x.shape[1:], x.dtype)], axis=0)
+        return jnp.moveaxis(x, 0, axis)
 
     def any_true(self, x: Any) -> bool:
         """``bool(jnp.any(x))``."""

@@ -176,6 +176,38 @@ class TorchBackend(AbstractBackend):
         """``torch.broadcast_to`` (a stride-0 view)."""
         return torch.broadcast_to(x, shape)
 
+    def block_alloc(self, rows: int, like: Any) -> torch.Tensor:
+        """``torch.zeros((rows,) + like.shape)``."""
+        return torch.zeros((rows,) + tuple(like.shape), dtype=like.dtype, device=like.device)
+
+    def block_copy(self, buf: Any) -> torch.Tensor:
+        """``buf.clone()``."""
+        return buf.clone()
+
+    def block_write(self, buf: Any, index: int, x: Any) -> torch.Tensor:
+        """``buf[index].copy_(x)`` (in place)."""
+        buf[index].copy_(x)
+        return buf
+
+    def block_row(self, buf: Any, index: int) -> torch.Tensor:
+        """``buf[index]``: a contiguous view."""
+        return buf[index]
+
+    def block_rows(self, pieces: Sequence[tuple[Any, int, int]], axis: int, size: int) -> torch.Tensor:
+        """A view ``buf[start:stop]`` for one piece read at ``axis == 0``; else one contiguous
+        copy (the layout ``torch.stack`` gives, so reductions round the same way)."""
+        views = [buf[a:b] for buf, a, b in pieces]
+        n = sum(int(v.shape[0]) for v in views)
+        if len(views) == 1 and axis == 0 and size == n:
+            return views[0]
+        if axis:
+            views = [v.movedim(0, axis) for v in views]
+        if size > n:
+            shape = list(views[0].shape)
+            shape[axis] = size - n
+            views.append(torch.zeros(shape, dtype=views[0].dtype, device=views[0].device))
+        return torch.cat(views, dim=axis) if len(views) > 1 else views[0].contiguous()
+
     def any_true(self, x: Any) -> bool:
         """``bool(x.any())``."""
         return bool(torch.any(x))

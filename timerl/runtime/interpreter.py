@@ -14,6 +14,11 @@ tensor, element ``select(q, SLICE_VAR = source coordinate)`` of its first per-po
 before stacking. ``order_only`` edges carry no data and are ignored here. A ``MERGE``
 outputs the input of its first in-edge (by ``iid``) whose ``cond`` holds at ``q``.
 
+**Storage.** Outputs that slices re-read (``r[i, t:T]`` at every ``t``) are kept in a block
+store (:mod:`~timerl.runtime.block_store`, chosen from the PDG; ``block_store=False``
+keeps every output in the point store): a slice read along the block dim is one read of
+the buffer's rows instead of a stack of points, with the same values and layout.
+
 **Batching.** Input ``k`` is batched iff its source node has a non-empty ``batch``.
 
 **Dynamic bounds** (``pdg.dynamic_bounds``, found by ``SET_SYMBOL`` nodes). A bound ``T``
@@ -64,6 +69,7 @@ from timerl.backends.base import AbstractBackend
 from timerl.errors import BackendError, BoundError, RuntimeExecutionError, ScheduleError, TimeRLError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
+from timerl.runtime.block_store import BlockSpec, BlockTable, plan_block_storage, slice_axis
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_dlpack_outputs, udf_outputs
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
@@ -234,9 +240,12 @@ class Executor:
         seed: int = 0,
         fuse: bool = True,
         free_iterations: bool = False,
+        block_store: bool = True,
     ) -> None:
         self.pdg = pdg
         self.fuse = fuse
+        # slice-read outputs kept in preallocated buffers (see runtime/block_store.py)
+        self.block_plan: dict[tuple[int, int], BlockSpec] = plan_block_storage(pdg) if block_store else {}
         # free whole iterations no longer read (see runtime/gc.py) when the schedule allows
         self._collector: IterationCollector | None = None
         self._gc_loop: Loop | None = None
@@ -257,9 +266,7 @@ class Executor:
         self._static: Env = {s: int(v) for s, v in pdg.static_bounds.items()}
         self._dyn = _dyn_bounds(pdg)
         self._env: Env = dict(self._static)
-        self.store = PointStore(backend.nbytes)
-        for n in pdg:
-            self.store.declare(n.id, max(1, len(n.outputs)))
+        self.store = self._new_store()
         self.exec_count = 0
         self._thunks: dict[int, Callable[[Point], None]] = {}
         self._check_ast(ast)
@@ -268,9 +275,7 @@ class Executor:
     # -- public API ---------------------------------------------------------------------
     def execute(self) -> None:
         """Run the program from scratch (fresh stores and bounds)."""
-        self.store = PointStore(self.backend.nbytes)
-        for n in self.pdg:
-            self.store.declare(n.id, max(1, len(n.outputs)))
+        self.store = self._new_store()
         self._env.clear()
         self._env.update(self._static)
         for db in self._dyn.values():
@@ -283,8 +288,16 @@ class Executor:
         self._run()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
 
+    def _new_store(self) -> PointStore:
+        store = PointStore(self.backend.nbytes)
+        for n in self.pdg:
+            store.declare(n.id, max(1, len(n.outputs)))
+        for (nid, oid), spec in self.block_plan.items():
+            store.declare_block(nid, oid, BlockTable(spec, self.backend, self.pdg.nodes[nid].label))
+        return store
+
     def memory_stats(self) -> MemoryStats:
-        """Live and peak bytes held by the point stores."""
+        """Live and peak bytes held by the stores (block buffers whole, from allocation on)."""
         return self.store.stats()
 
     def value(self, node_id: int, point: Sequence[int], oid: int = 0) -> np.ndarray:
@@ -797,6 +810,8 @@ class Executor:
         sel = self._node_expr((e.select,), node, False) if e.select is not None else None
         spec = src.outputs[e.oid]
         pad = be.static_shapes and len(slices) == 1 and _zero_pad_safe(node)
+        if isinstance(tab, BlockTable) and slice_axis(e) == tab.spec.axis:
+            return self._make_block_gather(node, e, tab, phi, pad, missing)
 
         def fetch(q: Point, v: Env, s: int | None) -> Any:
             try:
@@ -827,6 +842,43 @@ class Executor:
             return build(comps, 0, (), v, None)
 
         return gather_slices
+
+    def _make_block_gather(
+        self,
+        node: Node,
+        e: Edge,
+        tab: BlockTable,
+        phi: Callable[[Env], Any],
+        pad: bool,
+        missing: Callable[[Point, Env], RuntimeExecutionError],
+    ) -> Callable[[Env], Any]:
+        """A slice read along a block-stored tensor's block dim: one ``rows`` call on its buffer."""
+        be, src = self.backend, self.pdg.nodes[e.src]
+        k = tab.spec.axis
+        spec = src.outputs[e.oid]
+        nb = len(src.batch)
+        rows = tab.rows
+
+        def gather_block(v: Env) -> Any:
+            comps = phi(v)
+            r = comps[k]
+            n = len(r)
+            if n == 0:
+                return _empty(be, src, spec, comps, [k], False, v)
+            key = comps[:k] + comps[k + 1 :]
+            try:
+                x = rows(key, r.start, r.stop, 1 << (n - 1).bit_length() if pad else n)
+            except KeyError as err:
+                raise missing(err.args[0], v) from None
+            if x is None:  # the table fell back to point storage
+                try:
+                    xs = [tab[comps[:k] + (c,) + comps[k + 1 :]] for c in r]
+                except KeyError as err:
+                    raise missing(err.args[0], v) from None
+                return be.stack_padded(xs, nb, 1 << (n - 1).bit_length()) if pad else be.stack(xs, nb)
+            return x
+
+        return gather_block
 
 
 def _zero_pad_safe(node: Node) -> bool:

@@ -10,7 +10,10 @@ stays schedulable in a simple sense:
   and the members that may read each other at the same point form a DAG (their order
   inside the statement);
 * every path that leaves the cluster and comes back (through other statements) reads
-  strictly earlier points, so the statements in between have room to run.
+  strictly earlier points, so the statements in between have room to run. Along the
+  dims the cluster lacks, a path keeps the absolute positions it can be at (an edge
+  ``w[i, e, m + 1] = new[i, e, m]`` puts ``m >= 1``); a path that must read a position it
+  cannot be at (``w[i, 0, 0]`` after that edge) does not exist and is dropped.
 
 Both checks over-approximate distances with intervals, so they may refuse a legal
 merge but never accept one that makes a schedulable program unschedulable. Recurrences
@@ -43,7 +46,7 @@ from timerl.schedule.distance import (
     hull,
     lex_nonpositive,
 )
-from timerl.symbolic import Const, Slice, Sym
+from timerl.symbolic import Const, Slice, Sym, index_symbols, substitute
 
 Vec = tuple[Interval, ...]
 _CLAMP = 2  # offsets beyond +-_CLAMP widen to infinity, so path analysis terminates
@@ -94,26 +97,44 @@ class _Clusterer:
         self._never_forward_cache: dict[Sym, bool] = {}
 
     def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[_Step, ...]]:
-        """Per edge, how it moves a path's distance along each of ``dims`` (see :func:`_step`)."""
+        """Per edge, how it moves a path's distance along each of ``dims`` (see :func:`_step`),
+        then its absolute position along each other dim of the program (:func:`_abs_step`)."""
         got = self._aligned_cache.get(dims)
         if got is None:
+            pdg = self.pdg
+            extra = [s for s, _ in pdg.dims if s not in dims]
             got = self._aligned_cache[dims] = [
-                tuple(_step(e, self.pdg, off, d) for d in dims)
-                for e, off in zip(self.pdg.edges, self.offs, strict=True)
+                tuple(_step(e, pdg, off, d) for d in dims) + tuple(_abs_step(e, pdg, off, x) for x in extra)
+                for e, off in zip(pdg.edges, self.offs, strict=True)
             ]
         return got
 
-    def _vec(self, k: int, dims: tuple[Sym, ...], start: Vec | None = None) -> Vec:
-        """A path's distance vector after edge ``k`` (``start``: before it; None: a lone edge).
+    def _start(self, dims: tuple[Sym, ...]) -> Vec:
+        """A path's state at a cluster member: distance 0, no position along other dims."""
+        return tuple((0, 0) for _ in dims) + tuple(FULL for s, _ in self.pdg.dims if s not in dims)
 
-        Along a dim the current node has, the distance is ``start_d - current_d``; along a
-        dim it lacks, it is ``start_d - 0`` (the path left the dim reading a known position,
-        and every point it re-enters is at position >= 0).
-        """
+    def _walk(self, k: int, dims: tuple[Sym, ...], state: Vec) -> Vec | None:
+        """A path's state after edge ``k``: distances along ``dims`` (see :meth:`_vec`), then
+        absolute positions along the other dims; None when no point of the path can take it."""
         steps = self._aligned(dims)[k]
-        if start is None:
-            return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
-        return tuple(_clamp(_move(st, v)) for st, v in zip(steps, start, strict=True))
+        n = len(dims)
+        out = [_clamp(_move(st, v)) for st, v in zip(steps[:n], state[:n], strict=True)]
+        for st, v in zip(steps[n:], state[n:], strict=True):
+            pos = _abs_move(st, v)
+            if pos is None:
+                return None
+            out.append(pos)
+        return tuple(out)
+
+    def _vec(self, k: int, dims: tuple[Sym, ...]) -> Vec:
+        """The distance vector of the lone edge ``k`` along ``dims`` (between two members).
+
+        On a path (:meth:`_walk`), along a dim the current node has, the distance is
+        ``start_d - current_d``; along a dim it lacks, it is ``start_d - 0`` (the path left
+        the dim reading a known position, and every point it re-enters is at position >= 0).
+        """
+        steps = self._aligned(dims)[k][: len(dims)]
+        return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
 
     def _paths_ok(self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]) -> bool:
         """Whether, for one of the loop directions ``signs_ok``, every path from ``inside``
@@ -122,7 +143,8 @@ class _Clusterer:
         Stops at the first path that no direction allows (most refused merges end early).
 
         A path reaching one member of another cluster reaches all of it at the same point
-        (a cluster runs as one statement), so paths are followed between clusters. With
+        (a cluster runs as one statement), so paths are followed between clusters (only
+        into clusters from which ``inside`` can be reached again). With
         ``outer_forward`` (the first dim runs upwards) a path that already went strictly
         back along the first dim, which no edge of the program ever reads forwards, stays
         safe whatever follows and is not followed further.
@@ -130,14 +152,18 @@ class _Clusterer:
         outer_forward = bool(dims) and all(sg[0] == 1 for sg in signs_ok)
         viable = list(signs_ok)
         prune = outer_forward and self._never_forward(dims[0])
-        zero = tuple((0, 0) for _ in dims)
+        nd = len(dims)
+        zero = self._start(dims)
+        back = self._reaching(inside)
         states: dict[int, list[Vec]] = defaultdict(list)
         work: list[tuple[int, Vec]] = []
         for m in inside:
             for k in self.out[m]:
                 sink = self.pdg.edges[k].sink
-                if sink not in inside:
-                    work.append((self.cluster_of[sink], self._vec(k, dims, zero)))
+                if sink not in inside and self.cluster_of[sink] in back:
+                    nv = self._walk(k, dims, zero)
+                    if nv is not None:
+                        work.append((self.cluster_of[sink], nv))
         while work:
             cl, vec = work.pop()
             if not _insert(states[cl], vec):
@@ -153,14 +179,37 @@ class _Clusterer:
             for node in self.members[cl]:
                 for k in self.out[node]:
                     sink = self.pdg.edges[k].sink
-                    nv = self._vec(k, dims, vec)
+                    nv = self._walk(k, dims, vec)
+                    if nv is None:
+                        continue
                     if sink in inside:
-                        viable = [sg for sg in viable if lex_nonpositive(nv, sg, strict=True)]
+                        viable = [sg for sg in viable if lex_nonpositive(nv[:nd], sg, strict=True)]
                         if not viable:
                             return False
-                    elif self.cluster_of[sink] != cl or sink == node or nv != vec:
-                        work.append((self.cluster_of[sink], nv))
+                        continue
+                    scl = self.cluster_of[sink]
+                    if scl in back and (scl != cl or sink == node or nv != vec):
+                        work.append((scl, nv))
         return True
+
+    def _reaching(self, inside: set[int]) -> set[int]:
+        """Clusters (outside ``inside``) from which some path leads into ``inside``."""
+        out: set[int] = set()
+        stack = list(inside)
+        seen_nodes = set(inside)
+        while stack:
+            n = stack.pop()
+            for k in self.inn[n]:
+                src = self.pdg.edges[k].src
+                if src in seen_nodes:
+                    continue
+                cl = self.cluster_of[src]
+                out.add(cl)
+                for m in self.members[cl]:  # a path reaching one member reaches all of it
+                    if m not in seen_nodes:
+                        seen_nodes.add(m)
+                        stack.append(m)
+        return out
 
     def _never_forward(self, d: Sym) -> bool:
         """Whether no edge reads a later point along ``d`` (every offset's upper end <= 0)."""
@@ -170,15 +219,19 @@ class _Clusterer:
         return got
 
     def try_merge(self, a: int, b: int) -> bool:
+        return self.try_merge_many([a, b])
+
+    def try_merge_many(self, nodes: list[int]) -> bool:
+        """Merge the clusters of ``nodes`` into one statement if the result stays schedulable."""
         pdg = self.pdg
-        ra, rb = self.cluster_of[a], self.cluster_of[b]
-        if ra == rb:
+        reps = list(dict.fromkeys(self.cluster_of[n] for n in nodes))
+        if len(reps) < 2:
             return False
-        na, nb = pdg.nodes[ra], pdg.nodes[rb]
-        if na.domain != nb.domain or na.cond is not nb.cond:
+        first = pdg.nodes[reps[0]]
+        if any(pdg.nodes[r].domain != first.domain or pdg.nodes[r].cond is not first.cond for r in reps[1:]):
             return False
-        dims = na.domain
-        inside = set(self.members[ra]) | set(self.members[rb])
+        dims = first.domain
+        inside = {m for r in reps for m in self.members[r]}
         intra: list[tuple[int, Vec]] = []
         for m in inside:
             for k in self.out[m]:
@@ -197,9 +250,10 @@ class _Clusterer:
         if not self._paths_ok(inside, dims, signs_ok):
             return False
         for m in inside:
-            self.cluster_of[m] = ra
-        self.members[ra] = order
-        del self.members[rb]
+            self.cluster_of[m] = reps[0]
+        self.members[reps[0]] = order
+        for r in reps[1:]:
+            del self.members[r]
         return True
 
 
@@ -219,6 +273,60 @@ def _step(e: Edge, pdg: PDG, off: dict[Sym, Interval], d: Sym) -> _Step:
     if d in sink.domain:
         return ("bcast",)
     return ("none",)
+
+
+def _abs_step(e: Edge, pdg: PDG, off: dict[Sym, Interval], x: Sym) -> _Step:
+    """How an edge moves a path's absolute position along a dim ``x`` the cluster lacks.
+
+    ("tied", offset, read) when both ends have ``x`` (``read``: the source positions the
+    edge can read when its index mentions no dim of the sink, else ``FULL``); ("drop",
+    read) when only the source has it; ("bcast", box) when only the sink has it (any
+    position of its domain); ("none",) when neither has it.
+    """
+    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+    b = pdg.static_bounds.get(pdg.bound_of(x))
+    box: Interval = (0, INF if b is None else b - 1)
+    if x in src.domain:
+        comp = e.phi[src.domain.index(x)]
+        read = _read_positions(comp, pdg, sink.domain)
+        if x in sink.domain:
+            return ("tied", off[x], read, box)
+        return ("drop", read)
+    if x in sink.domain:
+        return ("bcast", box)
+    return ("none",)
+
+
+def _read_positions(comp: Any, pdg: PDG, sink_dims: tuple[Sym, ...]) -> Interval:
+    """Absolute positions an index component reads, ``FULL`` when it depends on the sink's dims."""
+    if isinstance(comp, Slice):
+        lo, hi = _read_positions(comp.start, pdg, sink_dims), _read_positions(comp.stop, pdg, sink_dims)
+        return (lo[0], hi[1] - 1) if lo != FULL and hi != FULL else FULL
+    c = substitute(comp, pdg.static_bounds) if pdg.static_bounds else comp
+    if isinstance(c, Const):
+        return (c.value, c.value)
+    if set(index_symbols(c)) & set(sink_dims):
+        return FULL
+    return (0, INF)
+
+
+def _abs_move(step: _Step, v: Interval) -> Interval | None:
+    """The sink's position range after one edge (see :func:`_abs_step`); None if empty."""
+    kind = step[0]
+    if kind == "none":
+        return v
+    if kind == "bcast":
+        return step[1]
+    read = step[1] if kind == "drop" else step[2]
+    if max(v[0], read[0]) > min(v[1], read[1]):
+        return None  # the edge reads positions the path cannot be at
+    if kind == "drop":
+        return FULL
+    (olo, ohi), box = step[1], step[3]
+    lo = v[0] - ohi if v[0] != -INF or ohi != -INF else -INF
+    hi = v[1] - olo if v[1] != INF or olo != INF else INF
+    lo, hi = max(lo, box[0]), min(hi, box[1])
+    return None if lo > hi else (lo, hi)
 
 
 def _position(comp: Any) -> Interval:
@@ -276,7 +384,12 @@ def _member_order(inside: set[int], intra: list[tuple[Edge, Vec]]) -> list[int] 
 def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
     """Merge nodes into statements; return (cluster PDG, representative -> members in order)."""
     c = _Clusterer(pdg)
-    # First along data edges (producer-consumer fusion), then siblings of one domain.
+    # Whole groups of nodes linked by data edges within one domain first (one path analysis
+    # each; most of them merge), then along data edges one at a time (producer-consumer
+    # fusion), then siblings of one domain.
+    for group in _linked_groups(pdg):
+        if len(group) > 2:
+            c.try_merge_many(group)
     for e in pdg.edges:
         if e.src != e.sink and not e.order_only:
             c.try_merge(e.src, e.sink)
@@ -297,6 +410,28 @@ def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
         edges.append(replace(e, src=a, sink=b))
     nodes = {r: pdg.nodes[r] for r in members}
     return pdg.with_(nodes=nodes, edges=tuple(edges)), members
+
+
+def _linked_groups(pdg: PDG) -> list[list[int]]:
+    """Nodes connected by data edges between nodes of one domain and condition."""
+    parent = {n: n for n in pdg.nodes}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for e in pdg.edges:
+        if e.src == e.sink or e.order_only:
+            continue
+        a, b = pdg.nodes[e.src], pdg.nodes[e.sink]
+        if a.domain == b.domain and a.cond is b.cond:
+            parent[find(e.src)] = find(e.sink)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for n in sorted(pdg.nodes):
+        groups[find(n)].append(n)
+    return list(groups.values())
 
 
 def split_prologue(pdg: PDG) -> tuple[PDG, list[int]]:

@@ -7,7 +7,12 @@
 2. every edge (data and ``order_only``) becomes a validity dependence
    (source points before the reading sink point) and a proximity constraint
    (slices reduced to their last point, constant ``min`` / ``max`` arguments dropped);
-3. isl's scheduler (default options, with proximity) computes a schedule tree, and
+3. every statement over a dynamically bounded dim ``t`` (bound ``T``, found per enclosing
+   point ``e`` by its ``SET_SYMBOL`` node ``Z``) runs its point ``t`` after ``Z[e, t - 1]``,
+   and every statement over ``e`` without ``t`` whose reads or condition use ``T`` runs
+   after ``Z[e, T - 1]`` (validity only, see :func:`bound_order_edges`): the runtime
+   knows that a point exists before running it, and ``T`` before a read of ``0:T``;
+4. isl's scheduler (default options, with proximity) computes a schedule tree, and
    isl's AST generator turns it into loops, which are converted to timerl's AST.
 
 Preconditions: the PDG's index expressions are affine (see ``timerl.schedule.isl``),
@@ -26,18 +31,24 @@ import time
 from dataclasses import dataclass
 
 from timerl.errors import ScheduleError
-from timerl.pdg.ir import PDG, Edge
+from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
 from timerl.schedule.distance import edge_offsets
 from timerl.schedule.isl import IslProgram
+from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
+from timerl.symbolic.expr import cmp_le
 
 log = logging.getLogger(__name__)
 
 
 MAX_UNCLUSTERED = 40
 """Largest statement count for which a failed clustered schedule is retried unclustered."""
+
+BOUND_ORDER_IID = -2
+"""``iid`` of the order-only edges :func:`bound_order_edges` adds (validity, not proximity)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Sc
     With ``cluster`` (default), identity-linked nodes are scheduled as one statement
     (``timerl.schedule.cluster``), which keeps isl fast on large programs.
     """
+    if not _clustered and not any(e.iid == BOUND_ORDER_IID for e in pdg.edges):
+        pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
     if cluster:
         rest, prologue = split_prologue(pdg)
         small, members = cluster_pdg(rest)
@@ -114,6 +127,8 @@ def proximity_edges(pdg: PDG) -> list[Edge]:
     """
     groups: dict[tuple[int, int], list[tuple[Edge, dict]]] = {}
     for e in pdg.edges:
+        if e.order_only and e.iid == BOUND_ORDER_IID:
+            continue
         groups.setdefault((e.src, e.sink), []).append((e, edge_offsets(e, pdg)))
     out: list[Edge] = []
     for items in groups.values():
@@ -128,6 +143,97 @@ def proximity_edges(pdg: PDG) -> list[Edge]:
             if not dominated:
                 out.append(e)
     return out
+
+
+def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
+    """Order-only edges that keep every statement over a dynamic dim after its bound's setter.
+
+    isl sees a dynamic bound ``T`` as one parameter, but the runtime finds it per enclosing
+    point ``e`` (``i`` for an episode) while running ``T``'s ``SET_SYMBOL`` node ``Z``
+    over ``(e, t)``. A statement over ``t`` that reads nothing along ``t``
+    (``as_tensor(t % 2, domain=(i,))``) could otherwise get a ``t`` loop of its own before
+    ``Z``'s loop, and that loop cannot know ``T``. For every node ``S`` (other than ``Z``)
+    whose domain has ``e`` and ``t``: ``S[.., t, ..]`` after ``Z[e, t - 1]`` (for
+    ``t >= 1``), so ``S`` runs inside ``Z``'s loop (at ``t`` or later) or after it. For
+    every node ``N`` over ``e`` but not ``t`` that reads with ``T`` (a data edge's ``T`` is
+    the reader's) or has ``T`` in its condition or attributes (``x[i, 0:T].sum(0)``):
+    ``N[e]`` after ``Z[e, T - 1]``. Nodes lacking some of ``e`` get no edge (see ``timerl.pdg.passes.enclose``), and so
+    does a node over ``t`` that always reads another such node at ``(e, t + k)``, ``k >= 0``
+    (the order follows from that node's edge; this keeps the edges few).
+    """
+    ins: dict[int, list[Edge]] = {}
+    for e in pdg.edges:
+        ins.setdefault(e.sink, []).append(e)
+    out: list[Edge] = []
+    for bound, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
+        z = pdg.nodes[zid]
+        over = {n.id for n in pdg if t in n.domain and set(enclosing) <= set(n.domain)} - {zid}
+        for n in pdg:
+            if n.id == zid or not set(enclosing) <= set(n.domain):
+                continue
+            if t in n.domain:
+                if any(_reads_later(pdg, e, t, enclosing) for e in ins.get(n.id, ()) if e.src in over):
+                    continue
+                phi = _setter_point(pdg, z, t, t - 1)
+                out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, cmp_le(Const(1), t), None, True))
+            elif bound in _node_syms(n, ins.get(n.id, ())):
+                phi = _setter_point(pdg, z, t, bound - 1)
+                out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
+    return tuple(out)
+
+
+def _reads_later(pdg: PDG, e: Edge, t: Sym, enclosing: tuple[Sym, ...]) -> bool:
+    """Whether ``e`` always reads one point ``(e, t + k)`` (``k >= 0``) of its source."""
+    if e.order_only or not (isinstance(e.cond, Const) and e.cond.value is True):
+        return False
+    src = pdg.nodes[e.src]
+    for d, comp in zip(src.domain, e.phi, strict=True):
+        if isinstance(comp, Slice):
+            return False
+        if d in enclosing and comp is not d:
+            return False
+        if d is t:
+            lo, hi = edge_offsets(e, pdg)[t]
+            if lo != hi or lo < 0:
+                return False
+    return True
+
+
+def _setter_point(pdg: PDG, z: Node, t: Sym, at: Expr) -> tuple[Expr | Slice, ...]:
+    """``Z[e, at]`` as an index (``e`` read at the reader's own coordinates)."""
+    out: list[Expr | Slice] = []
+    for d in z.domain:
+        if d is t:
+            out.append(at)
+        elif d in z.domain[: z.domain.index(t)]:
+            out.append(d)
+        else:  # a dim after t: every position
+            out.append(Slice(Const(0), pdg.bound_of(d)))
+    return tuple(out)
+
+
+def _node_syms(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> frozenset[Sym]:
+    syms = free_symbols(n.cond) | _attr_syms(tuple(v for _, v in n.op.attrs))
+    for e in edges:
+        syms |= free_symbols(e.cond)
+        if e.order_only:  # bounds in an order edge's phi are the source's
+            continue
+        for c in e.phi:
+            syms |= free_symbols(c)
+        if e.select is not None:
+            syms |= free_symbols(e.select)
+    return syms
+
+
+def _attr_syms(value: object) -> frozenset[Sym]:
+    if isinstance(value, (Expr, Slice)):
+        return free_symbols(value)
+    if isinstance(value, (tuple, list)):
+        out: frozenset[Sym] = frozenset()
+        for v in value:
+            out |= _attr_syms(v)
+        return out
+    return frozenset()
 
 
 def _check_own_self_reads(pdg: PDG) -> None:

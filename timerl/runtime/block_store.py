@@ -1,0 +1,356 @@
+"""Block storage for slice-accessed tensors (TimeRL §6, "tensor storage").
+
+The point store keeps one backend tensor per point, so a slice read such as ``r[i, t:T]``
+gathers ``T - t`` tensors and stacks them: ``O(T)`` Python-level work per read,
+``O(T^2)`` per episode for Monte-Carlo returns. A *block store* keeps, per output of a
+node, preallocated *blocks*: buffers of ``rows`` consecutive points along one dim (the
+block dim) for one *key* (the point's other coordinates, e.g. ``(i,)``); block ``c``
+holds coordinates ``c * rows .. (c + 1) * rows - 1``. A point write copies the value
+into its row in place (Torch: ``copy_`` into a view; JAX: a jitted
+``dynamic_update_slice`` that donates the buffer, compiled once per block shape), and a
+slice read is one backend call on the one or few blocks it spans (a view on Torch when
+it lies in one block) instead of a stack of ``N`` tensors.
+
+**Which tensors** (:func:`plan_block_storage`, from the PDG before running): an output is
+block-stored when some data edge reads it with exactly one :class:`~timerl.symbolic.Slice`
+component and no ``select``, and several sink points read the same key through it
+(:func:`rereads`: ``r[i, t:T]`` at every ``t``, windows, prefixes; not ``g[i, 0:T]`` read
+once per ``i``, where stacking already reads each point once and a block would only add
+a copy per write). The block dim is the source dim of that component (the one most such
+edges slice, when they disagree). Outputs with symbolic per-point shapes, and
+everything else, stay in the point store; other reads of a block-stored output (points,
+other slices) read its rows.
+
+**Block size**: the largest slice extent along the block dim (``t:min(t + 3, T)``: 3;
+``0:T`` with a static ``T``: ``T``, so such reads are views of one block), at least
+:data:`MIN_BLOCK` rows (unless the dim's static bound is smaller), at most
+:data:`MAX_BLOCK`; :data:`DEFAULT_BLOCK` when the extent is not bounded statically
+(``t:T`` with a dynamic ``T``). Blocks are allocated when their first point is written,
+so a key holds at most one partly used block: no regrowth copies, and one block shape
+per tensor (one JAX compilation).
+
+**Memory** is accounted per block (its whole size, from allocation), so
+``peak_bytes``/``live_bytes`` include the preallocated rows. A block is released when
+its last point is freed (``Dealloc`` or a finished iteration, ``gc.py``); freeing other
+points only marks them absent ("can delay memory management requests", as the paper
+notes).
+
+**Aliasing**: rows are written once. Reads may alias a block (Torch views), so writing a
+row again (a point stored twice) first copies the block, and values handed out before
+keep theirs. A value whose shape or dtype differs from the rows written before turns the
+table into a point table (a plain dict, the rows copied out) for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from timerl.backends.base import AbstractBackend
+from timerl.pdg.ir import PDG, Edge
+from timerl.symbolic import Expr, Max, Min, Slice, Sym, affine_difference, free_symbols
+
+log = logging.getLogger(__name__)
+
+Point = tuple[int, ...]
+
+MIN_BLOCK = 8
+"""Fewest rows of a block (unless the dim's static bound is smaller)."""
+DEFAULT_BLOCK = 32
+"""Rows of a block when no slice extent along the dim is bounded statically."""
+MAX_BLOCK = 1024
+"""Most rows of a block (a longer slice spans several blocks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSpec:
+    """How output ``oid`` of node ``nid`` is block-stored."""
+
+    nid: int
+    oid: int
+    axis: int  # position of the block dim in the node's domain
+    dim: Sym  # the block dim
+    extent: int | None  # the largest slice extent along ``dim`` (None: unbounded statically)
+    rows: int  # the block size: rows per block
+    row_axis: int  # where a slice read puts the rows: right after the node's batch dims
+
+
+def slice_axis(e: Edge) -> int | None:
+    """The position of the only :class:`Slice` component of a data edge without ``select``."""
+    if e.order_only or e.select is not None:
+        return None
+    ks = [k for k, c in enumerate(e.phi) if isinstance(c, Slice)]
+    return ks[0] if len(ks) == 1 else None
+
+
+def rereads(e: Edge, pdg: PDG, k: int) -> bool:
+    """Whether several points of the sink of ``e`` read the same key (the source coordinates
+    other than the slice ``e.phi[k]``): some sink dim is missing from those coordinates.
+
+    ``r[i, t:T]`` read at every ``(i, t)`` does (each reward is read ``t + 1`` times, by
+    overlapping slices), and so do windows ``r[i, t:min(t + n, T)]`` and prefixes
+    ``x[0:i + 1]``; ``g[i, 0:T]`` read once per ``i`` does not: stacking reads each point
+    once, so a block store would only add a copy per write.
+    """
+    used: frozenset[Sym] = frozenset()
+    for j, c in enumerate(e.phi):
+        if j != k:
+            used |= free_symbols(c)
+    return any(d not in used for d in pdg.nodes[e.sink].domain)
+
+
+def _gap(stop: Expr, start: Expr) -> int | None:
+    """An upper bound of ``stop - start`` when one follows from the expressions alone."""
+    if isinstance(stop, Min):
+        gs = [g for g in (_gap(a, start) for a in stop.args) if g is not None]
+        return min(gs) if gs else None
+    if isinstance(start, Max):
+        gs = [g for g in (_gap(stop, a) for a in start.args) if g is not None]
+        return min(gs) if gs else None
+    return affine_difference(stop, start)
+
+
+def slice_extent(comp: Slice, bound: int | None) -> int | None:
+    """The largest number of points ``comp`` reads: a constant gap (``t:min(t + 3, T)``: 3),
+    else the dim's static ``bound``, else ``None``."""
+    g = _gap(comp.stop, comp.start)
+    if g is None:
+        return bound
+    return max(0, g) if bound is None else max(0, min(g, bound))
+
+
+def _static_shape(shape: tuple[Any, ...]) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def plan_block_storage(pdg: PDG) -> dict[tuple[int, int], BlockSpec]:
+    """Per ``(node id, output id)`` read by slices: its :class:`BlockSpec` (see the module doc)."""
+    votes: dict[tuple[int, int], Counter[int]] = {}
+    edges: dict[tuple[int, int], list[Edge]] = {}
+    for e in pdg.edges:
+        k = slice_axis(e)
+        if k is None or not rereads(e, pdg, k):
+            continue
+        src = pdg.nodes[e.src]
+        if e.oid >= len(src.outputs) or not _static_shape(tuple(src.outputs[e.oid].shape)):
+            continue
+        votes.setdefault((e.src, e.oid), Counter())[k] += 1
+        edges.setdefault((e.src, e.oid), []).append(e)
+    plan: dict[tuple[int, int], BlockSpec] = {}
+    for (nid, oid), c in sorted(votes.items()):
+        node = pdg.nodes[nid]
+        axis = c.most_common(1)[0][0]
+        dim = node.domain[axis]
+        b = pdg.bound_of(dim)
+        bound = int(pdg.static_bounds[b]) if b in pdg.static_bounds else None
+        extents = [slice_extent(e.phi[axis], bound) for e in edges[(nid, oid)] if slice_axis(e) == axis]
+        extent = None if any(x is None for x in extents) else max(x for x in extents if x is not None)
+        plan[(nid, oid)] = BlockSpec(nid, oid, axis, dim, extent, block_rows(extent, bound), len(node.batch))
+    return plan
+
+
+def block_rows(extent: int | None, bound: int | None) -> int:
+    """The block size for the largest slice extent and the dim's static bound (module doc)."""
+    rows = DEFAULT_BLOCK if extent is None else min(max(extent, MIN_BLOCK), MAX_BLOCK)
+    return max(1, min(rows, bound)) if bound is not None else rows
+
+
+class _Block:
+    """One block's buffer, and which of its rows hold a point."""
+
+    __slots__ = ("buf", "count", "present")
+
+    def __init__(self, buf: Any, rows: int) -> None:
+        self.buf = buf
+        self.present = np.zeros(rows, dtype=bool)
+        self.count = 0
+
+
+class BlockTable:
+    """The stored points of one block-stored output: a mapping ``point -> tensor`` for the
+    executor's reads, plus :meth:`rows` for slice reads. Writes and frees go through
+    :meth:`put` and :meth:`discard`, which return the change in bytes and points so that
+    :class:`~timerl.runtime.store.PointStore` can keep its accounting.
+    """
+
+    def __init__(self, spec: BlockSpec, backend: AbstractBackend, label: str = "") -> None:
+        self.spec = spec
+        self.label = label or f"%{spec.nid}"
+        self._be = backend
+        self._nbytes: Callable[[Any], int] = backend.nbytes
+        self._k = spec.axis
+        self._bs = spec.rows
+        self._blocks: dict[tuple[Point, int], _Block] = {}  # (key, block index) -> block
+        self._row_like: tuple[tuple[int, ...], Any] | None = None  # (shape, dtype) of a row
+        self._points: dict[Point, Any] | None = None  # set once demoted to point storage
+        self.bytes = 0  # bytes held: whole blocks (or the points, once demoted)
+        self.num_points = 0
+        self.allocations = 0
+
+    def _find(self, point: Point) -> tuple[_Block | None, int]:
+        k = self._k
+        c, off = divmod(point[k], self._bs)
+        return self._blocks.get((point[:k] + point[k + 1 :], c)), off
+
+    # -- mapping interface used by the executor's point reads ------------------------------
+    def __getitem__(self, point: Point) -> Any:
+        if self._points is not None:
+            return self._points[point]
+        blk, off = self._find(point)
+        if blk is None or not blk.present[off]:
+            raise KeyError(point)
+        return self._be.block_row(blk.buf, off)
+
+    def __contains__(self, point: object) -> bool:
+        if self._points is not None:
+            return point in self._points
+        if not isinstance(point, tuple):
+            return False
+        blk, off = self._find(point)
+        return blk is not None and bool(blk.present[off])
+
+    def get(self, point: Point, default: Any = None) -> Any:
+        try:
+            return self[point]
+        except KeyError:
+            return default
+
+    def __iter__(self) -> Iterator[Point]:
+        if self._points is not None:
+            yield from list(self._points)
+            return
+        k, bs = self._k, self._bs
+        for (key, c), blk in list(self._blocks.items()):
+            for off in np.flatnonzero(blk.present).tolist():
+                yield key[:k] + (c * bs + off,) + key[k:]
+
+    def __len__(self) -> int:
+        return self.num_points
+
+    @property
+    def demoted(self) -> bool:
+        """Whether the table fell back to point storage (a value of another shape or dtype)."""
+        return self._points is not None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._blocks)
+
+    # -- slice reads -------------------------------------------------------------------------
+    def rows(self, key: Point, start: int, stop: int, size: int) -> Any:
+        """The points of ``key`` with block coordinate in ``[start, stop)`` (``start < stop``),
+        stacked at ``spec.row_axis`` and zero-padded there to ``size`` rows; ``None`` once
+        demoted (read point by point then). ``KeyError(point)`` names a missing point."""
+        if self._points is not None:
+            return None
+        bs, blocks = self._bs, self._blocks
+        pieces = []
+        if start >= 0:
+            for c in range(start // bs, (stop - 1) // bs + 1):
+                blk = blocks.get((key, c))
+                lo, hi = max(start - c * bs, 0), min(stop - c * bs, bs)
+                if blk is None or not blk.present[lo:hi].all():
+                    break
+                pieces.append((blk.buf, lo, hi))
+            else:
+                return self._be.block_rows(pieces, self.spec.row_axis, size)
+        k = self._k
+        row = next(r for r in range(start, stop) if key[:k] + (r,) + key[k:] not in self)
+        raise KeyError(key[:k] + (row,) + key[k:])
+
+    # -- writes and frees ----------------------------------------------------------------------
+    def put(self, point: Point, value: Any) -> tuple[int, int]:
+        """Store ``value`` at ``point``; returns ``(bytes added, points added)``."""
+        if self._points is not None:
+            return self._put_point(point, value)
+        like = (tuple(value.shape), value.dtype)
+        if self._row_like is None:
+            self._row_like = like
+        k = self._k
+        row = point[k]
+        if like != self._row_like or row < 0:
+            log.warning(
+                "%s: a value of shape %s and dtype %s at %s does not fit its block store (rows of %s, %s); "
+                "keeping this tensor in a point store",
+                self.label,
+                like[0],
+                like[1],
+                point,
+                self._row_like[0],
+                self._row_like[1],
+            )
+            delta = self._demote()
+            d, n = self._put_point(point, value)
+            return delta + d, n
+        be = self._be
+        c, off = divmod(row, self._bs)
+        bkey = (point[:k] + point[k + 1 :], c)
+        blk = self._blocks.get(bkey)
+        delta = 0
+        if blk is None:
+            blk = self._blocks[bkey] = _Block(be.block_alloc(self._bs, value), self._bs)
+            delta = self._nbytes(blk.buf)
+            self.bytes += delta
+            self.allocations += 1
+        elif blk.present[off]:  # written again: earlier reads may alias the row, so copy first
+            blk.buf = be.block_copy(blk.buf)
+        blk.buf = be.block_write(blk.buf, off, value)
+        if blk.present[off]:
+            return delta, 0
+        blk.present[off] = True
+        blk.count += 1
+        self.num_points += 1
+        return delta, 1
+
+    def discard(self, point: Point) -> tuple[int, int]:
+        """Free ``point``; returns ``(bytes released, points removed)``. A block is released
+        with its last point."""
+        if self._points is not None:
+            old = self._points.pop(point, None)
+            if old is None:
+                return 0, 0
+            b = self._nbytes(old)
+            self.bytes -= b
+            self.num_points -= 1
+            return b, 1
+        k = self._k
+        c, off = divmod(point[k], self._bs)
+        bkey = (point[:k] + point[k + 1 :], c)
+        blk = self._blocks.get(bkey)
+        if blk is None or not blk.present[off]:
+            return 0, 0
+        blk.present[off] = False
+        blk.count -= 1
+        self.num_points -= 1
+        if blk.count:
+            return 0, 1
+        del self._blocks[bkey]
+        b = self._nbytes(blk.buf)
+        self.bytes -= b
+        return b, 1
+
+    # -- internals ------------------------------------------------------------------------------
+    def _put_point(self, point: Point, value: Any) -> tuple[int, int]:
+        assert self._points is not None
+        old = self._points.get(point)
+        self._points[point] = value
+        b = self._nbytes(value) - (self._nbytes(old) if old is not None else 0)
+        self.bytes += b
+        if old is None:
+            self.num_points += 1
+            return b, 1
+        return b, 0
+
+    def _demote(self) -> int:
+        """Copy every row out into a dict; returns the change in bytes."""
+        pts = {p: self[p] for p in self}
+        before = self.bytes
+        self._blocks.clear()
+        self._points = pts
+        self.bytes = sum(self._nbytes(v) for v in pts.values())
+        return self.bytes - before
