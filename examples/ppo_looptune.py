@@ -70,6 +70,19 @@ def _subset(problems: list, n: int, seed: int) -> list:
     return [problems[int(k)] for k in sorted(idx)]
 
 
+def make_env(args: Args, B, split: str, problems: list, reward: str):
+    """The LoopTune env of ``args`` over ``problems`` (``B`` envs along the batch dim)."""
+    return trl.env.make(
+        args.env_id,
+        num_envs=B,
+        seed=args.seed,
+        split=split,
+        problems=problems,
+        measurer=args.measurer,
+        reward=reward,
+    )
+
+
 def latest_weights(ckpt_dir: str) -> dict[str, np.ndarray]:
     """The network's parameters (``dnn.*``) at their latest point in the latest checkpoint."""
     from timerl.runtime.checkpoint import read_values
@@ -90,15 +103,7 @@ def tune_with_policy(args: Args, weights: dict[str, np.ndarray], problems: list)
     iters = math.ceil(len(problems) / B)
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, Bs), (i, I), (t, T)):
-        env = trl.env.make(
-            args.env_id,
-            num_envs=Bs,
-            seed=args.seed,
-            split="test",
-            problems=problems,
-            measurer=args.measurer,
-            reward="best" if args.reward == "best" else "final",
-        )
+        env = make_env(args, Bs, "test", problems, reward="best" if args.reward == "best" else "final")
         dnn = (
             trl.DNNBuilder(seed=args.seed).from_env(env, hidden=[args.hidden] * 2, critic=True).build(weights)
         )
@@ -142,15 +147,7 @@ def main(args: Args) -> dict:
     )
 
     def env_fn(a: Args, B):
-        return trl.env.make(
-            a.env_id,
-            num_envs=B,
-            seed=a.seed,
-            split="train",
-            problems=train,
-            measurer=a.measurer,
-            reward=a.reward,
-        )
+        return make_env(a, B, "train", train, reward=a.reward)
 
     t0 = time.perf_counter()
     means = ppo.main(args, env_fn)

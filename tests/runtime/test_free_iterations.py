@@ -9,16 +9,22 @@ import timerl as trl
 from timerl.runtime.gc import read_lags
 
 
+def _train_w(i, t, T):
+    """A parameter ``w`` over ``i`` trained by Adam on a loss over a recurrence over ``t``."""
+    w = trl.param(np.array([0.5, -0.25], np.float32), domain=(i,), name="w")
+    x = trl.empty((2,), domain=(i, t), name="x")
+    x[i, 0] = w * 2.0
+    x[i, t + 1] = (x * 0.5 + w).tanh()
+    loss = (x[i, t:T].sum(0) ** 2).sum()
+    loss.backward()
+    trl.optim.Adam([w], lr=0.01).step()
+    return w, loss
+
+
 def _program(out: list):
     ctx = trl.Context(dims=("i", "t"))
     with ctx as ((i, I), (t, T)):
-        w = trl.param(np.array([0.5, -0.25], np.float32), domain=(i,), name="w")
-        x = trl.empty((2,), domain=(i, t), name="x")
-        x[i, 0] = w * 2.0
-        x[i, t + 1] = (x * 0.5 + w).tanh()
-        loss = (x[i, t:T].sum(0) ** 2).sum()
-        loss.backward()
-        trl.optim.Adam([w], lr=0.01).step()
+        _, loss = _train_w(i, t, T)
         # a look-back over every earlier iteration: its values must be kept
         hist = trl.empty((), domain=(i,), name="hist")
         hist[i] = loss[i, 0]
@@ -65,13 +71,7 @@ def test_statement_of_the_last_iteration_only_still_frees(backend: str) -> None:
         out: list = []
         ctx = trl.Context(dims=("i", "t"))
         with ctx as ((i, I), (t, T)):
-            w = trl.param(np.array([0.5, -0.25], np.float32), domain=(i,), name="w")
-            x = trl.empty((2,), domain=(i, t), name="x")
-            x[i, 0] = w * 2.0
-            x[i, t + 1] = (x * 0.5 + w).tanh()
-            loss = (x[i, t:T].sum(0) ** 2).sum()
-            loss.backward()
-            trl.optim.Adam([w], lr=0.01).step()
+            w, _ = _train_w(i, t, T)
             w[(i + 1) % 6 == 0].sink(lambda v, p, out=out: out.append((p["i"], v.tolist())), name="last_w")
         ex = ctx.compile({I: 6, T: 4}, backend=backend, free_iterations=free)
         ex.execute()
