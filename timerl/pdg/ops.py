@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from timerl.symbolic import Expr, Slice, Sym, free_symbols
+
 
 class DType(enum.Enum):
     float32 = "float32"
@@ -198,6 +200,10 @@ class Op:
     def effectful(self) -> bool:
         return self.kind in EFFECTFUL_OPS
 
+    def symbols(self) -> frozenset[Sym]:
+        """The symbols of the index expressions among the attributes (nested in tuples too)."""
+        return _attr_symbols(tuple(v for _, v in self.attrs))
+
     def __repr__(self) -> str:
         a = ", ".join(f"{k}={_short(v)}" for k, v in self.attrs)
         return f"{self.kind.name}({a})"
@@ -207,6 +213,17 @@ class Op:
 
     def __eq__(self, other: object) -> bool:
         return self is other
+
+
+def _attr_symbols(value: Any) -> frozenset[Sym]:
+    if isinstance(value, (Expr, Slice)):
+        return free_symbols(value)
+    if isinstance(value, (tuple, list)):
+        out: frozenset[Sym] = frozenset()
+        for v in value:
+            out |= _attr_symbols(v)
+        return out
+    return frozenset()
 
 
 def _short(v: Any) -> str:

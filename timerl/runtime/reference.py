@@ -33,7 +33,7 @@ from timerl.errors import BoundError, RuntimeExecutionError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import EFFECTFUL_OPS, OpKind
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
-from timerl.symbolic import Expr, Slice, Sym, evaluate, free_symbols
+from timerl.symbolic import Sym, evaluate, free_symbols
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +42,6 @@ Key = tuple[int, Point]  # (node id, point)
 
 MAX_PROBES = 10**6
 """A dynamic bound not found after this many points raises."""
-
-
-def _attr_syms(value: Any) -> frozenset[Sym]:
-    if isinstance(value, (Expr, Slice)):
-        return free_symbols(value)
-    if isinstance(value, (tuple, list)):
-        out: frozenset[Sym] = frozenset()
-        for v in value:
-            out |= _attr_syms(v)
-        return out
-    return frozenset()
 
 
 class ReferenceEvaluator:
@@ -177,12 +166,12 @@ class ReferenceEvaluator:
         """Symbols used by the node's expressions: its cond, op attributes, in-edges."""
         syms = free_symbols(n.cond)
         if n.op.kind is not OpKind.SET_SYMBOL:  # its attributes name the bound it sets
-            syms |= _attr_syms(tuple(v for _, v in n.op.attrs))
+            syms |= n.op.symbols()
         for e in self._edges[n.id]:
             if e.order_only:  # bounds in its phi are the source's (see _order_points)
                 syms |= free_symbols(e.cond)
                 continue
-            syms |= _attr_syms(e.phi) | free_symbols(e.cond)
+            syms |= free_symbols(e.cond).union(*(free_symbols(c) for c in e.phi))
             if e.select is not None:
                 syms |= free_symbols(e.select)
         return syms
@@ -233,7 +222,7 @@ class ReferenceEvaluator:
         Then the point runs before its episode's end is known (acting at ``t`` reads
         ``x[t - 1]`` under a condition ``t - 1 < T``). Op attributes must not use the bound.
         """
-        if _attr_syms(tuple(v for _, v in n.op.attrs)) & {b for b, _ in unknown}:
+        if n.op.symbols() & {b for b, _ in unknown}:
             return False
         lo, hi = dict(env), dict(env)
         for b, key in unknown:

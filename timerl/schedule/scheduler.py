@@ -213,7 +213,7 @@ def _setter_point(pdg: PDG, z: Node, t: Sym, at: Expr) -> tuple[Expr | Slice, ..
 
 
 def _node_syms(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> frozenset[Sym]:
-    syms = free_symbols(n.cond) | _attr_syms(tuple(v for _, v in n.op.attrs))
+    syms = free_symbols(n.cond) | n.op.symbols()
     for e in edges:
         syms |= free_symbols(e.cond)
         if e.order_only:  # bounds in an order edge's phi are the source's
@@ -223,17 +223,6 @@ def _node_syms(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> frozenset[Sym]:
         if e.select is not None:
             syms |= free_symbols(e.select)
     return syms
-
-
-def _attr_syms(value: object) -> frozenset[Sym]:
-    if isinstance(value, (Expr, Slice)):
-        return free_symbols(value)
-    if isinstance(value, (tuple, list)):
-        out: frozenset[Sym] = frozenset()
-        for v in value:
-            out |= _attr_syms(v)
-        return out
-    return frozenset()
 
 
 def _check_own_self_reads(pdg: PDG) -> None:
