@@ -122,7 +122,6 @@ class _LoopTuneState:
     ) -> None:
         self.env_id = env_id
         self.reward = reward
-        self.final_reward = reward == "final"
         self.num_envs = num_envs
         self.seed = int(seed)
         self.problems = problems
@@ -181,11 +180,11 @@ class _LoopTuneState:
                     )
                 nxt = apply_action(ep.state, a, self.max_loops)
                 last = self.steps + 1 == self.episode_len
-                if self.final_reward and not last:
+                if self.reward == "final" and not last:
                     ep.state = nxt  # measured at the end only: reward 0 until then
                     ep.actions.append(a)
                     continue
-                g = ep.g if nxt is ep.state and not self.final_reward else self.measurer.gflops(nxt)
+                g = ep.g if nxt is ep.state and self.reward != "final" else self.measurer.gflops(nxt)
                 if self.reward == "best":
                     rew[e] = max(0.0, g - ep.best_g) / self.peak
                 else:
