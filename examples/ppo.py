@@ -30,7 +30,11 @@ class Args(CheckpointArgs):
     num_envs: int = 4
     """parallel environments (the batch dim b)"""
     iterations: int = 250
-    """training iterations (the dim i); each runs one episode per env"""
+    """training iterations (the dim i); each runs one episode per env (or --num-steps steps)"""
+    num_steps: int = 0
+    """steps per rollout: 0 runs one episode per env and iteration (T dynamic: the longest
+    episode); N > 0 runs N steps (T = N static) with envs reset as they finish and
+    iteration i continuing where i - 1 stopped (CleanRL's rollouts)"""
     lr: float = 3e-3
     """Adam learning rate (annealed linearly to 0 over the iterations)"""
     anneal_lr: bool = True
@@ -108,7 +112,84 @@ def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
 def make_env(args: Args, B):
     """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
     env_id = args.env_id if args.env_id.split(".")[0] in ("gym", "brax", "looptune") else f"gym.{args.env_id}"
-    return trl.env.make(env_id, num_envs=B, seed=args.seed)
+    extra = {"autoreset": True} if args.num_steps > 0 else {}
+    return trl.env.make(env_id, num_envs=B, seed=args.seed, **extra)
+
+
+def _gae_fixed(args: Args, b, i, t, T, v, v_last, r, d):
+    """GAE over a fixed-length rollout: ``d[t]`` ends an episode at step t (the env reset
+    inside that step), ``v_last`` bootstraps from the observation after the last step."""
+    not_done = 1.0 - d.cast(trl.float32)
+    v_next = trl.empty((), domain=(b, i, t), name="v_next")
+    v_next[b, i, T - 1] = v_last
+    v_next[b, i, t] = v[b, i, t + 1]
+    delta = r + args.gamma * not_done * v_next.detach() - v.detach()
+    adv = trl.empty((), domain=(b, i, t), name="adv")
+    adv[b, i, T - 1] = delta[b, i, T - 1]
+    adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
+    return adv, adv + v.detach()
+
+
+def _normalise_fixed(args: Args, adv, B, i, T):
+    """(adv - mean) / std over iteration i's whole rollout."""
+    if not args.norm_adv:
+        return adv
+    n = float(args.num_envs * args.num_steps)
+    mu = adv[0:B, i, 0:T].sum() / n
+    dev = adv[0:B, i, 0:T] - mu
+    std = ((dev * dev).sum() / n).sqrt()
+    return (adv - mu) / (std + 1e-8)
+
+
+def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None):
+    """PPO over fixed-length rollouts (``--num-steps N``): T = N static, envs auto-reset,
+    done masks in GAE, bootstrap from V of the observation after step N - 1; the observation
+    of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
+    and iteration, the rewards and done flags of the rollout (shape ``(2, N)``)."""
+    epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
+    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
+    with ctx as ((b, B), (i, I), *upd, (t, T)):
+        env = env_fn(args, B)
+        pdims = (i, *(s for s, _ in upd))
+        dnn = (
+            trl.DNNBuilder(domain=pdims, seed=args.seed)
+            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
+            .build(weights)
+        )
+        actor = dnn.at(i, 0, 0) if epochs else dnn
+        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
+        o0 = env.reset(domain=(b,))
+        a = actor(o)
+        v = actor.value()
+        logp_old = actor.log_prob(a)
+        ent_old = actor.entropy()
+        o_next, r, d = env.step(a)
+        o[b, 0, 0] = o0
+        o[b, i, 0] = o_next[b, i - 1, T - 1]
+        o[b, i, t + 1] = o_next
+        v_last = actor.value(o_next[b, i, T - 1])
+        adv, ret = _gae_fixed(args, b, i, t, T, v, v_last, r, d)
+        adv_n = _normalise_fixed(args, adv, B, i, T)
+        scale = 1.0 / float(args.num_envs * args.num_steps)
+        if not epochs:
+            per_point = _clipped_loss(args, logp_old, logp_old, ent_old, v, ret, adv_n)
+        else:
+            m = upd[1][0]
+            logp, ent, v_new = dnn.evaluate(o, a)
+            in_mb = (trl.as_tensor(t % args.num_minibatches) == trl.as_tensor(m)).cast(trl.float32)
+            per_point = _clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
+            scale *= args.num_minibatches
+        (per_point * scale).backward()
+        if args.anneal_lr:
+            lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
+        else:
+            lr = args.lr
+        trl.optim.Adam(dnn.params, lr=lr).step()
+        trl.stack([r[b, i, 0:T], d[b, i, 0:T].cast(trl.float32)]).sink(log_fn)
+    bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
+    if epochs:
+        bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
+    return checkpoint_and_compile(ctx, args, dnn, i, bounds)
 
 
 def build(args: Args, log_fn, env_fn=make_env, weights=None):
@@ -163,6 +244,8 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
 
 def main(args: Args, env_fn=make_env) -> list[float]:
     logging.basicConfig(level=logging.WARNING)
+    if args.num_steps > 0:
+        return main_fixed(args, env_fn)
     returns: dict[int, list[float]] = {}
     means: list[float] = []
     t0 = time.perf_counter()
@@ -182,6 +265,42 @@ def main(args: Args, env_fn=make_env) -> list[float]:
             )
 
     ex = build(args, log_fn, env_fn)
+    print(
+        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+    )
+    ex.execute()
+    return means
+
+
+def main_fixed(args: Args, env_fn=make_env) -> list[float]:
+    """Train with fixed-length rollouts; returns, per iteration, the mean return of the
+    episodes that finished in it (the previous mean when none did)."""
+    t0 = time.perf_counter()
+    running = np.zeros(args.num_envs)  # return of each env's current episode
+    finished: dict[int, list[float]] = {}
+    seen: dict[int, int] = {}
+    means: list[float] = []
+
+    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
+        it, env_k = pt["i"], pt["b"]
+        for rew, done in zip(v[0], v[1], strict=True):
+            running[env_k] += rew
+            if done:
+                finished.setdefault(it, []).append(float(running[env_k]))
+                running[env_k] = 0.0
+        seen[it] = seen.get(it, 0) + 1
+        if seen[it] == args.num_envs:
+            eps = finished.get(it, [])
+            m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
+            means.append(m)
+            steps = (it + 1) * args.num_envs * args.num_steps
+            print(
+                f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
+                f"time {time.perf_counter() - t0:7.1f}s",
+                flush=True,
+            )
+
+    ex = build_fixed(args, log_fn, env_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
     )

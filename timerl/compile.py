@@ -21,6 +21,8 @@ class CompileOptions:
     """Switches for every pass, so each can be checked by running with and without it."""
 
     vectorize: bool = True  # turn batch-like dims (identity-accessed, static) into concrete dims
+    vectorize_time: bool = True  # vectorize the innermost static dim where no recurrence needs it
+    contract: bool = True  # summed outer products (weight gradients) as one matmul
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
@@ -104,10 +106,22 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     if options.vectorize or required:
         pdg = vectorize(pdg, None if options.vectorize else sorted(required, key=str), required)
         verify_pdg(pdg)
+    if options.contract:
+        from timerl.pdg.passes.contract import contract_outer_products
+
+        pdg = contract_outer_products(pdg)
+        verify_pdg(pdg)
     if options.dce:
         keep = frozenset(n.id for n in ctx.graph.nodes.values() if n.is_param)
         pdg = eliminate_dead_code(pdg, keep)
         verify_pdg(pdg)
+    if options.vectorize_time:
+        from timerl.pdg.passes.vectorize_partial import vectorize_partial
+
+        inner = pdg.dims[-1][0] if pdg.dims else None
+        if inner is not None and any(inner in n.domain for n in pdg):
+            pdg = vectorize_partial(pdg, inner)
+            verify_pdg(pdg)
     if pdg.dynamic_bounds:  # a node over t alone has no single T when T is per episode
         pdg = enclose_dynamic_dims(pdg)
         verify_pdg(pdg)

@@ -18,7 +18,8 @@ def _pdg(args: ppo.Args):
 
 def test_one_epoch_reuses_the_acting_forward_pass() -> None:
     """Policy and critic: 3 layers each, so 6 forward matmuls per (i, t) point and no more;
-    backward: a weight gradient per layer and an input gradient per layer but the first."""
+    backward: an input gradient per layer but the first, per point, and a weight gradient
+    per layer, contracted over the episode's points into one matmul per iteration."""
     pdg = _pdg(ppo.Args(iterations=2, num_envs=2))
     mms = [n for n in pdg if n.op.kind is OpKind.MATMUL]
 
@@ -29,7 +30,9 @@ def test_one_epoch_reuses_the_acting_forward_pass() -> None:
     per_layer = sorted(p for p in map(param_read, mms) if p is not None)
     assert per_layer == ["dnn.vw0", "dnn.vw1", "dnn.vw2", "dnn.w0", "dnn.w1", "dnn.w2"]
     assert len(mms) == 6 + 2 * (3 + 2)
-    assert all(n.domain == pdg.nodes[mms[0].id].domain for n in mms)  # all per (i, t) point
+    per_point = [n for n in mms if len(n.domain) == 2]  # (i, t)
+    per_iteration = [n for n in mms if len(n.domain) == 1]  # (i,): summed outer products
+    assert len(per_point) == 6 + 2 * 2 and len(per_iteration) == 6
 
 
 def test_gae_runs_backwards_after_acting() -> None:

@@ -194,6 +194,10 @@ class AbstractBackend(abc.ABC):
         """Select element ``index`` along ``axis`` (the axis is removed)."""
 
     @abc.abstractmethod
+    def permute_axes(self, x: Any, perm: tuple[int, ...]) -> Any:
+        """Axes of ``x`` reordered: axis ``k`` of the result is axis ``perm[k]`` of ``x``."""
+
+    @abc.abstractmethod
     def zeros(self, shape: tuple[int, ...], dtype: DType) -> Any:
         """A zero tensor."""
 

@@ -182,6 +182,10 @@ class JaxBackend(AbstractBackend):
         """``x`` at ``index`` along ``axis`` (axis removed)."""
         return x[(slice(None),) * axis + (index,)]
 
+    def permute_axes(self, x: Any, perm: tuple[int, ...]) -> jax.Array:
+        """``jnp.transpose``."""
+        return jnp.transpose(x, perm)
+
     def zeros(self, shape: tuple[int, ...], dtype: DType) -> jax.Array:
         """``jnp.zeros``."""
         return jnp.zeros(shape, dtype=_DTYPES[dtype])

@@ -164,6 +164,10 @@ class TorchBackend(AbstractBackend):
         """``x`` at ``index`` along ``axis`` (axis removed; a view)."""
         return torch.select(x, axis, index)
 
+    def permute_axes(self, x: Any, perm: tuple[int, ...]) -> torch.Tensor:
+        """``x.permute(perm)`` (a view)."""
+        return x.permute(perm)
+
     def zeros(self, shape: tuple[int, ...], dtype: DType) -> torch.Tensor:
         """``torch.zeros``."""
         return torch.zeros(shape, dtype=_DTYPES[dtype])

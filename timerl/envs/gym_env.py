@@ -6,6 +6,12 @@ once. Episodes end per env; once an env is done it stays done (reward 0, its las
 observation repeated, ``done`` true) until the next reset, so the dynamic bound
 ``T: d`` ends the episode when *every* env is done (``T`` = longest episode). Reset
 ``i`` is seeded with ``seed + i``, so a run is reproducible whatever the schedule.
+
+With ``autoreset=True`` (fixed-length rollouts, as CleanRL runs PPO) an env that finishes is
+reset inside the same ``step`` call: ``step`` returns the first observation of its next
+episode, the reward of the last step and ``done`` true (gymnasium's ``SAME_STEP`` mode).
+``reset`` then runs once (domain ``(b,)``) and ``step`` may vary over any dims beyond it
+(``(b, i, t)``: iteration ``i`` continues where ``i - 1`` stopped).
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ log = logging.getLogger("timerl.envs")
 class _GymState:
     """The live vector env and per-env done flags (created at compile time by ``bind``)."""
 
-    def __init__(self, env_id: str, num_envs: Any, seed: int, kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, env_id: str, num_envs: Any, seed: int, kwargs: dict[str, Any], autoreset: bool = False
+    ) -> None:
         self.env_id = env_id
+        self.autoreset = autoreset
         self.num_envs = num_envs
         self.seed = seed
         self.kwargs = kwargs
@@ -50,12 +59,22 @@ class _GymState:
             raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
         if self.venv is not None and self.n == n:
             return
+        self.venv = None
         try:
-            self.venv = gym.make_vec(
+            venv = gym.make_vec(
                 self.env_id, num_envs=n, vectorization_mode="vector_entry_point", **self.kwargs
             )
+            # autoreset: a native vector env either resets in the same step already or is one
+            # whose finished envs we can reset in place (gymnasium's CartPoleVectorEnv)
+            if not self.autoreset or _same_step_mode(venv) or _resettable_in_place(venv):
+                self.venv = venv
         except Exception:  # no native vector env: fall back to a synchronous one
-            self.venv = gym.make_vec(self.env_id, num_envs=n, vectorization_mode="sync", **self.kwargs)
+            pass
+        if self.venv is None:
+            vk = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP} if self.autoreset else {}
+            self.venv = gym.make_vec(
+                self.env_id, num_envs=n, vectorization_mode="sync", vector_kwargs=vk, **self.kwargs
+            )
         self.n = n
 
     def reset(self, point: dict[str, int]) -> np.ndarray:
@@ -70,6 +89,8 @@ class _GymState:
             raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
         if not self.batched:  # num_envs=1 without a batch dim: the vector env has 1 env
             action = np.asarray(action)[None]
+        if self.autoreset:
+            return self._step_autoreset(action)
         obs, rew, term, trunc, _ = self.venv.step(action)
         was_done = self.done
         obs = np.where(was_done.reshape((-1,) + (1,) * (np.ndim(obs) - 1)), self.last_obs, obs)
@@ -79,6 +100,40 @@ class _GymState:
         if not self.batched:
             return self.last_obs[0], rew[0], self.done[0].copy()
         return self.last_obs, rew, self.done.copy()
+
+    def _step_autoreset(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        obs, rew, term, trunc, _ = self.venv.step(action)
+        done = np.asarray(term) | np.asarray(trunc)
+        if done.any() and not _same_step_mode(self.venv):
+            obs = _reset_in_place(self.venv, done)
+        obs = np.asarray(obs)
+        rew = np.asarray(rew, dtype=np.float32)
+        if not self.batched:
+            return obs[0], rew[0], done[0].copy()
+        return obs, rew, done
+
+
+def _same_step_mode(venv: Any) -> bool:
+    import gymnasium as gym
+
+    return venv.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.SAME_STEP
+
+
+def _resettable_in_place(venv: Any) -> bool:
+    """gymnasium's NumPy ``CartPoleVectorEnv`` (``NEXT_STEP`` only): its state arrays are public."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+    return isinstance(venv, CartPoleVectorEnv)
+
+
+def _reset_in_place(venv: Any, done: np.ndarray) -> np.ndarray:
+    """Reset the finished envs of a ``CartPoleVectorEnv`` now (what its next ``step`` would
+    do in ``NEXT_STEP`` mode, with the same draw from its RNG) and return every env's obs."""
+    k = int(done.sum())
+    venv.state[:, done] = venv.np_random.uniform(low=venv.low, high=venv.high, size=(venv.state.shape[0], k))
+    venv.steps[done] = 0
+    venv.prev_done[done] = False
+    return venv.state.T.astype(np.float32)
 
 
 class _Fn(UDFFn):
@@ -101,14 +156,17 @@ class _Fn(UDFFn):
 class GymEnv:
     """A gymnasium environment family usable in RT programs."""
 
-    def __init__(self, env_id: str, num_envs: Any, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self, env_id: str, num_envs: Any, seed: int = 0, autoreset: bool = False, **kwargs: Any
+    ) -> None:
         import gymnasium as gym
 
         probe = gym.make(env_id, **kwargs)
         self.obs_space = probe.observation_space
         self.action_space = probe.action_space
         probe.close()
-        self._init_wrapper(env_id, num_envs, _GymState(env_id, num_envs, seed, kwargs))
+        self.autoreset = autoreset
+        self._init_wrapper(env_id, num_envs, _GymState(env_id, num_envs, seed, kwargs, autoreset))
 
     def _init_wrapper(self, env_id: str, num_envs: Any, state: Any) -> None:
         """The part shared with other env families (``BraxEnv``): ``state`` has ``bind``,
@@ -161,12 +219,14 @@ class GymEnv:
             action = action.cast(want_dt)
         dom = action.domain
         time_dims = [s for s in dom if s not in self._reset_domain]
-        if len(time_dims) != 1:
+        autoreset = getattr(self, "autoreset", False)
+        if not time_dims or (len(time_dims) != 1 and not autoreset):
             raise RTDefinitionError(
                 f"env {self.env_id}: the action must vary over exactly one dim more than reset's "
-                f"domain (the time dim); got {tuple(s.name for s in dom)}"
+                f"domain (the time dim); got {tuple(s.name for s in dom)} (with autoreset=True, "
+                "over any dims beyond it, e.g. (b, i, t) after reset(domain=(b,)))"
             )
-        (t,) = time_dims
+        t = time_dims[-1]
         specs = [self.obs_spec, ((), DType.float32), ((), DType.bool_)]
         obs, rew, done = udf(
             _Fn(self._state, "step"),
@@ -182,6 +242,15 @@ class GymEnv:
         step_node.order_after.append(
             BInput(step_node.id, 0, tuple(s - 1 if s is t else s for s in dom), t > 0)
         )
+        if autoreset:  # iteration i's first step after the last step of i - 1 (and so on outwards)
+            for k, d in enumerate(time_dims[:-1]):
+                later = time_dims[k + 1 :]
+                phi = tuple(d - 1 if s is d else (self.ctx.bound_of(s) - 1 if s in later else s) for s in dom)
+                cond = d > 0
+                for s in later:
+                    cond = cond & (s == 0)
+                step_node.order_after.append(BInput(step_node.id, 0, phi, cond))
+            return obs, rew, done
         ep = [s for s in self._reset_domain if s is not self.batch_dim]
         if ep:
             outer = ep[-1]

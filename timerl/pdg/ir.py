@@ -16,7 +16,14 @@ Glossary (see ``docs/glossary.md``):
 * ``order_only`` edges carry no data: they order effectful ops (env reset after the
   previous episode's steps).
 * ``batch``: leading concrete dims that vectorization turned from symbolic dims
-  (``(64,)`` after vectorizing ``b`` with ``B = 64``).
+  (``(64,)`` after vectorizing ``b`` with ``B = 64``); ``batch_dims`` names them, in
+  vectorization order.
+* ``batch_read`` (edges): reads along dims the *source* has as batch dims but the edge
+  still indexes (a sink that was not vectorized over ``t`` reading a source that was:
+  ``x[t + 1]`` takes row ``t + 1`` of the batch axis, ``x[0:T]`` narrows it and makes it the
+  first stacked per-point dim). ``to_batch`` (edges): the sink was vectorized over that dim
+  and the source was not, so the edge reads the source's whole range (``phi`` holds the
+  ``0:D`` slice, as the first slice) and the stacked axis becomes the sink's batch axis.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class Node:
     batch: tuple[int, ...] = ()
     name: str | None = None
     where: str = "?"  # the user's defining line, for error messages
+    batch_dims: tuple[Sym, ...] = ()  # the symbolic dims ``batch`` came from, same order
 
     @property
     def label(self) -> str:
@@ -87,13 +95,17 @@ class Edge:
     cond: Expr = TRUE
     select: Expr | None = None
     order_only: bool = False
+    batch_read: tuple[tuple[Sym, Expr | Slice], ...] = ()  # (source batch dim, index there)
+    to_batch: Sym | None = None  # phi's first slice becomes this batch dim of the sink
 
     def __repr__(self) -> str:
         phi = ", ".join(map(str, self.phi))
         c = "" if self.cond is TRUE else f" if {self.cond}"
         s = "" if self.select is None else f" select {self.select}"
+        br = "".join(f" batch[{d}={x}]" for d, x in self.batch_read)
+        tb = "" if self.to_batch is None else f" to_batch {self.to_batch}"
         kind = "order" if self.order_only else f"in{self.iid}<-out{self.oid}"
-        return f"%{self.sink} <- %{self.src}[{phi}]{c}{s} ({kind})"
+        return f"%{self.sink} <- %{self.src}[{phi}]{c}{s}{br}{tb} ({kind})"
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ def _same_point_identity(e: Edge, pdg: PDG) -> bool:
     return (
         e.select is None
         and e.cond is TRUE
+        and not e.batch_read
+        and e.to_batch is None
+        and src.batch_dims == sink.batch_dims
         and len(e.phi) == len(src.domain) == len(sink.domain)
         and all(c is d for c, d in zip(e.phi, src.domain, strict=True))
     )
@@ -96,15 +99,19 @@ def make_fused_thunk(
     flags: list[tuple[bool, ...]] = []
     for n in nodes:
         plan = []
+        fl = []
         edges = pdg.data_in_edges(n.id)
         for e in edges:
             if e.src in inside and _same_point_identity(e, pdg) and inside[e.src] < inside[n.id]:
                 plan.append(("int", inside[e.src]))
+                fl.append(bool(pdg.nodes[e.src].batch) and bool(n.batch))
             else:
                 plan.append(("ext", len(gathers)))
-                gathers.append(ex._make_gather(n, e))
+                g, batched = ex._make_input(n, e)
+                gathers.append(g)
+                fl.append(batched)
         plans.append(plan)
-        flags.append(tuple(bool(pdg.nodes[e.src].batch) and bool(n.batch) for e in edges))
+        flags.append(tuple(fl))
     specs = [(n.op, tuple(n.batch)) for n in nodes]
 
     def region(*ext: Any) -> tuple[Any, ...]:

@@ -73,6 +73,7 @@ from timerl.runtime.block_store import BlockSpec, BlockTable, plan_block_storage
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_dlpack_outputs, udf_outputs
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
+from timerl.runtime.layout import input_layout
 from timerl.runtime.store import MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
@@ -672,8 +673,9 @@ class Executor:
         kind = op.kind
         point_env, enter = self._point_env_fns(node)
         edges = self.pdg.data_in_edges(nid)
-        gathers = [self._make_gather(node, e) for e in edges]
-        flags = tuple(bool(self.pdg.nodes[e.src].batch) and bool(node.batch) for e in edges)
+        inputs = [self._make_input(node, e) for e in edges]
+        gathers = [g for g, _ in inputs]
+        flags = tuple(b for _, b in inputs)
         put = store.put
 
         def where(point: Point) -> str:
@@ -682,8 +684,8 @@ class Executor:
         if kind is OpKind.MERGE:
             # a branch from an unbatched source is broadcast to the node's batch
             branches = [
-                (self._node_expr((e.cond,), node, False), g, bool(batch) and not self.pdg.nodes[e.src].batch)
-                for e, g in zip(edges, gathers, strict=True)
+                (self._node_expr((e.cond,), node, False), g, bool(batch) and not b)
+                for e, g, b in zip(edges, gathers, flags, strict=True)
             ]
 
             def compute(v: Env, point: Point) -> None:
@@ -780,6 +782,20 @@ class Executor:
 
         return thunk
 
+    def _make_input(self, node: Node, e: Edge) -> tuple[Callable[[Env], Any], bool]:
+        """``(gather, batched)``: input ``e.iid`` of ``node`` in the layout its op expects
+        (see :mod:`~timerl.runtime.layout`), and whether it carries the node's batch dims."""
+        layout = input_layout(self.pdg.nodes[e.src], node, e)
+        g = self._make_gather(node, e)
+        adapt = layout.compile(self.backend)
+        if adapt is None:
+            return g, layout.batched
+
+        def gather_adapted(v: Env) -> Any:
+            return adapt(g(v), v)
+
+        return gather_adapted, layout.batched
+
     def _make_gather(self, node: Node, e: Edge) -> Callable[[Env], Any]:
         """``gather(env) -> tensor``: input ``e.iid`` of ``node`` at the point in ``env``."""
         be = self.backend
@@ -809,7 +825,7 @@ class Executor:
 
         sel = self._node_expr((e.select,), node, False) if e.select is not None else None
         spec = src.outputs[e.oid]
-        pad = be.static_shapes and len(slices) == 1 and _zero_pad_safe(node)
+        pad = be.static_shapes and len(slices) == 1 and e.to_batch is None and _zero_pad_safe(node)
         if isinstance(tab, BlockTable) and slice_axis(e) == tab.spec.axis:
             return self._make_block_gather(node, e, tab, phi, pad, missing)
 

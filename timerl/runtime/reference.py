@@ -33,6 +33,7 @@ from timerl.errors import BoundError, RuntimeExecutionError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import EFFECTFUL_OPS, OpKind
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
+from timerl.runtime.layout import NumpyOps, input_layout
 from timerl.symbolic import Sym, evaluate, free_symbols
 
 log = logging.getLogger(__name__)
@@ -374,12 +375,13 @@ class ReferenceEvaluator:
             who = f" (read by {self.pdg.nodes[reader[0]].label} at {reader[1]})" if reader else ""
             raise RuntimeExecutionError(f"{n.label} is evaluated at {pd}, outside its domain{who}")
         edges = self._branch(nid, env, p)
-        ins = [self._gather(e, env) for e in edges]
+        layouts = [input_layout(self.pdg.nodes[e.src], n, e) for e in edges]
+        ins = [lay.apply(self._gather(e, env), env, NumpyOps) for e, lay in zip(edges, layouts, strict=True)]
         be, kind = self.backend, n.op.kind
         outs: list[np.ndarray]
         if kind is OpKind.MERGE:
             x = ins[0]
-            if n.batch and not self.pdg.nodes[edges[0].src].batch:  # unbatched branch: broadcast
+            if n.batch and not layouts[0].batched:  # unbatched branch: broadcast
                 x = np.broadcast_to(x, tuple(n.batch) + tuple(np.shape(x))).copy()
             outs = [x]
         elif kind is OpKind.EVAL_SYMBOL:
@@ -421,7 +423,7 @@ class ReferenceEvaluator:
         else:
             if kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL):
                 be.seed(point_seed(self.seed, nid, p))
-            flags = [bool(self.pdg.nodes[e.src].batch) and bool(n.batch) for e in edges]
+            flags = [lay.batched for lay in layouts]
             y = be.run(n.op, [be.from_numpy(np.array(x)) for x in ins], tuple(n.batch), flags, env)
             outs = [np.array(be.to_numpy(y))]
         self.memo[(nid, p)] = outs

@@ -116,13 +116,17 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
             if _is_dim_value(n, s):  # as_tensor(b): the values 0..B-1 along the new batch dim
                 value = np.arange(size, dtype=n.op.attr("dtype").numpy)
                 op = Op.make(OpKind.CONST, value=value, batched=True)  # value holds the batch dim
-                n = replace(n, domain=(), batch=(size,), op=op)
+                n = replace(n, domain=(), batch=(size,), batch_dims=(s,), op=op)
             elif s in n.domain:
                 op = n.op
                 if op.kind is OpKind.SINK:
                     op = Op.make(OpKind.SINK, fn=_per_batch_sink(op.attr("fn"), s.name, len(n.batch)))
                 n = replace(
-                    n, domain=tuple(d for d in n.domain if d is not s), batch=n.batch + (size,), op=op
+                    n,
+                    domain=tuple(d for d in n.domain if d is not s),
+                    batch=n.batch + (size,),
+                    batch_dims=n.batch_dims + (s,),
+                    op=op,
                 )
             new_nodes[nid] = n
         new_edges: list[Edge] = []

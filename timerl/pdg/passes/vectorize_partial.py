@@ -1,0 +1,296 @@
+"""Partial vectorization of a static dim (TimeRL Alg. 2 with the trivial-cycle rule).
+
+:mod:`~timerl.pdg.passes.vectorize` removes a dim from *every* node, which only works
+for dims that carry no dependence (the env batch ``b``). A time dim ``t`` carries the
+acting recurrence (``o[t + 1] = step(policy(o[t]))``) but most of a program does not
+depend on other timesteps of the same iteration: the loss, its gradient, log-probs and
+values of stored observations. This pass vectorizes ``t`` on exactly those nodes, so
+learning runs as a few ops over all ``T`` steps instead of ``T`` times a few ops.
+
+**Which nodes.** Dependences carried by an enclosing dim (an edge reading ``i - c``,
+``c >= 1``, on a dim before ``d`` in context order) do not constrain ``d`` within one
+iteration; the other edges form the *intra-iteration* graph. A node over ``d`` is
+vectorized when
+
+* it is not in a strongly connected component of that graph with an edge whose ``d``
+  index is neither ``d`` nor a constant (``t - 1``, ``t + 1:T``): a *non-trivial* cycle;
+  nodes of a component with only trivial indices are vectorized all together or not at all;
+* it is pure (no UDF, sink, RNG, ``SET_SYMBOL``: their calls are per point), has no
+  condition, op attribute or ``MERGE`` condition mentioning ``d`` (``EVAL_SYMBOL`` of an
+  expression of ``d`` and static bounds becomes a constant with the values along ``d``);
+* it reads every source over ``d`` at ``d`` itself or at a constant point (``x[T - 1]``),
+  with no edge condition or ``select`` mentioning ``d``, and it is not in an order edge.
+
+**Edges** (the rules of Alg. 2). Both ends vectorized: the ``d`` index is dropped (a
+constant index becomes a ``batch_read``). Source vectorized, sink not: the index becomes
+a ``batch_read`` (a row, or a slice that becomes the first stacked per-point dim).
+Sink vectorized, source not: the edge reads ``0:D`` and the stacked axis becomes the
+sink's batch axis (``to_batch``). Source without ``d``: the runtime broadcasts it.
+(:mod:`~timerl.runtime.layout` carries these out.)
+
+Postcondition: vectorized nodes lose ``d`` from their domain and gain a last batch dim
+of size ``D`` (``batch_dims`` names it); values are unchanged up to float order inside
+batched kernels. A dim with a dynamic bound, or already vectorized, is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import replace
+
+import numpy as np
+
+from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
+from timerl.pdg.ops import Op, OpKind
+from timerl.symbolic import TRUE, Add, Const, Expr, Slice, Sym, evaluate, free_symbols
+
+log = logging.getLogger(__name__)
+
+_PER_POINT = frozenset({OpKind.UDF, OpKind.SINK, OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL, OpKind.SET_SYMBOL})
+
+
+def _syms(x: Expr | Slice | None) -> frozenset[Sym]:
+    return frozenset() if x is None else free_symbols(x)
+
+
+def _shape_syms(spec: TensorSpec) -> frozenset[Sym]:
+    out: frozenset[Sym] = frozenset()
+    for x in spec.shape:
+        if isinstance(x, Expr):
+            out |= free_symbols(x)
+    return out
+
+
+def _constant(c: Expr | Slice) -> bool:
+    """An index with no index symbol (``5``, ``T - 1``, ``0:T``)."""
+    return all(s.is_bound for s in free_symbols(c))
+
+
+def _comp(e: Edge, src: Node, d: Sym) -> Expr | Slice | None:
+    return e.phi[src.domain.index(d)] if d in src.domain else None
+
+
+def _carried(e: Edge, src: Node, outer: Iterable[Sym]) -> bool:
+    """Whether ``e`` reads an earlier point of an enclosing dim (``i - c``, ``c >= 1``)."""
+    for o in outer:
+        if o not in src.domain:
+            continue
+        c = e.phi[src.domain.index(o)]
+        if c is o:
+            continue
+        if isinstance(c, Add):
+            a, b = c.args
+            if a is o and isinstance(b, Const) and not isinstance(b.value, bool) and b.value <= -1:
+                return True
+            if b is o and isinstance(a, Const) and not isinstance(a.value, bool) and a.value <= -1:
+                return True
+        return False  # any other read of the enclosing dim: treat as within the iteration
+    return False
+
+
+def _trivial(e: Edge, src: Node, d: Sym) -> bool:
+    """Whether ``e`` indexes ``d`` only by ``d`` itself or by constants (paper's rule)."""
+    if d in _syms(e.cond) or d in _syms(e.select):
+        return False
+    for s, c in zip(src.domain, e.phi, strict=True):
+        if s is d:
+            if c is not d and not _constant(c):
+                return False
+        elif d in free_symbols(c):
+            return False
+    return True
+
+
+def _sccs(ids: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
+    """Tarjan's strongly connected components (iterative)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in ids:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, k = work.pop()
+            if k == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on.add(v)
+            nxt = succ.get(v, [])
+            if k < len(nxt):
+                work.append((v, k + 1))
+                w = nxt[k]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return out
+
+
+def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
+    """The nodes over ``d`` that may be vectorized over it (module doc)."""
+    order = [s for s, _ in pdg.dims]
+    outer = order[: order.index(d)]
+    static = {b for b in pdg.static_bounds}
+    over = {n.id for n in pdg if d in n.domain}
+    succ: dict[int, list[int]] = {}
+    intra: list[Edge] = []
+    for e in pdg.edges:
+        if not _carried(e, pdg.nodes[e.src], outer):
+            succ.setdefault(e.src, []).append(e.sink)
+            intra.append(e)
+    comp_of: dict[int, int] = {}
+    comps = _sccs(sorted(pdg.nodes), succ)
+    for k, comp in enumerate(comps):
+        for v in comp:
+            comp_of[v] = k
+    bad_comp: set[int] = set()
+    cyclic: set[int] = set()
+    for e in intra:
+        k = comp_of[e.src]
+        if k != comp_of[e.sink]:
+            continue
+        cyclic.add(k)
+        if not _trivial(e, pdg.nodes[e.src], d):
+            bad_comp.add(k)
+    ok = {nid for nid in over if comp_of[nid] not in bad_comp}
+    for nid in list(ok):
+        n = pdg.nodes[nid]
+        why = _local_reason(pdg, n, d, static)
+        if why:
+            log.debug("vectorize %s: %s stays per point (%s)", d, n.label, why)
+            ok.discard(nid)
+    changed = True
+    while changed:
+        changed = False
+        # a node reading, at d, a source that stays over d must read it at d itself or a
+        # constant and with no other slice (the stacked axis becomes the batch axis)
+        for e in pdg.edges:
+            if e.sink not in ok or e.order_only:
+                continue
+            src = pdg.nodes[e.src]
+            c = _comp(e, src, d)
+            if c is None or e.src in ok or _constant(c):
+                continue
+            others = [
+                x for s, x in zip(src.domain, e.phi, strict=True) if s is not d and isinstance(x, Slice)
+            ]
+            if c is not d or others or e.select is not None:
+                ok.discard(e.sink)
+                changed = True
+        # a source read by a sink that stays per point: a slice of d must come first
+        for e in pdg.edges:
+            if e.src not in ok or e.sink in ok or e.order_only:
+                continue
+            src = pdg.nodes[e.src]
+            c = _comp(e, src, d)
+            if c is None:
+                continue
+            first = next((x for x in e.phi if isinstance(x, Slice)), None)
+            if (isinstance(c, Slice) and first is not c) or (e.select is not None and c is not d):
+                ok.discard(e.src)
+                changed = True
+        # trivial cycles: all or none
+        for k in cyclic:
+            members = [v for v in comps[k] if v in over]
+            if any(v not in ok for v in members) and any(v in ok for v in members):
+                ok.difference_update(members)
+                changed = True
+    return ok
+
+
+def _local_reason(pdg: PDG, n: Node, d: Sym, static: set[Sym]) -> str:
+    """Why ``n`` cannot be vectorized over ``d`` on its own (empty if it can)."""
+    kind = n.op.kind
+    if kind in _PER_POINT:
+        return f"{kind.name} runs per point"
+    if d in _syms(n.cond):
+        return "its domain condition mentions the dim"
+    if any(d in _shape_syms(spec) for spec in n.outputs):
+        return "its per-point shape varies along the dim"
+    if kind is OpKind.EVAL_SYMBOL:
+        if not free_symbols(n.op.attr("expr")) <= static | {d}:
+            return "its expression uses other dims"
+    elif d in n.op.symbols():
+        return "an op attribute mentions the dim"
+    for e in pdg.edges:
+        if e.sink == n.id and e.order_only:
+            return "it is ordered by an order edge"
+        if e.src == n.id and e.order_only:
+            return "it orders another node"
+        if e.sink != n.id:
+            continue
+        src = pdg.nodes[e.src]
+        if d in _syms(e.cond) or d in _syms(e.select):
+            return "an input's condition mentions the dim"
+        if d in _shape_syms(src.outputs[e.oid]):
+            return f"the per-point shape of its input {src.label} varies along the dim"
+        for s, c in zip(src.domain, e.phi, strict=True):
+            if s is d:
+                if c is not d and not _constant(c):
+                    return f"it reads {src.label} at {d} = {c}"
+            elif d in free_symbols(c):
+                return f"it reads {src.label} with {s} = {c}"
+    return ""
+
+
+def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
+    """Vectorize ``d`` on the nodes :func:`vectorizable_nodes` finds (module doc)."""
+    bound = pdg.bound_of(d)
+    if bound not in pdg.static_bounds:
+        return pdg
+    size = int(pdg.static_bounds[bound])
+    vec = vectorizable_nodes(pdg, d)
+    if not vec:
+        return pdg
+    env = dict(pdg.static_bounds)
+    nodes = dict(pdg.nodes)
+    for nid in vec:
+        n = nodes[nid]
+        dom = tuple(s for s in n.domain if s is not d)
+        op = n.op
+        if op.kind is OpKind.EVAL_SYMBOL and d in free_symbols(op.attr("expr")):
+            dt = op.attr("dtype").numpy
+            vals = np.array([evaluate(op.attr("expr"), {**env, d: k}) for k in range(size)], dtype=dt)
+            value = np.ascontiguousarray(np.broadcast_to(vals, tuple(n.batch) + (size,)))
+            op = Op.make(OpKind.CONST, value=value, batched=True)
+        nodes[nid] = replace(
+            n, op=op, domain=dom, batch=tuple(n.batch) + (size,), batch_dims=tuple(n.batch_dims) + (d,)
+        )
+    edges = []
+    for e in pdg.edges:
+        src = pdg.nodes[e.src]
+        c = _comp(e, src, d)
+        if c is not None and e.src in vec:
+            k = src.domain.index(d)
+            phi = e.phi[:k] + e.phi[k + 1 :]
+            if e.sink in vec and c is d:
+                e = replace(e, phi=phi)
+            else:
+                e = replace(e, phi=phi, batch_read=e.batch_read + ((d, c),))
+        elif c is d and e.sink in vec:
+            k = src.domain.index(d)
+            phi = e.phi[:k] + (Slice(Const(0), bound),) + e.phi[k + 1 :]
+            e = replace(e, phi=phi, to_batch=d)
+        edges.append(e)
+    log.debug("vectorize %s: %d of %d nodes over it", d, len(vec), sum(d in n.domain for n in pdg))
+    assert all(e.cond is TRUE or d not in free_symbols(e.cond) or e.sink not in vec for e in edges)
+    return pdg.with_(nodes=nodes, edges=tuple(edges))
