@@ -141,11 +141,12 @@ def _normalise_fixed(args: Args, adv, B, i, T):
     return (adv - mu) / (std + 1e-8)
 
 
-def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None):
+def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
     """PPO over fixed-length rollouts (``--num-steps N``): T = N static, envs auto-reset,
     done masks in GAE, bootstrap from V of the observation after step N - 1; the observation
     of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
-    and iteration, the rewards and done flags of the rollout (shape ``(2, N)``)."""
+    and iteration, the rewards and done flags of the rollout (shape ``(2, N)``); ``options``
+    go to ``ctx.compile`` (e.g. ``vectorize_time=False``)."""
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
     with ctx as ((b, B), (i, I), *upd, (t, T)):
@@ -189,7 +190,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None):
     bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
-    return checkpoint_and_compile(ctx, args, dnn, i, bounds)
+    return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 
 def build(args: Args, log_fn, env_fn=make_env, weights=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from example_pdg import lower_example, ppo
 
@@ -116,3 +117,42 @@ def test_update_dims_with_one_epoch_equal_the_plain_update(tmp_path) -> None:
     # the parameters moved (Adam's first moments are not zero): the check is not vacuous
     moved = [k for k in names if ".adam_m" in k and np.abs(next(iter(v0[k].values()))).max() > 0]
     assert moved
+
+
+def _fixed_run(backend: str, **options) -> tuple[list, dict[str, np.ndarray]]:
+    """Fixed-length PPO (4 envs x 8 steps x 3 iterations, 2 epochs x 2 minibatches when asked):
+    the per-env rewards/dones each iteration and the final parameters."""
+    args = ppo.Args(backend=backend, num_envs=4, num_steps=8, iterations=3, seed=2, ent_coef=0.01)
+    got: list = []
+    ex = ppo.build_fixed(args, lambda v, p: got.append((p["i"], p["b"], v.copy())), **options)
+    ex.execute()
+    params = {n.name: n.id for n in ex.pdg if n.name and n.name.startswith("dnn.")}
+    last = {k: ex._interp.value(nid, (args.iterations - 1,)) for k, nid in params.items()}
+    return sorted(got, key=lambda x: (x[0], x[1])), last
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fixed_length_passes_on_equal_off(backend: str) -> None:
+    """--num-steps: vectorizing t and contracting the weight gradients change no return and
+    move the parameters by float rounding only (sums in another order)."""
+    on_log, on_w = _fixed_run(backend)
+    off_log, off_w = _fixed_run(backend, vectorize_time=False, contract=False)
+    assert len(on_log) == 3 * 4
+    for (i1, b1, x), (i2, b2, y) in zip(on_log, off_log, strict=True):
+        assert (i1, b1) == (i2, b2) and np.array_equal(x, y)
+    assert on_w.keys() == off_w.keys() and "dnn.w1" in on_w
+    for k in on_w:
+        np.testing.assert_allclose(on_w[k], off_w[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_fixed_length_learning_is_vectorized_over_t() -> None:
+    """The acting loop keeps only the recurrence (policy forward, sampling, env step, obs);
+    the critic, GAE's inputs, the loss and its gradient run once per iteration over all t."""
+    pdg = lower_example(ppo.build_fixed, ppo.Args(num_envs=2, num_steps=8, iterations=2), lambda v, p: None)
+    t = next(s for s, _ in pdg.dims if s.name == "t")
+    per_t = [n for n in pdg if t in n.domain]
+    vec = [n for n in pdg if t in n.batch_dims]
+    mms_per_t = [n for n in per_t if n.op.kind is OpKind.MATMUL]
+    assert len(mms_per_t) == 3  # the actor's three layers, to sample the action
+    assert len(vec) > 3 * len(per_t)
+    assert any(n.name == "adv" for n in per_t)  # GAE: a backward recurrence over t
