@@ -49,6 +49,10 @@ class Args(CheckpointArgs):
     """entropy bonus coefficient"""
     vf_coef: float = 0.5
     """value-loss coefficient"""
+    max_grad_norm: float = 0.0
+    """clip the gradients' global norm to this before each Adam step (0: off; CleanRL: 0.5)"""
+    adam_eps: float = 1e-8
+    """Adam's epsilon (CleanRL: 1e-5)"""
     norm_adv: bool = True
     """normalise advantages over the rollout of each iteration"""
     hidden: int = 64
@@ -185,7 +189,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
             lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
         else:
             lr = args.lr
-        trl.optim.Adam(dnn.params, lr=lr).step()
+        trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
         trl.stack([r[b, i, 0:T], d[b, i, 0:T].cast(trl.float32)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
     if epochs:
@@ -234,7 +238,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
             lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
         else:
             lr = args.lr
-        trl.optim.Adam(dnn.params, lr=lr).step()
+        trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: d}

@@ -22,6 +22,8 @@ class CompileOptions:
 
     vectorize: bool = True  # turn batch-like dims (identity-accessed, static) into concrete dims
     vectorize_time: bool = True  # vectorize the innermost static dim where no recurrence needs it
+    simplify: bool = True  # readers of copies and of products with one read the operand
+    cse: bool = True  # common-subexpression elimination
     contract: bool = True  # summed outer products (weight gradients) as one matmul
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
@@ -105,6 +107,16 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     required = frozenset(s for n in ctx.graph.nodes.values() for s in n.batch_dims)
     if options.vectorize or required:
         pdg = vectorize(pdg, None if options.vectorize else sorted(required, key=str), required)
+        verify_pdg(pdg)
+    if options.simplify:
+        from timerl.pdg.passes.simplify import simplify
+
+        pdg = simplify(pdg)
+        verify_pdg(pdg)
+    if options.cse:
+        from timerl.pdg.passes.cse import eliminate_common_subexpressions
+
+        pdg = eliminate_common_subexpressions(pdg)
         verify_pdg(pdg)
     if options.contract:
         from timerl.pdg.passes.contract import contract_outer_products

@@ -1,6 +1,7 @@
-"""``vectorize_partial`` (t on the nodes outside recurrences) and ``contract`` (summed outer
-products as one matmul): the same program with and without each pass, on random programs
-and both backends, and against the reference evaluator."""
+"""The PDG optimisation passes — ``vectorize_partial`` (t on the nodes outside recurrences),
+``contract`` (summed outer products as one matmul), ``cse`` and ``simplify`` — give the same
+values with and without each, on random programs and both backends, and the compiled program
+equals the reference evaluator on the optimised PDG."""
 
 from __future__ import annotations
 
@@ -23,14 +24,19 @@ def _close(a: list, b: list, tol: float) -> None:
         np.testing.assert_allclose(x[2], y[2], rtol=tol, atol=tol, err_msg=f"sink {x[0]} at {x[1]}")
 
 
+PASSES = ("simplify", "cse", "contract", "vectorize_time")
+
+
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-@pytest.mark.parametrize("batch", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_same_values_with_and_without(backend: str, batch: bool, seed: int) -> None:
-    base = outputs(seed, batch, backend, vectorize_time=False, contract=False)
+def test_same_values_with_and_without(backend: str, seed: int) -> None:
+    """Every pass alone, and all together, against all of them off."""
+    batch = seed % 2 == 1
+    off = {p: False for p in PASSES}
+    base = outputs(seed, batch, backend, **off)
     assert base
-    _close(outputs(seed, batch, backend, vectorize_time=True, contract=False), base, 1e-5)
-    _close(outputs(seed, batch, backend, vectorize_time=False, contract=True), base, 1e-5)
+    for p in PASSES:
+        _close(outputs(seed, batch, backend, **{**off, p: True}), base, 1e-5)
     _close(outputs(seed, batch, backend), base, 1e-5)
 
 
@@ -88,3 +94,22 @@ def test_random_programs_do_get_vectorized(seed: int) -> None:
     vec = [n for n in pdg if any(s.name == "t" for s in n.batch_dims)]
     per_t = [n for n in pdg if any(s.name == "t" for s in n.domain)]
     assert vec and per_t
+
+
+def test_cse_and_simplify_remove_duplicates_and_copies() -> None:
+    """Two equal expressions become one; a detach (a copy) and a product with one are bypassed."""
+    out: list = []
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        x = trl.rand((3,), domain=(t,))
+        a = (x * 2.0).tanh()
+        b = (x * 2.0).tanh()
+        ((a + b).detach() * 1.0).sink(lambda v, p: out.append(v))
+    kinds = {}
+    for opts in ({"cse": False, "simplify": False}, {}):
+        pdg = build_pdg(ctx, {T: 3}, CompileOptions(**opts, vectorize_time=False))
+        kinds[bool(opts)] = [n.op.kind for n in pdg]
+    off, on = kinds[True], kinds[False]
+    assert off.count(OpKind.TANH) == 2 and on.count(OpKind.TANH) == 1
+    assert OpKind.IDENTITY in off and OpKind.IDENTITY not in on
+    assert off.count(OpKind.MUL) == 3 and on.count(OpKind.MUL) == 1

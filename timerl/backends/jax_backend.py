@@ -46,11 +46,20 @@ def _pad(x: jax.Array, axis: int, before: int, after: int) -> jax.Array:
     return jnp.pad(x, widths)
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _draw(key: jax.Array, seed: jax.Array, shape: tuple[int, ...], dtype: Any, normal: bool) -> Any:
+    """Split ``key`` (or ``key(seed)`` when ``seed >= 0``) and draw: one dispatch per draw."""
+    key = jax.lax.cond(seed >= 0, lambda: jax.random.key(seed), lambda: key)
+    key, sub = jax.random.split(key)
+    sample = jax.random.normal if normal else jax.random.uniform
+    return key, sample(sub, shape, dtype=dtype)
+
+
 def _random(be: AbstractBackend, shape: tuple[int, ...], dtype: DType, normal: bool) -> jax.Array:
     assert isinstance(be, JaxBackend)
-    key = be.next_key()
-    sample = jax.random.normal if normal else jax.random.uniform
-    return sample(key, shape, dtype=_DTYPES[dtype])
+    seed, be._pending_seed = be._pending_seed, -1
+    be._key, out = _draw(be._key, np.int64(seed), shape, _DTYPES[dtype], normal)
+    return out
 
 
 def _one_hot(be: AbstractBackend, c: base.KernelCall, xs: Sequence[Any]) -> jax.Array:
@@ -139,14 +148,17 @@ class JaxBackend(AbstractBackend):
     def __init__(self, seed: int = 0, host_blocks: bool = False) -> None:
         super().__init__()
         self._key = jax.random.key(seed)
+        self._pending_seed = -1  # a seed set by seed() and not used yet
         self.host_blocks = host_blocks
 
     def seed(self, seed: int) -> None:
-        """Reset the PRNG key."""
-        self._key = jax.random.key(seed)
+        """Reset the PRNG key (``key(seed)``, made by the next draw in the same dispatch)."""
+        self._pending_seed = int(seed)
 
     def next_key(self) -> jax.Array:
         """Split the PRNG key: keep one half, return the other."""
+        if self._pending_seed >= 0:
+            self._key, self._pending_seed = jax.random.key(self._pending_seed), -1
         self._key, sub = jax.random.split(self._key)
         return sub
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from timerl.errors import RTDefinitionError
 from timerl.rt.context import current
-from timerl.rt.creation import as_tensor, empty, zeros
-from timerl.rt.tensor import RecurrentTensor
+from timerl.rt.creation import as_tensor, empty, ones, zeros
+from timerl.rt.tensor import RecurrentTensor, where
 
 
 def _check(params: Sequence[RecurrentTensor]) -> None:
@@ -57,16 +57,39 @@ def _update_count(p: RecurrentTensor) -> RecurrentTensor:
     return as_tensor(k + 1)
 
 
+def clipped_grads(params: Sequence[RecurrentTensor], max_norm: float | None) -> list[RecurrentTensor]:
+    """The parameters' gradients, scaled together so that their global L2 norm (over all
+    of them, at each update point) is at most ``max_norm`` (as ``clip_grad_norm_``)."""
+    grads = [p.grad for p in params]
+    if not max_norm:
+        return grads
+    sq = None
+    for g in grads:
+        s = (g * g).sum()
+        sq = s if sq is None else sq + s
+    assert sq is not None
+    norm = sq.sqrt()
+    ratio = float(max_norm) / (norm + 1e-6)
+    scale = where(ratio < 1.0, ratio, ones(()))
+    return [g * scale for g in grads]
+
+
 class SGD:
     """``w[i + 1] = w[i] - lr * grad[i]`` (with optional momentum)."""
 
-    def __init__(self, params: Sequence[RecurrentTensor], lr: Any = 1e-2, momentum: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Sequence[RecurrentTensor],
+        lr: Any = 1e-2,
+        momentum: float = 0.0,
+        max_grad_norm: float | None = None,
+    ) -> None:
         _check(params)
         self.params, self.lr, self.momentum = list(params), lr, momentum
+        self.max_grad_norm = max_grad_norm
 
     def step(self) -> None:
-        for p in self.params:
-            g = p.grad
+        for p, g in zip(self.params, clipped_grads(self.params, self.max_grad_norm), strict=True):
             if self.momentum:
                 buf = empty(p.shape, p.dtype, p.node.domain)
                 buf[tuple(0 for _ in p.node.domain)] = zeros(p.shape, p.dtype)
@@ -76,7 +99,8 @@ class SGD:
 
 
 class Adam:
-    """Adam (Kingma & Ba, 2015) with bias correction; the step count is ``i + 1``."""
+    """Adam (Kingma & Ba, 2015) with bias correction; the step count is ``i + 1``.
+    ``max_grad_norm`` clips the gradients' global norm first (off by default)."""
 
     def __init__(
         self,
@@ -84,14 +108,15 @@ class Adam:
         lr: Any = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        max_grad_norm: float | None = None,
     ) -> None:
         _check(params)
         self.params, self.lr, self.betas, self.eps = list(params), lr, betas, eps
+        self.max_grad_norm = max_grad_norm
 
     def step(self) -> None:
         b1, b2 = self.betas
-        for p in self.params:
-            g = p.grad
+        for p, g in zip(self.params, clipped_grads(self.params, self.max_grad_norm), strict=True):
             dom = p.node.domain
             first = tuple(0 for _ in dom)
             m = empty(p.shape, p.dtype, dom, name=f"{p.name}.adam_m" if p.name else None)

@@ -140,7 +140,16 @@ def make_fused_thunk(
         try:
             outs = compiled(*ext)
         except Exception as exc:  # rerun unfused for an error naming the failing node
-            log.debug("fused region %s failed (%s); running it unfused", ids, exc)
+            labels = ", ".join(n.label for n in nodes)
+            log.warning(
+                "fused region [%s] failed to compile or run (%s: %s); running its %d ops one by one "
+                "(slower) at %s",
+                labels,
+                type(exc).__name__,
+                exc,
+                len(ids),
+                point,
+            )
             fallback.extend(ex._make_thunk(n) for n in nodes)
             ex.exec_count -= len(ids)
             for th in fallback:
