@@ -25,6 +25,7 @@ class CompileOptions:
     simplify: bool = True  # readers of copies and of products with one read the operand
     cse: bool = True  # common-subexpression elimination
     contract: bool = True  # summed outer products (weight gradients) as one matmul
+    scan_lift: bool = True  # first-order linear recurrences (GAE, returns) as one scan op
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
@@ -122,6 +123,11 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
         from timerl.pdg.passes.contract import contract_outer_products
 
         pdg = contract_outer_products(pdg)
+        verify_pdg(pdg)
+    if options.scan_lift:
+        from timerl.pdg.passes.scan_lift import lift_scans
+
+        pdg = lift_scans(pdg)
         verify_pdg(pdg)
     if options.dce:
         keep = frozenset(n.id for n in ctx.graph.nodes.values() if n.is_param)

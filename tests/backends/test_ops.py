@@ -67,6 +67,17 @@ def _discount_weights(op: Op, g: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.broadcast_to(out, x.shape).astype(g.dtype)
 
 
+def _linear_scan(op: Op, x: np.ndarray, c: np.ndarray, y0: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    out = np.empty_like(x)
+    ks = list(range(n - 1, -1, -1)) if op.attr("reverse") else list(range(n))
+    y = y0
+    for j, k in enumerate(ks):
+        y = y if j == 0 else x[k] + c[k] * y
+        out[k] = y
+    return out
+
+
 def _discounted_sum(op: Op, x: np.ndarray) -> np.ndarray:
     w = op.attr("gamma") ** np.arange(x.shape[0], dtype=np.float64)
     return np.tensordot(w, x.astype(np.float64), axes=(0, 0)).astype(x.dtype)
@@ -113,6 +124,7 @@ REF: dict[OpKind, Ref] = {
     OpKind.CUMSUM: lambda op, xs, env: np.cumsum(xs[0], axis=op.attr("dim"), dtype=_acc(xs[0])),
     OpKind.DISCOUNTED_SUM: lambda op, xs, env: _discounted_sum(op, xs[0]),
     OpKind.DISCOUNT_WEIGHTS: lambda op, xs, env: _discount_weights(op, xs[0], xs[1]),
+    OpKind.LINEAR_SCAN: lambda op, xs, env: _linear_scan(op, *xs),
     OpKind.LOG_SOFTMAX: lambda op, xs, env: _log_softmax(xs[0], op.attr("dim")),
     OpKind.SOFTMAX: lambda op, xs, env: np.exp(_log_softmax(xs[0], op.attr("dim"))),
     OpKind.RESHAPE: lambda op, xs, env: xs[0].reshape(tuple(_ev(s, env) for s in op.attr("shape"))),
@@ -211,6 +223,8 @@ CASES: list[Case] = [
     Case("cumsum", M(OpKind.CUMSUM, dim=0), [F34]),
     Case("cumsum_i32", M(OpKind.CUMSUM, dim=1), [((3, 4), "j5")]),
     Case("discounted_sum", M(OpKind.DISCOUNTED_SUM, gamma=0.9), [((5,), "f")]),
+    Case("linear_scan_rev", M(OpKind.LINEAR_SCAN, reverse=True), [((6, 2), "f"), ((6, 2), "f"), ((2,), "f")]),
+    Case("linear_scan_fwd", M(OpKind.LINEAR_SCAN, reverse=False), [((5,), "f"), ((5,), "f"), ((), "f")]),
     Case("discounted_sum_2d", M(OpKind.DISCOUNTED_SUM, gamma=0.5), [((5, 3), "f")]),
     Case("discount_weights", M(OpKind.DISCOUNT_WEIGHTS, gamma=0.9), [((3,), "f"), ((5, 3), "f")]),
     Case("discount_weights_0d", M(OpKind.DISCOUNT_WEIGHTS, gamma=0.9), [F0, ((5,), "f")]),

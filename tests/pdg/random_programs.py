@@ -43,7 +43,7 @@ def build(seed: int, batch: bool) -> tuple[trl.Context, dict[Any, int], list]:
         for k in range(int(rng.integers(3, 7))):
             a = pool[int(rng.integers(len(pool)))]
             c = pool[int(rng.integers(len(pool)))]
-            kind = int(rng.integers(7))
+            kind = int(rng.integers(9))
             if kind == 0:
                 y = a * c + 0.1
             elif kind == 1:
@@ -58,8 +58,16 @@ def build(seed: int, batch: bool) -> tuple[trl.Context, dict[Any, int], list]:
                 y = a[(*full[:-1], slice(t, T))].sum(0) * 0.1
             elif kind == 5:  # the iteration's total, broadcast back over t
                 y = a * 0.5 + a[(*full[:-1], slice(0, T))].mean(0)
-            else:
+            elif kind == 6:
                 y = (a @ w) * 0.3 + c
+            elif kind == 7:  # a backward linear recurrence (GAE's shape)
+                y = trl.empty((F,), domain=full, name=f"back{k}")
+                y[(*full[:-1], T - 1)] = a[(*full[:-1], T - 1)] * 0.5
+                y[full] = a + (c.tanh() * 0.9) * y[(*full[:-1], t + 1)]
+            else:  # a forward one (a running sum)
+                y = trl.empty((F,), domain=full, name=f"fwd{k}")
+                y[(*full[:-1], 0)] = c[(*full[:-1], 0)]
+                y[full] = a * 0.5 + (c.tanh() * 0.5) * y[(*full[:-1], t - 1)]
             pool.append(y)
         z = pool[-1]
         loss = (z * z).sum() * 0.01 + ((u @ w).tanh() * x).sum() * 0.1

@@ -1,5 +1,6 @@
 """The PDG optimisation passes — ``vectorize_partial`` (t on the nodes outside recurrences),
-``contract`` (summed outer products as one matmul), ``cse`` and ``simplify`` — give the same
+``contract`` (summed outer products as one matmul), ``scan_lift`` (linear recurrences as one
+scan), ``cse`` and ``simplify`` — give the same
 values with and without each, on random programs and both backends, and the compiled program
 equals the reference evaluator on the optimised PDG."""
 
@@ -24,7 +25,7 @@ def _close(a: list, b: list, tol: float) -> None:
         np.testing.assert_allclose(x[2], y[2], rtol=tol, atol=tol, err_msg=f"sink {x[0]} at {x[1]}")
 
 
-PASSES = ("simplify", "cse", "contract", "vectorize_time")
+PASSES = ("simplify", "cse", "contract", "scan_lift", "vectorize_time")
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
@@ -113,3 +114,23 @@ def test_cse_and_simplify_remove_duplicates_and_copies() -> None:
     assert off.count(OpKind.TANH) == 2 and on.count(OpKind.TANH) == 1
     assert OpKind.IDENTITY in off and OpKind.IDENTITY not in on
     assert off.count(OpKind.MUL) == 3 and on.count(OpKind.MUL) == 1
+
+
+def test_linear_recurrences_are_lifted() -> None:
+    """Both directions of ``y = x + c * y[t -/+ 1]`` become one LINEAR_SCAN each, and the
+    recurrence's row reads become views (no node over t is left)."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        x = trl.rand((2,), domain=(i, t))
+        back = trl.empty((2,), domain=(i, t), name="back")
+        back[i, T - 1] = x[i, T - 1]
+        back[i, t] = x + (x * 0.9) * back[i, t + 1]
+        fwd = trl.empty((2,), domain=(i, t), name="fwd")
+        fwd[i, 0] = x[i, 0]
+        fwd[i, t] = x + (x * 0.5) * fwd[i, t - 1]
+        (back + fwd)[i, 0:T].sum(0).sink(lambda v, p: None)
+    pdg = build_pdg(ctx, {I: 2, T: 5}, CompileOptions())
+    scans = [n for n in pdg if n.op.kind is OpKind.LINEAR_SCAN]
+    assert sorted(n.op.attr("reverse") for n in scans) == [False, True]
+    t_sym = next(s for s, _ in pdg.dims if s.name == "t")
+    assert [n.op.kind for n in pdg if t_sym in n.domain] == [OpKind.RAND_UNIFORM]

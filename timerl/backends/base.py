@@ -450,6 +450,33 @@ def _discount_weights_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[An
     return be.broadcast_to(g * w, lead + tuple(x.shape[ox:]))
 
 
+def linear_scan(scan: Callable[[Any, Any, Any, bool], Any]) -> Kernel:
+    """LINEAR_SCAN: ``scan(x, c, y0, reverse)`` with the scanned axis moved to the front
+    (``x``, ``c``: ``(n,) + rest``; ``y0``: ``rest``) and moved back after."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        x, coef, y0 = xs
+        nb = len(c.batch) if c.any_batched else 0
+        full = tuple(c.batch) if c.any_batched else ()
+        rest = tuple(x.shape[c.offset(0) + 1 :]) if x.ndim > c.offset(0) else ()
+        n = x.shape[c.offset(0)]
+
+        def front(v: Any, row: bool) -> Any:
+            v = be.broadcast_to(v, full + (() if row else (n,)) + rest)
+            if row or nb == 0:
+                return v
+            perm = (nb,) + tuple(range(nb)) + tuple(range(nb + 1, v.ndim))
+            return be.permute_axes(v, perm)
+
+        ys = scan(front(x, False), front(coef, False), front(y0, True), bool(c.attr("reverse")))
+        if nb == 0:
+            return ys
+        perm = tuple(range(1, nb + 1)) + (0,) + tuple(range(nb + 1, ys.ndim))
+        return be.permute_axes(ys, perm)
+
+    return kernel
+
+
 def permute(fn: Callable[[Any, tuple[int, ...]], Any]) -> Kernel:
     """``fn(x, axes)`` with batch dims kept in front."""
     return lambda be, c, xs: fn(xs[0], _permute_dims(c))

@@ -66,6 +66,22 @@ def _one_hot(be: AbstractBackend, c: base.KernelCall, xs: Sequence[Any]) -> jax.
     return jax.nn.one_hot(xs[0], int(c.attr("num_classes")), dtype=_DTYPES[c.dtype_attr()])
 
 
+def _linear_scan(x: jax.Array, c: jax.Array, y0: jax.Array, reverse: bool) -> jax.Array:
+    """``y[k] = x[k] + c[k] * y[k -/+ 1]`` along axis 0 (``lax.scan``), from ``y0`` at the
+    first/last row."""
+    if x.shape[0] == 0:
+        return x
+    y0 = y0.astype(x.dtype)
+    rest_x, rest_c = (x[:-1], c[:-1]) if reverse else (x[1:], c[1:])
+
+    def step(y: jax.Array, xc: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        y = xc[0] + xc[1] * y
+        return y, y
+
+    _, ys = jax.lax.scan(step, y0, (rest_x, rest_c), reverse=reverse)
+    return jnp.concatenate([ys, y0[None]]) if reverse else jnp.concatenate([y0[None], ys])
+
+
 _KERNELS: dict[OpKind, Kernel] = {
     **base.shared_kernels(),
     OpKind.RAND_UNIFORM: base.random(lambda be, s, dt: _random(be, s, dt, False)),
@@ -106,6 +122,7 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.ARGMAX: base.along_dim(lambda x, a: jnp.argmax(x, axis=a).astype(jnp.int64)),
     OpKind.CUMSUM: base.along_dim(_cumsum),
     OpKind.DISCOUNTED_SUM: base.discounted_sum(lambda x, a: jnp.sum(x, axis=a, dtype=x.dtype)),
+    OpKind.LINEAR_SCAN: base.linear_scan(_linear_scan),
     OpKind.LOG_SOFTMAX: base.along_dim(lambda x, a: jax.nn.log_softmax(x, axis=a)),
     OpKind.SOFTMAX: base.along_dim(lambda x, a: jax.nn.softmax(x, axis=a)),
     # layout / indexing

@@ -72,6 +72,22 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, -1, idx.to(torch.int64).unsqueeze(-1)).squeeze(-1)
 
 
+def _linear_scan(x: torch.Tensor, c: torch.Tensor, y0: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """``y[k] = x[k] + c[k] * y[k -/+ 1]`` along dim 0, from ``y0`` at the first/last row."""
+    n = int(x.shape[0])
+    out = torch.empty_like(x)
+    if n == 0:
+        return out
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    y = y0.to(x.dtype)
+    first = True
+    for k in order:
+        y = y if first else x[k] + c[k] * y
+        first = False
+        out[k] = y
+    return out
+
+
 _KERNELS: dict[OpKind, Kernel] = {
     **base.shared_kernels(),
     OpKind.RAND_UNIFORM: base.random(lambda be, s, dt: _random(be, s, dt, False)),
@@ -112,6 +128,7 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.ARGMAX: base.along_dim(lambda x, a: torch.argmax(x, dim=a)),
     OpKind.CUMSUM: base.along_dim(lambda x, a: torch.cumsum(x, dim=a, dtype=_acc_dtype(x))),
     OpKind.DISCOUNTED_SUM: base.discounted_sum(lambda x, a: torch.sum(x, dim=a)),
+    OpKind.LINEAR_SCAN: base.linear_scan(_linear_scan),
     OpKind.LOG_SOFTMAX: base.along_dim(lambda x, a: torch.log_softmax(x, dim=a)),
     OpKind.SOFTMAX: base.along_dim(lambda x, a: torch.softmax(x, dim=a)),
     # layout / indexing

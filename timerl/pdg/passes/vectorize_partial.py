@@ -229,6 +229,8 @@ def _local_reason(pdg: PDG, n: Node, d: Sym, static: set[Sym]) -> str:
     if kind is OpKind.EVAL_SYMBOL:
         if not free_symbols(n.op.attr("expr")) <= static | {d}:
             return "its expression uses other dims"
+    elif _row_of(pdg, n, d) is not None:
+        pass  # row d of a value without d (a lifted scan): becomes a view of it
     elif d in n.op.symbols():
         return "an op attribute mentions the dim"
     for e in pdg.edges:
@@ -252,6 +254,25 @@ def _local_reason(pdg: PDG, n: Node, d: Sym, static: set[Sym]) -> str:
     return ""
 
 
+def _row_of(pdg: PDG, n: Node, d: Sym) -> Edge | None:
+    """The input edge of ``n = INDEX(x, dim=0, index=d)`` when ``x`` does not vary with ``d``
+    and is read at one point: vectorized, ``n`` is ``x`` itself with its first per-point
+    axis as the batch axis of ``d``."""
+    op = n.op
+    if op.kind is not OpKind.INDEX or op.attr("dim") != 0 or op.attr("index") is not d:
+        return None
+    ins = [e for e in pdg.edges if e.sink == n.id]
+    if len(ins) != 1:
+        return None
+    e = ins[0]
+    src = pdg.nodes[e.src]
+    if d in src.domain or e.order_only or e.select is not None or e.cond is not TRUE or e.to_batch:
+        return None
+    if any(isinstance(c, Slice) for c in e.phi) or e.batch_read or src.batch_dims != n.batch_dims:
+        return None
+    return e
+
+
 def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
     """Vectorize ``d`` on the nodes :func:`vectorizable_nodes` finds (module doc)."""
     bound = pdg.bound_of(d)
@@ -263,11 +284,15 @@ def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
         return pdg
     env = dict(pdg.static_bounds)
     nodes = dict(pdg.nodes)
+    rows: set[int] = set()
     for nid in vec:
         n = nodes[nid]
         dom = tuple(s for s in n.domain if s is not d)
         op = n.op
-        if op.kind is OpKind.EVAL_SYMBOL and d in free_symbols(op.attr("expr")):
+        if _row_of(pdg, n, d) is not None:
+            op = Op.make(OpKind.IDENTITY)
+            rows.add(nid)
+        elif op.kind is OpKind.EVAL_SYMBOL and d in free_symbols(op.attr("expr")):
             dt = op.attr("dtype").numpy
             vals = np.array([evaluate(op.attr("expr"), {**env, d: k}) for k in range(size)], dtype=dt)
             value = np.ascontiguousarray(np.broadcast_to(vals, tuple(n.batch) + (size,)))
@@ -286,6 +311,8 @@ def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
                 e = replace(e, phi=phi)
             else:
                 e = replace(e, phi=phi, batch_read=e.batch_read + ((d, c),))
+        elif e.sink in rows and not e.order_only:
+            e = replace(e, to_batch=d)
         elif c is d and e.sink in vec:
             k = src.domain.index(d)
             phi = e.phi[:k] + (Slice(Const(0), bound),) + e.phi[k + 1 :]
