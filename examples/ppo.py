@@ -24,7 +24,7 @@ from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
 @dataclass
 class Args(CheckpointArgs):
     env_id: str = "CartPole-v1"
-    """the environment: a gymnasium id, brax.<name> or looptune.<dataset>"""
+    """the environment: a gymnasium id, brax.<name>, gymnax.<id> or looptune.<dataset>"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 4
@@ -111,7 +111,11 @@ def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
 
 def make_env(args: Args, B):
     """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
-    env_id = args.env_id if args.env_id.split(".")[0] in ("gym", "brax", "looptune") else f"gym.{args.env_id}"
+    env_id = (
+        args.env_id
+        if args.env_id.split(".")[0] in ("gym", "brax", "gymnax", "looptune")
+        else f"gym.{args.env_id}"
+    )
     extra = {"autoreset": True} if args.num_steps > 0 else {}
     return trl.env.make(env_id, num_envs=B, seed=args.seed, **extra)
 
