@@ -37,9 +37,12 @@ def parse_args(cls: type[A], defaults: A | None, description: str) -> A:
     return cls(**vars(p.parse_args()))
 
 
-def checkpoint_and_compile(ctx: trl.Context, args: Any, dnn: Any, i: Any, bounds: dict) -> Any:
-    """Add the periodic checkpoint (last, so other ops keep their ids and RNG streams) and compile."""
+def checkpoint_and_compile(
+    ctx: trl.Context, args: Any, dnn: Any, i: Any, bounds: dict, **options: Any
+) -> Any:
+    """Add the periodic checkpoint (last, so other ops keep their ids and RNG streams) and compile;
+    ``options`` are more compile options (e.g. ``vectorize_time=False``, see ``CompileOptions``)."""
     if args.checkpoint_every > 0:
         dnn[(i + 1) % args.checkpoint_every == 0].checkpoint(args.checkpoint_dir, config=asdict(args))
     resume = {"resume": args.resume} if args.resume else {}
-    return ctx.compile(bounds, backend=args.backend, seed=args.seed, **resume)
+    return ctx.compile(bounds, backend=args.backend, seed=args.seed, **resume, **options)

@@ -52,7 +52,9 @@ class Args(CheckpointArgs):
     norm_adv: bool = True
     """normalise advantages over the rollout of each iteration"""
     hidden: int = 64
-    """hidden units per layer (two layers)"""
+    """hidden units per layer"""
+    layers: int = 2
+    """hidden layers of the actor and of the critic"""
     shared: bool = False
     """share the actor and critic trunk"""
     update_epochs: int = 1
@@ -145,11 +147,12 @@ def _normalise_fixed(args: Args, adv, B, i, T):
     return (adv - mu) / (std + 1e-8)
 
 
-def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None):
+def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **compile_options):
     """PPO over fixed-length rollouts (``--num-steps N``): T = N static, envs auto-reset,
     done masks in GAE, bootstrap from V of the observation after step N - 1; the observation
     of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
-    and iteration, the rewards and done flags of the rollout (shape ``(2, N)``)."""
+    and iteration, the rewards and done flags of the rollout (shape ``(2, N)``).
+    ``compile_options`` go to ``ctx.compile`` (e.g. ``vectorize_time=False, contract=False``)."""
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
     with ctx as ((b, B), (i, I), *upd, (t, T)):
@@ -157,7 +160,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None):
         pdims = (i, *(s for s, _ in upd))
         dnn = (
             trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
+            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
             .build(weights)
         )
         actor = dnn.at(i, 0, 0) if epochs else dnn
@@ -193,7 +196,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None):
     bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
-    return checkpoint_and_compile(ctx, args, dnn, i, bounds)
+    return checkpoint_and_compile(ctx, args, dnn, i, bounds, **compile_options)
 
 
 def build(args: Args, log_fn, env_fn=make_env, weights=None):
@@ -208,7 +211,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
         pdims = (i, *(s for s, _ in upd))
         dnn = (
             trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
+            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
             .build(weights)
         )
         actor = dnn.at(i, 0, 0) if epochs else dnn
