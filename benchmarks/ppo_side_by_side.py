@@ -64,8 +64,9 @@ class Config:
     """steps per rollout (T)"""
     iterations: int = 3
     """timed iterations (after the warm-up ones)"""
-    warmup: int = 1
-    """untimed iterations first (jit compilation, caches)"""
+    warmup: int = 2
+    """untimed iterations first (jit compilation: timerl-jax compiles regions over its first
+    two or three iterations)"""
     programs: str = ",".join(ALL_PROGRAMS)
     (
         """comma-separated subset of: """
@@ -176,7 +177,10 @@ def run_timerl(cfg: Config, env: str, backend: str, passes: bool) -> dict:
     seen: dict[int, int] = {}
     done_at: dict[int, float] = {}
 
-    def log_fn(v: Any, pt: dict[str, int]) -> None:  # per (env, iteration): note when i is complete
+    # An iteration's time is the time between two consecutive sinks of the rollout log (per
+    # (env, i): the rewards and dones, known once i's rollout ends): one full period of acting
+    # and learning, shifted by the learning phase; the first one is the first rollout alone.
+    def log_fn(v: Any, pt: dict[str, int]) -> None:  # per (env, iteration): note when i is logged
         it = pt["i"]
         seen[it] = seen.get(it, 0) + 1
         if seen[it] == cfg.num_envs:
