@@ -68,12 +68,8 @@ class Config:
     """untimed iterations first (jit compilation: timerl-jax compiles regions over its first
     two or three iterations)"""
     programs: str = ",".join(ALL_PROGRAMS)
-    (
-        """comma-separated subset of: """
-        + ", ".join(ALL_PROGRAMS)
-        + """ (-nopass: timerl with
-    vectorize_time=False, contract=False)"""
-    )
+    """comma-separated subset of: torch-eager, jax-jit, timerl-jax, timerl-torch,
+    timerl-jax-nopass, timerl-torch-nopass (-nopass: vectorize_time=False, contract=False)"""
     hidden: int = 64
     """hidden units per layer"""
     layers: int = 2
