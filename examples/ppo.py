@@ -24,7 +24,7 @@ from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
 @dataclass
 class Args(CheckpointArgs):
     env_id: str = "CartPole-v1"
-    """the environment: a gymnasium id, brax.<name> or looptune.<dataset>"""
+    """the environment: a gymnasium id, brax.<name>, gymnax.<id> or looptune.<dataset>"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 4
@@ -56,7 +56,9 @@ class Args(CheckpointArgs):
     norm_adv: bool = True
     """normalise advantages over the rollout of each iteration"""
     hidden: int = 64
-    """hidden units per layer (two layers)"""
+    """hidden units per layer"""
+    layers: int = 2
+    """hidden layers of the actor and of the critic"""
     shared: bool = False
     """share the actor and critic trunk"""
     update_epochs: int = 1
@@ -115,7 +117,11 @@ def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
 
 def make_env(args: Args, B):
     """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
-    env_id = args.env_id if args.env_id.split(".")[0] in ("gym", "brax", "looptune") else f"gym.{args.env_id}"
+    env_id = (
+        args.env_id
+        if args.env_id.split(".")[0] in ("gym", "brax", "gymnax", "looptune")
+        else f"gym.{args.env_id}"
+    )
     extra = {"autoreset": True} if args.num_steps > 0 else {}
     return trl.env.make(env_id, num_envs=B, seed=args.seed, **extra)
 
@@ -158,7 +164,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
         pdims = (i, *(s for s, _ in upd))
         dnn = (
             trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
+            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
             .build(weights)
         )
         actor = dnn.at(i, 0, 0) if epochs else dnn
@@ -209,7 +215,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
         pdims = (i, *(s for s, _ in upd))
         dnn = (
             trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * 2, critic=True, shared=args.shared)
+            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
             .build(weights)
         )
         actor = dnn.at(i, 0, 0) if epochs else dnn

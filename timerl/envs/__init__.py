@@ -1,4 +1,4 @@
-"""Environments as UDF ops: ``trl.env.make("gym.<id>" | "brax.<name>", num_envs=B)``."""
+"""Environments as UDF ops: ``trl.env.make("gym.<id>" | "brax.<name>" | "gymnax.<id>", num_envs=B)``."""
 
 from timerl.envs.registry import make as make
 

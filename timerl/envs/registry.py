@@ -14,6 +14,9 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
     - ``"brax.inverted_pendulum"``: a brax env stepped as jitted, vmapped JAX functions
       (extra keyword arguments: ``backend="spring"``, ``max_steps=1000``, and the brax
       env's own constructor arguments);
+    - ``"gymnax.CartPole-v1"``: a gymnax env (JAX-native) stepped as jitted, vmapped JAX
+      functions (extra keyword arguments: ``autoreset=False``, fields of the env's
+      ``EnvParams`` such as ``max_steps_in_episode``, and gymnax's constructor arguments);
     - ``"looptune.mm"``: LoopTune's loop-nest scheduling of matmul (extra keyword arguments:
       ``split="train"|"test"|"all"``, ``measurer="tvm"|"analytic"``, ``max_loops=16``,
       ``episode_len=10``, ``problems=None``, ``peak=None``, ``cache_dir=None``).
@@ -29,11 +32,16 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
         from timerl.envs.brax_env import BraxEnv
 
         return BraxEnv(name, num_envs, seed=seed, **kwargs)
+    if family == "gymnax" and name:
+        from timerl.envs.gymnax_env import GymnaxEnv
+
+        return GymnaxEnv(name, num_envs, seed=seed, **kwargs)
     if family == "looptune" and name:
         from timerl.envs.looptune.env import LoopTuneEnv
 
         return LoopTuneEnv(name, num_envs, seed=seed, **kwargs)
     raise TimeRLError(
         f"unknown environment id {env_id!r}: use 'gym.<gymnasium id>' (e.g. 'gym.CartPole-v1') or "
-        "'brax.<brax env name>' (e.g. 'brax.inverted_pendulum') or 'looptune.<dataset>' (e.g. 'looptune.mm')"
+        "'brax.<brax env name>' (e.g. 'brax.inverted_pendulum') or 'gymnax.<gymnax id>' (e.g. "
+        "'gymnax.CartPole-v1') or 'looptune.<dataset>' (e.g. 'looptune.mm')"
     )
