@@ -203,12 +203,14 @@ def evaluate(
     *,
     numpy_fn: Callable[[Problem], float] | None = None,
     meta: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> Report:
     """Run every tuner on every problem (one after the other: one measuring process).
 
     ``measurer`` measures the untuned nest; ``numpy_fn`` gives NumPy's GFLOPS (default
     :func:`.measure.numpy_gflops`, single-threaded in a child process). A tuner that
-    raises is logged and recorded as nan.
+    raises is logged and recorded as nan. ``progress=True`` shows a progress bar with
+    the time left (tqdm, on stderr).
     """
     if numpy_fn is None:
         from timerl.envs.looptune.measure import numpy_gflops as numpy_fn
@@ -217,7 +219,10 @@ def evaluate(
             f"tuner names {UNTUNED!r} and {NUMPY!r} are reserved for the references: rename the tuner"
         )
     results = []
+    bar = _progress_bar(len(problems), "measuring") if progress else None
     for i, p in enumerate(problems):
+        if bar is not None:
+            bar.set_postfix_str(p.name)
         untuned = measurer.gflops(initial_state(p))
         npy = numpy_fn(p)
         log.info("[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy)
@@ -235,7 +240,20 @@ def evaluate(
             if math.isfinite(tuned.gflops):
                 log.info("  %-10s %7.2f GFLOPS in %6.1f s", name, tuned.gflops, tuned.seconds)
         results.append(ProblemResult(p, untuned, npy, gflops, seconds, info))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return Report(tuple(tuners), tuple(results), dict(meta or {}))
+
+
+def _progress_bar(total: int, desc: str) -> Any:
+    """A tqdm bar (``timerl[looptune]`` installs tqdm)."""
+    try:
+        from tqdm import tqdm
+    except ImportError as exc:
+        raise TimeRLError("progress bars need tqdm: pip install 'timerl[looptune]'") from exc
+    return tqdm(total=total, desc=desc, unit="problem", dynamic_ncols=True)
 
 
 class BestOf:
