@@ -39,7 +39,7 @@ from timerl.envs.looptune.ir import Dim, Loop, LoopState, Nest, check, steps
 from timerl.errors import TimeRLError
 
 MAX_UNROLL_STEP = 64
-LOWERING_VERSION = 3  # bump when the generated code changes (it keys the disk cache)
+LOWERING_VERSION = 4  # bump when the generated code changes (it keys the disk cache)
 
 
 def import_tvm() -> Any:
