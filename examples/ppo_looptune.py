@@ -31,7 +31,7 @@ class Args(ppo.Args):
     """the LoopTune dataset (looptune.mm: matmuls with m, n, k in 64..256 step 16)"""
     num_envs: int = 8
     """parallel environments (the batch dim b): one problem each per episode"""
-    iterations: int = 200
+    iterations: int = 400
     """training iterations (one Adam step each); each runs one 10-action episode per env"""
     lr: float = 3e-3
     """Adam learning rate (annealed linearly to 0)"""
