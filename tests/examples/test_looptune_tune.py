@@ -118,3 +118,5 @@ def test_tune_cli_on_a_trained_checkpoint(tmp_path, capsys) -> None:
     )
     out = capsys.readouterr().out
     assert "mm_24x16x20" in out and "@T.prim_func" in out and "GFLOPS, untuned" in out
+    assert tune_mod.main(["bmk,bkn->bmn", "--shape", "2,3,4,5", "--policy", str(tmp_path)]) == 2
+    assert "batched" in capsys.readouterr().err

@@ -186,10 +186,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         shape = [int(x) for x in args.shape.split(",") if x]
     except ValueError:
-        raise TimeRLError(
-            f"--shape {args.shape!r}: expected comma-separated integers, e.g. 128,256,64"
-        ) from None
-    res = tune(args.einsum, args.policy, shape=shape, steps=args.steps, remeasure=args.remeasure)
+        print(
+            f"error: --shape {args.shape!r}: expected comma-separated integers, e.g. 128,256,64",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        res = tune(args.einsum, args.policy, shape=shape, steps=args.steps, remeasure=args.remeasure)
+    except TimeRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"{args.einsum} with {res.problem.name}: actions {' '.join(res.actions)}")
     print(res.listing)
     print(res.tir)
