@@ -45,6 +45,7 @@ def test_trains_saves_and_tunes_test_problems(tmp_path, capsys) -> None:
         kept = state_from_key(results[r.problem.name]["state"])
         assert r.gflops["ppo"] == model.gflops(kept) == max(seen)
         assert r.untuned == model.gflops(initial_state(r.problem))
-    for name in ("results.csv", "results.json", "fig8.png", "fig9.png"):
+    assert len(out["speedups"]) == 2 and all(x > 0 for x in out["speedups"])
+    for name in ("results.csv", "results.json", "fig8.png", "fig9.png", "learning_curve.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "ppo" in capsys.readouterr().out

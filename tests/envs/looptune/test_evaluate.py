@@ -7,6 +7,7 @@ import csv
 import json
 import math
 
+import numpy as np
 import pytest
 
 from timerl.envs.looptune import evaluate as ev
@@ -146,3 +147,51 @@ def test_cli_on_the_analytic_model(tmp_path, capsys) -> None:
     assert [p["problem"] for p in doc["problems"]] == ["mm_64x64x64", "mm_80x64x96"]
     assert doc["problems"][1]["gflops"]["policy"] is None
     assert (out / "fig8.png").exists() and (out / "fig9.png").exists()
+
+
+def _write_policy(folder, hidden: int = 8, seed: int = 0) -> None:
+    """A checkpoint of random policy weights, as the PPO example saves them."""
+    from timerl.envs.looptune.ir import MAX_LOOPS, NUM_FEATURES
+
+    rng = np.random.default_rng(seed)
+    sizes = [MAX_LOOPS * NUM_FEATURES, hidden, hidden, len(ACTIONS)]
+    arrays = {}
+    for k, (fi, fo) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        arrays[f"dnn.w{k}@3"] = rng.normal(0, 1 / np.sqrt(fi), (fi, fo)).astype(np.float32)
+        arrays[f"dnn.b{k}@3"] = rng.normal(0, 0.3, fo).astype(np.float32)
+    folder.mkdir(parents=True)
+    np.savez(folder / "ckpt_3.npz", **arrays)
+    (folder / "ckpt_3.json").write_text("{}")
+
+
+def test_cli_policy_on_every_problem_searches_on_a_fixed_subset(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib", reason="plots need pip install 'timerl[looptune]'")
+    _write_policy(tmp_path / "run" / "checkpoints")
+    out = tmp_path / "cli"
+    argv = [
+        "--measurer",
+        "analytic",
+        "--num-problems",
+        "6",
+        "--search-problems",
+        "2",
+        "--searches",
+        "greedy1",
+    ]
+    argv += ["--time-limit", "0.2", "--policy", str(tmp_path / "run"), "--out", str(out), "--remeasure", "1"]
+    assert ev.main(argv) == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["methods"] == ["greedy1", "policy"]
+    rows = doc["problems"]
+    assert len(rows) == 6 and all(r["gflops"]["policy"] > 0 for r in rows)
+    searched = [r["problem"] for r in rows if r["gflops"]["greedy1"] is not None]
+    assert sorted(searched) == doc["meta"]["search_problems"] and len(searched) == 2
+    for r in rows:
+        steps = r["info"]["policy"]["step_gflops"]
+        assert len(steps) == 11 and steps == sorted(steps)  # best so far: never decreases
+        assert r["gflops"]["policy"] == pytest.approx(steps[-1])  # analytic: the same value again
+        assert steps[0] == pytest.approx(r["untuned_gflops"])
+    assert (out / "fig10.png").stat().st_size > 0 and (out / "fig8.png").exists()
+    # the same subset every run
+    assert ev._fixed_subset(list(range(440)), 32) == ev._fixed_subset(list(range(440)), 32)
+    assert len(set(ev._fixed_subset(list(range(440)), 32))) == 32

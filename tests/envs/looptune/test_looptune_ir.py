@@ -180,3 +180,25 @@ def test_unknown_dataset_names_the_valid_ones() -> None:
         dataset.problems("conv")
     with pytest.raises(TimeRLError, match="valid datasets: mm"):
         dataset.split("conv")
+
+
+def test_canonical_merges_directly_nested_loops_of_one_dim() -> None:
+    from timerl.envs.looptune.ir import ACTIONS, Problem, apply_action, canonical, check, initial_state
+
+    def play(s, *names):
+        for n in names:
+            s = apply_action(s, ACTIONS.index(n))
+        return s
+
+    p = Problem(208, 112, 240)
+    init = initial_state(p)
+    spam = play(init, "split_8", "split_2", "down", "down", "split_4")
+    assert canonical(spam).schedule_key == init.schedule_key  # splits alone change nothing
+    tile = play(init, "split_8", "down", "swap_down", "down", "split_32", "swap_up", "swap_up")
+    assert canonical(tile) is tile  # nothing adjacent to merge
+    # n3r16 directly over n32 merges back into n112; m26 over k over m8 stays split
+    half = play(init, "split_8", "down", "swap_down", "down", "split_32")
+    c = canonical(half)
+    check(c)
+    assert [lp.text for lp in c.loops if lp.nest.value == "c"] == ["m26", "k240", "m8", "n112"]
+    assert c.loops[c.cursor].dim.value == "n"

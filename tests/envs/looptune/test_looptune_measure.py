@@ -64,6 +64,44 @@ def test_random_schedules_compute_the_matmul(shape: tuple[int, int, int]) -> Non
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=s.key)
 
 
+@pytest.mark.parametrize("shape", [(37, 53, 29), (13, 113, 7), (50, 77, 61)])
+def test_remainder_loops_on_odd_sizes(shape: tuple[int, int, int]) -> None:
+    """Odd sizes: every split leaves a tail, lowered as a main loop plus a remainder loop;
+    the result is ``A @ B`` and no loop body holds a bounds guard."""
+    target = tvm_lower.host_target()
+    p = Problem(*shape)
+    states = random_states(p, count=5, length=16, seed=sum(shape))
+    states.append(
+        run(initial_state(p), "split_8", "down", "swap_down", "down", "split_32", "swap_up", "swap_up")
+    )
+    states.append(
+        run(initial_state(p), "split_4", "split_2", "down", "down", "split_16", "split_2", "down", "down")
+    )
+    assert any("r" in lp.text for s in states for lp in s.loops)  # tails exist
+    for s in states:
+        text = tvm_lower.script(s)
+        assert "T.where" not in text and "if " not in text, text
+        out, ref = compiled_result(s, target)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=s.key)
+
+
+def test_remainder_loop_structure() -> None:
+    """``for n in 3 r 16 / for n' in 32`` (n = 112): a main loop of 3 x 32 vector lanes,
+    then a 16-lane remainder at offset 96; a 48-lane remainder runs as 32 + 16 lanes."""
+    p = Problem(208, 112, 240)
+    s = run(initial_state(p), "split_8", "down", "swap_down", "down", "split_32", "swap_up", "swap_up")
+    assert [lp.text for lp in s.loops[:5]] == ["m26", "n3r16", "k240", "m8", "n32"]
+    text = tvm_lower.script(s)
+    assert "for n0 in range(3):" in text
+    assert "for n1 in T.vectorized(32):" in text and "for n1 in T.vectorized(16):" in text
+    assert "B[k0, n1 + 96]" in text
+    s64 = run(initial_state(p), "split_4", "down", "swap_down", "down", "split_64", "swap_up", "swap_up")
+    assert [lp.text for lp in s64.loops[:5]] == ["m52", "n1r48", "k240", "m4", "n64"]
+    text = tvm_lower.script(s64)
+    assert "T.vectorized(64)" in text and "T.vectorized(32)" in text and "B[k0, n1 + 96]" in text
+    assert "T.vectorized(48)" not in text
+
+
 def test_unroll_cap() -> None:
     with pytest.raises(TimeRLError, match="unroll_max_step"):
         tvm_lower.lower(initial_state(Problem(16, 16, 16)), unroll_max_step=1024)

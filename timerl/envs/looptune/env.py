@@ -24,6 +24,7 @@ appended to :attr:`LoopTuneEnv.history` (an :class:`EpisodeRecord`).
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ from timerl.symbolic import Sym
 log = logging.getLogger("timerl.envs.looptune")
 
 SPLITS = ("train", "test", "all")
-REWARDS = ("step", "final", "best")
+REWARDS = ("step", "final", "best", "log")
+DEFAULT_NOISE = 0.03  # reward="log": relative gains below 3 % are taken for timing noise
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class _Episode:
         self.initial, self.initial_g = state, g
         self.state, self.g = state, g
         self.best, self.best_g = state, g
+        self.ref_g = g  # reward="log": the best GFLOPS rewarded so far
         self.actions: list[int] = []
 
     def record(self) -> EpisodeRecord:
@@ -119,9 +122,11 @@ class _LoopTuneState:
         max_loops: int,
         episode_len: int,
         reward: str = "step",
+        noise: float = DEFAULT_NOISE,
     ) -> None:
         self.env_id = env_id
         self.reward = reward
+        self.noise = noise
         self.num_envs = num_envs
         self.seed = int(seed)
         self.problems = problems
@@ -187,6 +192,8 @@ class _LoopTuneState:
                 g = ep.g if nxt is ep.state and self.reward != "final" else self.measurer.gflops(nxt)
                 if self.reward == "best":
                     rew[e] = max(0.0, g - ep.best_g) / self.peak
+                elif self.reward == "log":
+                    rew[e] = self._log_gain(ep, g)
                 else:
                     rew[e] = (g - ep.g) / self.peak
                 ep.state, ep.g = nxt, g
@@ -203,6 +210,20 @@ class _LoopTuneState:
         if not self.batched:
             return obs, rew[0], done[0]
         return obs, rew, done
+
+    def _log_gain(self, ep: _Episode, g: float) -> float:
+        """``log(g / ref)`` when ``g`` beats the best GFLOPS rewarded so far by more than
+        the noise margin (then ``g`` becomes the reference), else 0."""
+        if g <= 0:
+            return 0.0
+        if ep.ref_g <= 0:  # the untuned nest failed: nothing to compare with
+            ep.ref_g = g
+            return 0.0
+        gain = math.log(g / ep.ref_g)
+        if gain <= math.log1p(self.noise):
+            return 0.0
+        ep.ref_g = g
+        return gain
 
     def _finish(self) -> None:
         recs = [ep.record() for ep in self.episodes]
@@ -257,7 +278,10 @@ class LoopTuneEnv(GymEnv):
       episode return with two measurements per episode, for evaluating a trained policy)
       or ``"best"`` (``max(0, GFLOPS(S') - best so far) / peak``: the return is the gain of
       the best schedule of the episode, the one a tuner keeps; actions after it are not
-      penalised, so exploring is never worse than stopping).
+      penalised, so exploring is never worse than stopping) or ``"log"`` (the same with
+      ``log(GFLOPS(S') / best so far)``, paid only when it beats ``noise`` (default 3 %),
+      so timing noise is not rewarded: the return is the log speedup of the best schedule,
+      the same scale on every problem and machine, no ``peak`` needed).
     """
 
     def __init__(
@@ -273,6 +297,7 @@ class LoopTuneEnv(GymEnv):
         peak: float | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         reward: str = "step",
+        noise: float = DEFAULT_NOISE,
     ) -> None:
         import gymnasium as gym
 
@@ -283,6 +308,8 @@ class LoopTuneEnv(GymEnv):
             raise TimeRLError(f"env {env_id}: reward must be one of {', '.join(REWARDS)}, got {reward!r}")
         if episode_len < 1:
             raise TimeRLError(f"env {env_id}: episode_len must be >= 1, got {episode_len}")
+        if not 0.0 <= noise < 1.0:
+            raise TimeRLError(f"env {env_id}: noise must be in [0, 1), got {noise}")
         if max_loops < 5:
             raise TimeRLError(f"env {env_id}: max_loops must be >= 5 (the untiled nest has 5 loops)")
         if problems is not None:
@@ -315,6 +342,7 @@ class LoopTuneEnv(GymEnv):
             max_loops,
             episode_len,
             reward=reward,
+            noise=noise,
         )
         self._init_wrapper(env_id, num_envs, state)
 

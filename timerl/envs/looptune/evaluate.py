@@ -17,7 +17,12 @@ Python::
 
 CLI (``python -m timerl.envs.looptune.evaluate --help``)::
 
-    python -m timerl.envs.looptune.evaluate --num-problems 5 --time-limit 60 --out runs/eval
+    python -m timerl.envs.looptune.evaluate --policy runs/ppo_looptune --out runs/eval
+
+runs the policy, the untuned nest and NumPy on all 440 test problems, and the searches
+(``--time-limit 60`` s each) on a fixed subset of 32 of them (``--search-problems``);
+``--num-problems 5`` samples fewer problems. Besides Fig. 8/9 it plots Fig. 10, the
+policy's best speedup so far after each action.
 
 Fairness and noise: every search gets a fresh measurer without the disk cache, so its
 seconds count its own measurements. On a shared machine, interference only ever slows a
@@ -69,6 +74,7 @@ __all__ = [
     "evaluate",
     "format_summary",
     "main",
+    "policy_rollout_tuner",
     "policy_tuner",
     "search_tuners",
     "state_from_key",
@@ -203,12 +209,14 @@ def evaluate(
     *,
     numpy_fn: Callable[[Problem], float] | None = None,
     meta: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> Report:
     """Run every tuner on every problem (one after the other: one measuring process).
 
     ``measurer`` measures the untuned nest; ``numpy_fn`` gives NumPy's GFLOPS (default
     :func:`.measure.numpy_gflops`, single-threaded in a child process). A tuner that
-    raises is logged and recorded as nan.
+    raises is logged and recorded as nan. ``progress=True`` shows a progress bar with
+    the time left (tqdm, on stderr).
     """
     if numpy_fn is None:
         from timerl.envs.looptune.measure import numpy_gflops as numpy_fn
@@ -217,7 +225,10 @@ def evaluate(
             f"tuner names {UNTUNED!r} and {NUMPY!r} are reserved for the references: rename the tuner"
         )
     results = []
+    bar = _progress_bar(len(problems), "measuring") if progress else None
     for i, p in enumerate(problems):
+        if bar is not None:
+            bar.set_postfix_str(p.name)
         untuned = measurer.gflops(initial_state(p))
         npy = numpy_fn(p)
         log.info("[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy)
@@ -235,7 +246,20 @@ def evaluate(
             if math.isfinite(tuned.gflops):
                 log.info("  %-10s %7.2f GFLOPS in %6.1f s", name, tuned.gflops, tuned.seconds)
         results.append(ProblemResult(p, untuned, npy, gflops, seconds, info))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return Report(tuple(tuners), tuple(results), dict(meta or {}))
+
+
+def _progress_bar(total: int, desc: str) -> Any:
+    """A tqdm bar (``timerl[looptune]`` installs tqdm)."""
+    try:
+        from tqdm import tqdm
+    except ImportError as exc:
+        raise TimeRLError("progress bars need tqdm: pip install 'timerl[looptune]'") from exc
+    return tqdm(total=total, desc=desc, unit="problem", dynamic_ncols=True)
 
 
 class BestOf:
@@ -378,6 +402,29 @@ def policy_tuner(results: str | os.PathLike[str] | Mapping[str, Any], measurer: 
     return run
 
 
+def policy_rollout_tuner(
+    policy: Any, measurer: Measurer, remeasure: Measurer | None = None, steps: int = 10
+) -> Tuner:
+    """A tuner playing a trained :class:`timerl.looptune.Policy` greedily for ``steps``
+    actions from the untuned nest; every state is measured with ``measurer`` and the best
+    one is kept, then measured again by ``remeasure`` (e.g. a :class:`BestOf` of fresh
+    measurers) if given. The info holds the actions and ``step_gflops``: the best GFLOPS
+    so far after each action, as ``measurer`` saw them (Fig. 10)."""
+
+    def run(problem: Problem) -> Tuned:
+        t0 = time.perf_counter()
+        states, actions = policy.rollout(initial_state(problem), steps)
+        values = [measurer.gflops(s) for s in states]
+        seconds = time.perf_counter() - t0
+        best = max(range(len(states)), key=lambda k: values[k])
+        running = [max(values[: k + 1]) for k in range(len(values))]
+        final = remeasure.gflops(states[best]) if remeasure is not None else values[best]
+        info = {"state": states[best].key, "actions": [ACTIONS[a] for a in actions], "step_gflops": running}
+        return Tuned(final, seconds, info)
+
+    return run
+
+
 def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write ``results.csv``, ``results.json``, ``summary.txt`` and the plots
     ``fig8.png`` (GFLOPS and tuning time per problem) and ``fig9.png`` (speedup
@@ -423,6 +470,9 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
     paths["summary.txt"].write_text(format_summary(report) + "\n")
     evaluate_plots.plot_gflops_and_time(report, paths["fig8.png"])
     evaluate_plots.plot_speedups(report, paths["fig9.png"])
+    if any("step_gflops" in info for r in report.results for info in r.info.values()):
+        paths["fig10.png"] = out / "fig10.png"
+        evaluate_plots.plot_steps(report, paths["fig10.png"])
     return paths
 
 
@@ -448,7 +498,15 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--dataset", default="mm", help="benchmark set (default mm)")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the train/test split (default 0)")
-    p.add_argument("--num-problems", type=int, default=5, help="random test problems to use (default 5)")
+    p.add_argument(
+        "--num-problems", type=int, default=0, help="random test problems to use (default 0: all 440 of mm)"
+    )
+    p.add_argument(
+        "--search-problems",
+        type=int,
+        default=32,
+        help="run the searches on a fixed subset of this many of the problems (default 32; 0: all)",
+    )
     p.add_argument("--problems", default="", help="comma-separated problem names (mm_64x80x96) instead")
     p.add_argument("--seed", type=int, default=0, help="seed of the problem sample and random search")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, help="seconds per search (60)")
@@ -464,6 +522,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--policy-results", default="", help="JSON of a trained policy's results (see policy_tuner)"
+    )
+    p.add_argument(
+        "--policy",
+        default="",
+        help="a trained policy (checkpoint file or folder, or a run folder such as runs/ppo_looptune): "
+        "played greedily on every problem",
     )
     p.add_argument(
         "--metaschedule-sizes", default="", help="e.g. 64,128: also tune n x n x n with MetaSchedule"
@@ -483,10 +547,25 @@ def _pick_problems(args: argparse.Namespace) -> list[Problem]:
             )
         return [by_name[n] for n in args.problems.split(",")]
     _, test = ds.split(args.dataset, seed=args.split_seed)
-    if not 1 <= args.num_problems <= len(test):
-        raise TimeRLError(f"--num-problems must be in 1..{len(test)}, got {args.num_problems}")
+    if not 0 <= args.num_problems <= len(test):
+        raise TimeRLError(f"--num-problems must be in 0..{len(test)} (0: all), got {args.num_problems}")
+    if args.num_problems == 0:
+        return list(test)
     chosen = set(random.Random(args.seed).sample(range(len(test)), args.num_problems))
     return [p for i, p in enumerate(test) if i in chosen]
+
+
+def _fixed_subset(problems: Sequence[Problem], n: int) -> list[Problem]:
+    """``n`` of ``problems`` (all if ``n`` is 0 or more than there are), the same every run:
+    every ``len / n``-th one, in order."""
+    if n <= 0 or n >= len(problems):
+        return list(problems)
+    return [problems[(k * len(problems)) // n] for k in range(n)]
+
+
+def _only_on(problems: set[Problem], tuner: Tuner) -> Tuner:
+    """``tuner`` on ``problems``, ``(nan, nan)`` (not run) elsewhere."""
+    return lambda p: tuner(p) if p in problems else (math.nan, math.nan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -515,24 +594,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         fresh = lambda: TVMMeasurer(disk_cache=False)  # noqa: E731
     reference = BestOf(fresh, args.remeasure) if args.remeasure > 0 else None
     names = [s for s in args.searches.split(",") if s]
-    tuners: dict[str, Tuner] = dict(
-        search_tuners(
+    searched = set(_fixed_subset(problems, args.search_problems))
+    tuners: dict[str, Tuner] = {
+        name: _only_on(searched, tuner)
+        for name, tuner in search_tuners(
             names,
             fresh,
             time_limit=args.time_limit,
             max_steps=args.max_steps,
             seed=args.seed,
             remeasure=reference,
-        )
-    )
+        ).items()
+    }
     if args.policy_results:
         tuners["policy"] = policy_tuner(args.policy_results, reference or fresh())
+    if args.policy:
+        from timerl.looptune.policy import Policy
+
+        tuners["policy"] = policy_rollout_tuner(Policy.load(args.policy), fresh(), reference, args.max_steps)
     if ms_problems:
         from timerl.envs.looptune.metaschedule import metaschedule_tuner
 
         ms_tune = metaschedule_tuner(trials=args.metaschedule_trials, seed=args.seed)
         tuners["metaschedule"] = lambda p: ms_tune(p) if p in ms_problems else (math.nan, math.nan)
+    from timerl.envs.looptune.measure import numpy_gflops_batch
+
+    log.info("timing NumPy on %d problems (one child process)", len(problems))
+    npy = dict(zip(problems, numpy_gflops_batch(problems), strict=True))
     meta = {
+        "search_problems": sorted(p.name for p in searched) if names else [],
         "command": " ".join([os.path.basename(sys.executable), "-m", "timerl.envs.looptune.evaluate", *argv]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "dataset": args.dataset,
@@ -546,7 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from timerl.envs.looptune import tvm_lower
 
         meta["cpu"] = tvm_lower.host_cpu()
-    report = evaluate(problems, tuners, reference or measurer, meta=meta)
+    report = evaluate(
+        problems, tuners, reference or measurer, numpy_fn=npy.__getitem__, meta=meta, progress=True
+    )
     paths = write_report(report, args.out)
     print(format_summary(report))
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

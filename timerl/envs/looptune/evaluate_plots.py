@@ -21,7 +21,10 @@ from timerl.errors import TimeRLError
 if TYPE_CHECKING:
     from timerl.envs.looptune.evaluate import Report
 
-__all__ = ["plot_gflops_and_time", "plot_speedups"]
+__all__ = ["plot_gflops_and_time", "plot_speedups", "plot_steps"]
+
+
+MAX_LABELLED = 60  # Fig. 8 names each problem on the x axis up to this many problems
 
 
 def _pyplot() -> Any:
@@ -40,7 +43,9 @@ def plot_gflops_and_time(report: Report, path: str | os.PathLike[str]) -> None:
     plt = _pyplot()
     rows = report.results
     x = list(range(len(rows)))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 0.45 * len(rows) + 3), 7), sharex=True)
+    labelled = len(rows) <= MAX_LABELLED
+    width = max(6.0, 0.45 * len(rows) + 3) if labelled else 14.0
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 7), sharex=True)
     top.plot(x, [r.untuned for r in rows], "k:", marker=".", label="untuned")
     top.plot(x, [r.numpy for r in rows], "k--", marker="_", label="numpy")
     markers = "osD^v<>ph*X"
@@ -61,9 +66,14 @@ def plot_gflops_and_time(report: Report, path: str | os.PathLike[str]) -> None:
         bottom.yaxis.set_major_formatter(ScalarFormatter())
         bottom.yaxis.set_minor_formatter(NullFormatter())
     bottom.grid(alpha=0.3)
-    bottom.set_xticks(x)
-    bottom.set_xticklabels([r.problem.name.removeprefix("mm_") for r in rows], rotation=60, fontsize="small")
-    bottom.set_xlabel("problem (m x n x k)")
+    if labelled:
+        bottom.set_xticks(x)
+        bottom.set_xticklabels(
+            [r.problem.name.removeprefix("mm_") for r in rows], rotation=60, fontsize="small"
+        )
+        bottom.set_xlabel("problem (m x n x k)")
+    else:
+        bottom.set_xlabel(f"problem (index of {len(rows)}, in dataset order)")
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
@@ -88,6 +98,29 @@ def plot_speedups(report: Report, path: str | os.PathLike[str]) -> None:
     ax.set_xticklabels(methods, rotation=30)
     ax.set_ylabel("speedup over the untuned nest")
     ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_steps(report: Report, path: str | os.PathLike[str]) -> None:
+    """Fig. 10: after each action of a policy's greedy episode, the geomean over problems
+    of the best GFLOPS so far over the untuned nest's (from the tuners' ``step_gflops``)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for m in report.methods:
+        curves = [r.info[m]["step_gflops"] for r in report.results if "step_gflops" in r.info.get(m, {})]
+        curves = [c for c in curves if c and c[0] > 0]
+        if not curves:
+            continue
+        steps = min(len(c) for c in curves)
+        geo = [math.exp(sum(math.log(c[t] / c[0]) for c in curves) / len(curves)) for t in range(steps)]
+        ax.plot(range(steps), geo, marker="o", label=f"{m} ({len(curves)} problems)")
+    ax.axhline(1.0, color="grey", linestyle=":")
+    ax.set_xlabel("action")
+    ax.set_ylabel("geomean speedup of the best schedule so far")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -179,6 +179,29 @@ def steps(state: LoopState) -> tuple[int, ...]:
     return tuple(out)
 
 
+def canonical(state: LoopState) -> LoopState:
+    """``state`` with every loop merged into the loop right above it when both run over the
+    same dim of the same nest (``for m in 3 r 16: for m' in 32`` is ``for m in 112``): the
+    same iterations in the same order, so the same code up to loop bookkeeping. The
+    measurer times this form, so splits that change nothing else share one measurement
+    (no timing noise between them, and no compile). The cursor is kept on its loop or the
+    merged loop that holds it."""
+    st = steps(state)
+    out: list[tuple[Loop, int]] = []
+    cursor = 0
+    for i, (lp, s) in enumerate(zip(state.loops, st, strict=True)):
+        if out and out[-1][0].nest is lp.nest and out[-1][0].dim is lp.dim:
+            prev, ps = out.pop()
+            extent = prev.size * ps + prev.tail
+            out.append((Loop(lp.dim, extent // s, extent % s, lp.nest), s))
+        else:
+            out.append((lp, s))
+        if i == state.cursor:
+            cursor = len(out) - 1
+    loops = tuple(lp for lp, _ in out)
+    return state if loops == state.loops else LoopState(state.problem, loops, cursor)
+
+
 def check(state: LoopState) -> None:
     """Raise :class:`TimeRLError` unless ``state`` satisfies the invariants of the module doc."""
     loops, p = state.loops, state.problem

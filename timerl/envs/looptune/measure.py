@@ -11,7 +11,9 @@
 
 Measurers cache by :attr:`LoopState.schedule_key` (the state key without the cursor):
 states that differ only by the cursor run the same code, so ``up``/``down`` get exactly
-zero reward. A schedule that fails to build, or computes a wrong result, measures
+zero reward. The TVM measurer times the :func:`~.ir.canonical` form of a state (loops
+of one dim directly inside each other merged: the same iterations in the same order),
+so a split that leaves its two loops adjacent also measures exactly as before. A schedule that fails to build, or computes a wrong result, measures
 0.0 GFLOPS and is logged as a warning (it is never rewarded).
 
 Timing rules (``shared/notes/loop_envs.md``): one measuring process at a time on a small
@@ -40,7 +42,7 @@ import numpy as np
 
 from timerl.envs.looptune import tvm_lower
 from timerl.envs.looptune.analytic import AnalyticCostModel
-from timerl.envs.looptune.ir import LoopState, Problem
+from timerl.envs.looptune.ir import LoopState, Problem, canonical
 from timerl.errors import TimeRLError
 
 __all__ = [
@@ -166,6 +168,7 @@ class TVMMeasurer:
             log.info("LoopTune TVM cache %s (%d entries)", self.disk.path, len(self.disk.values))
 
     def gflops(self, state: LoopState) -> float:
+        state = canonical(state)  # directly nested loops of one dim: one loop, one measurement
         key = state.schedule_key
         if key in self._mem:
             self.stats.memory_hits += 1

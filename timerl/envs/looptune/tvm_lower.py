@@ -1,35 +1,45 @@
 """Lower a :class:`~timerl.envs.looptune.ir.LoopState` to TVM TIR and build it with LLVM.
 
 The only module of the package that imports ``tvm`` (lazily: ``import tvm`` costs 1-7 s).
-TVM 0.27 names: ``tvm.s_tir.Schedule``, ``get_sblock``, JSON-dict targets, ``tvm.compile``.
+TVM 0.27 names: ``tvm.script`` with the ``tirx`` dialect, JSON-dict targets, ``tvm.compile``.
 
-The function computes ``T = A @ B`` (a reduction block, the compute nest) and then
-``C = T`` (the write-back block). Per nest and per dim, the IR's loops become one TVM
-``split`` of the dim's axis with factors ``[None, s_2, ..., s_r]`` (the sizes of the inner
-loops); the outer factor is ``ceil(extent / step)``, so a tail becomes one last partial
-iteration guarded by a predicate (only the outermost loop of a dim has a tail, see
-:mod:`.ir`). Then ``reorder`` puts the loops in the IR's order, and, as LoopNest does,
-the innermost loop is vectorized when it runs over ``n`` (unit stride in ``B``, ``T``
-and ``C``) and is at most ``max_lanes`` wide; wider loops are left to LLVM's own
-vectorizer. An innermost ``m`` loop is not vectorized: 64-lane gathers and scatters cost
-LLVM 1-3 s per state and run no faster. Explicit unrolling
-(TVM's ``pragma_auto_unroll_max_step``) is off by default and capped at
+The function computes ``T = A @ B`` (the compute nest, after ``T = 0``) and then
+``C = T`` (the write-back nest). Each nest is written out loop by loop, as LoopNest runs
+it: a loop ``for n in 3 r 16`` over a region of its dim runs ``3`` full iterations of
+its inner loops (a **main loop**), then the ``16`` leftover elements once through a
+copy of the inner loops restricted to them (the **remainder**), where the next loop of
+the same dim (``for n' in 32``) covers only 16 elements (``for n' in 16``). No loop
+body holds a bounds guard, so the innermost loop is vectorized in the main part and in
+the remainder alike::
+
+    for n in 3:               # main loop
+      for k in 240:
+        for n' in vectorized(32): T[m, n*32 + n'] += A[m, k] * B[k, n*32 + n']
+    for k in 240:             # remainder (n = 96..111)
+      for n' in vectorized(16): T[m, n' + 96] += A[m, k] * B[k, n' + 96]
+
+Loops of one iteration are not emitted (their offset is a constant). As LoopNest does,
+an innermost loop over ``n`` (unit stride in ``B``, ``T`` and ``C``) at most
+``max_lanes`` wide is vectorized; wider ones are left to LLVM's own vectorizer. An
+innermost ``m`` or ``k`` loop is not vectorized: 64-lane gathers and scatters cost LLVM
+1-3 s per state and run no faster. Explicit unrolling (``pragma_auto_unroll_max_step``
+on the outermost loop of each nest) is off by default and capped at
 :data:`MAX_UNROLL_STEP`: full unrolls of big loops cost seconds of LLVM time, and LLVM's
-own unroller (which has its own size cap) did as well in our measurements. The reduction
-init (``T = 0``) is hoisted before the whole compute nest. No loop is parallel, so every
-kernel runs single-threaded whatever ``TVM_NUM_THREADS`` says.
+own unroller did as well in our measurements. No loop is parallel, so every kernel runs
+single-threaded whatever ``TVM_NUM_THREADS`` says.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
-from timerl.envs.looptune.ir import Dim, LoopState, Nest, check
+from timerl.envs.looptune.ir import Dim, Loop, LoopState, Nest, check, steps
 from timerl.errors import TimeRLError
 
 MAX_UNROLL_STEP = 64
-LOWERING_VERSION = 2  # bump when the generated code changes (it keys the disk cache)
+LOWERING_VERSION = 4  # bump when the generated code changes (it keys the disk cache)
 
 
 def import_tvm() -> Any:
@@ -38,6 +48,7 @@ def import_tvm() -> Any:
     try:
         import tvm
         import tvm.s_tir  # noqa: F401
+        import tvm.script  # noqa: F401
         from tvm import te  # noqa: F401
     except ImportError as exc:
         raise TimeRLError(
@@ -58,62 +69,129 @@ def host_target() -> Any:
     return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": 1})
 
 
-def lower(state: LoopState, max_lanes: int = 64, unroll_max_step: int = 0) -> Any:
-    """The TIR ``IRModule`` (function ``main(A, B, C)``) of ``state``'s schedule."""
+@dataclass(frozen=True)
+class _Region:
+    """The elements of one dim that the loops still to emit cover: from ``terms + const``
+    (loop variables times their steps, and a constant), ``extent`` elements."""
+
+    terms: tuple[str, ...]
+    const: int
+    extent: int
+
+    @property
+    def offset(self) -> str:
+        """The first element as a TVMScript expression."""
+        parts = [*self.terms, str(self.const)] if self.const or not self.terms else list(self.terms)
+        return " + ".join(parts)
+
+    def at(self, term: str | None, const: int, extent: int) -> _Region:
+        """The sub-region ``term + const`` further on, ``extent`` wide."""
+        terms = (*self.terms, term) if term else self.terms
+        return _Region(terms, self.const + const, extent)
+
+
+class _Emitter:
+    """Writes one nest as TVMScript lines (see the module doc)."""
+
+    def __init__(
+        self, loops: tuple[Loop, ...], steps_: tuple[int, ...], body: str, max_lanes: int, unroll: int
+    ):
+        self.loops, self.steps, self.body = loops, steps_, body
+        self.max_lanes, self.unroll = max_lanes, unroll
+        self.lines: list[str] = []
+        self.names: list[str] = []
+        seen: dict[Dim, int] = {}
+        for lp in loops:
+            seen[lp.dim] = seen.get(lp.dim, -1) + 1
+            self.names.append(f"{lp.dim.value}{seen[lp.dim]}")
+
+    def emit(self, i: int, regions: dict[Dim, _Region], depth: int) -> None:
+        """Loops ``i..`` (and the body) over ``regions``, indented ``depth`` levels."""
+        pad = "    " * depth
+        if i == len(self.loops):
+            idx = {d.value: r.offset for d, r in regions.items()}
+            self.lines.append(pad + self.body.format(**idx))
+            return
+        lp, step = self.loops[i], self.steps[i]
+        reg = regions[lp.dim]
+        full, rem = divmod(reg.extent, step)
+        innermost_n = i == len(self.loops) - 1 and lp.dim is Dim.N
+        if innermost_n and 1 < full <= self.max_lanes and full & (full - 1):
+            # TVM's vectors of 48 or 112 lanes run 3-5x slower than LLVM's own loop:
+            # vectorize the power-of-two pieces (48 = 32 + 16) one after the other.
+            start = 0
+            for bit in reversed(range(full.bit_length())):
+                lanes = 1 << bit
+                if full & lanes:
+                    if lanes == 1:
+                        self.emit(i + 1, {**regions, lp.dim: reg.at(None, start, 1)}, depth)
+                    else:
+                        self._loop(i, regions, depth, start, f"T.vectorized({lanes})")
+                    start += lanes
+            return
+        if full == 1:
+            self.emit(i + 1, {**regions, lp.dim: reg.at(None, 0, step)}, depth)
+        elif full > 1:
+            if innermost_n and full <= self.max_lanes:
+                rng = f"T.vectorized({full})"
+            elif i == 0 and self.unroll:
+                ann = f'{{"pragma_auto_unroll_max_step": {self.unroll}, "pragma_unroll_explicit": 1}}'
+                rng = f"T.serial({full}, annotations={ann})"
+            else:
+                rng = f"range({full})"
+            self._loop(i, regions, depth, 0, rng)
+        if rem:
+            self.emit(i + 1, {**regions, lp.dim: reg.at(None, full * step, rem)}, depth)
+
+    def _loop(self, i: int, regions: dict[Dim, _Region], depth: int, start: int, rng: str) -> None:
+        """``for var in rng`` (loop ``i``, from ``start`` elements into its region) and its body."""
+        lp, step, var = self.loops[i], self.steps[i], self.names[i]
+        self.lines.append("    " * depth + f"for {var} in {rng}:")
+        term = var if step == 1 else f"{var} * {step}"
+        self.emit(i + 1, {**regions, lp.dim: regions[lp.dim].at(term, start, step)}, depth + 1)
+
+
+def script(state: LoopState, max_lanes: int = 64, unroll_max_step: int = 0) -> str:
+    """The TVMScript text of ``state``'s function ``main(A, B, C)`` (see the module doc)."""
     if not 0 <= unroll_max_step <= MAX_UNROLL_STEP:
         raise TimeRLError(
             f"unroll_max_step={unroll_max_step} is outside 0..{MAX_UNROLL_STEP}: large unrolls make "
             "LLVM take seconds per state; use a smaller value (0 leaves unrolling to LLVM)"
         )
     check(state)
-    tvm = import_tvm()
-    from tvm import te
-
     p = state.problem
-    a = te.placeholder((p.m, p.k), "float32", name="A")
-    b = te.placeholder((p.k, p.n), "float32", name="B")
-    r = te.reduce_axis((0, p.k), name="k")
-    t = te.compute((p.m, p.n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="T")
-    c = te.compute((p.m, p.n), lambda i, j: t[i, j], name="C")
-    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b, c]))
-    for nest, block_name, dims in (
-        (Nest.COMPUTE, "T", (Dim.M, Dim.N, Dim.K)),
-        (Nest.WRITE, "C", (Dim.M, Dim.N)),
-    ):
-        block = sch.get_sblock(block_name)
-        axes = dict(zip(dims, sch.get_loops(block), strict=True))
-        loops = state.nest_loops(nest)
-        per_dim: dict[Dim, list[Any]] = {}
-        for d, axis in axes.items():
-            sizes = [lp.size for lp in loops if lp.dim is d]
-            per_dim[d] = list(sch.split(axis, factors=[None, *sizes[1:]])) if len(sizes) > 1 else [axis]
-        order = [per_dim[lp.dim].pop(0) for lp in loops]
-        sch.reorder(*order)
-        inner = loops[-1]
-        lanes = inner.size + (1 if inner.tail else 0)
-        if inner.dim is Dim.N and lanes <= max_lanes:
-            sch.vectorize(order[-1])
-        if unroll_max_step:
-            sch.annotate(order[0], "pragma_auto_unroll_max_step", unroll_max_step)
-            sch.annotate(order[0], "pragma_unroll_explicit", 1)
-        if nest is Nest.COMPUTE:
-            # After vectorize: the update block without its init fails vectorize's checks.
-            init = sch.decompose_reduction(block, order[0])
-            _simplify_init(sch, init, [lp.dim for lp in loops if lp.dim is not Dim.K])
-    return sch.mod
+    st = steps(state)
+    lines = [
+        "@T.prim_func",
+        f'def main(A: T.Buffer(({p.m}, {p.k}), "float32"), B: T.Buffer(({p.k}, {p.n}), "float32"), '
+        f'C: T.Buffer(({p.m}, {p.n}), "float32")):',
+        '    T.func_attr({"tirx.noalias": True, "global_symbol": "main"})',
+        f'    Tt = T.decl_buffer(({p.m}, {p.n}), "float32")',
+        f"    for i, j in T.grid({p.m}, {p.n}):",
+        "        Tt[i, j] = T.float32(0.0)",
+    ]
+    bodies = {
+        Nest.COMPUTE: "Tt[{m}, {n}] = Tt[{m}, {n}] + A[{m}, {k}] * B[{k}, {n}]",
+        Nest.WRITE: "C[{m}, {n}] = Tt[{m}, {n}]",
+    }
+    for nest in (Nest.COMPUTE, Nest.WRITE):
+        idx = [i for i, lp in enumerate(state.loops) if lp.nest is nest]
+        loops = tuple(state.loops[i] for i in idx)
+        em = _Emitter(loops, tuple(st[i] for i in idx), bodies[nest], max_lanes, unroll_max_step)
+        regions = {lp.dim: _Region((), 0, p.extent(lp.dim)) for lp in loops}
+        em.emit(0, regions, 1)
+        lines.extend(em.lines)
+    return "\n".join(lines) + "\n"
 
 
-def _simplify_init(sch: Any, init: Any, dims: list[Dim]) -> None:
-    """Turn the init nest (a copy of the compute nest's spatial loops, split and with the
-    tail predicate) into one ``m`` loop around one ``n`` loop. Left as a copy, a
-    predicate over three or more split loops made LLVM's JIT take 2+ s for one state."""
-    loops = sch.get_loops(init)
-    ms = [lp for lp, d in zip(loops, dims, strict=True) if d is Dim.M]
-    ns = [lp for lp, d in zip(loops, dims, strict=True) if d is Dim.N]
-    sch.reorder(*ms, *ns)
-    for group in (ms, ns):
-        if len(group) > 1:
-            sch.fuse(*group)
+def lower(state: LoopState, max_lanes: int = 64, unroll_max_step: int = 0) -> Any:
+    """The TIR ``IRModule`` (function ``main(A, B, C)``) of ``state``'s schedule."""
+    tvm = import_tvm()
+    from tvm.script import tirx
+
+    text = script(state, max_lanes, unroll_max_step)
+    func = tvm.script.from_source(text, extra_vars={"T": tirx})
+    return tvm.IRModule({"main": func})
 
 
 def build(state: LoopState, target: Any, max_lanes: int = 64, unroll_max_step: int = 0) -> Any:
