@@ -32,7 +32,18 @@ from timerl.rt.tensor import (
     softmax,
     where,
 )
-from timerl.symbolic import TRUE, Expr, Slice, Sym, index_symbols, invert, lift, logical_and, substitute
+from timerl.symbolic import (
+    TRUE,
+    Expr,
+    Slice,
+    Sym,
+    index_symbols,
+    invert,
+    lift,
+    logical_and,
+    substitute,
+    to_str,
+)
 
 RT = RecurrentTensor
 
@@ -216,6 +227,10 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     cond: Expr = TRUE
     select: Expr | None = None
     const_select: Expr | None = None
+    # Point components that are no bijection of their sink dim (max(t - 1, 0), t // 2,
+    # t % 3, 2 * t): the source point s reads every sink point q (a full slice) and keeps
+    # the contributions of the q with comp(q) == s (a mask), i.e. the sum over phi^-1(s).
+    masked: dict[Sym, tuple[Sym, Expr]] = {}
     for s, comp in zip(x.domain, inp.phi, strict=True):
         syms = index_symbols(comp)
         if len(syms) > 1:
@@ -239,15 +254,26 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
                     const_select = s - comp.start
             elif syms:
                 (q,) = syms
-                r = invert(comp, q, bound)
                 if q in inv:
                     raise AutodiffError(f"{where_}: dim `{q}` is used twice in one index")
+                try:
+                    r = invert(comp, q, bound)
+                except NonAffineIndexError:
+                    inv[q] = Slice(lift(0), bound)
+                    masked[q] = (s, comp)
+                    continue
                 inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
                 cond = logical_and(cond, substitute(r.cond, {q: s}))
             else:
                 cond = logical_and(cond, s == comp)
         except NonAffineIndexError as e:
             raise AutodiffError(f"{where_}: {e}") from None
+    if masked and select is not None:
+        raise AutodiffError(
+            f"{where_}: a window slice together with the index `{to_str(masked[next(iter(masked))][1])}` "
+            "in one read is not differentiable; read the window from a materialized copy "
+            "(`(x * 1.0)[...]`) or index with shifts `t + c`"
+        )
     if select is not None and const_select is not None:
         raise AutodiffError(f"{where_}: two slices in one input are not differentiable")
     cond = _drop_domain_facts(ctx, cond, x.domain)
@@ -281,12 +307,44 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     )
     gather_node.where = y.where
     part = RT(ctx, gather_node)
+    if masked:
+        part = _mask_sink_points(part, [p for p in phi if isinstance(p, Slice)], c.node.domain, phi, masked)
     if n_sl:
         part = part.sum(tuple(range(n_sl)))
     if const_select is not None:
         part = _index0(part, const_select)
     if cond is not TRUE:
         part = _guard(part, cond, x.cond, dom)
+    return part
+
+
+def _mask_sink_points(
+    part: RT,
+    slices: list[Slice],
+    sink_dims: tuple[Sym, ...],
+    phi: tuple[Expr | Slice, ...],
+    masked: dict[Sym, tuple[Sym, Expr]],
+) -> RT:
+    """Zero the rows of ``part`` (one leading axis per slice of ``phi``) whose sink point
+    ``q`` does not read the source point: ``comp(q) != s`` for each masked sink dim."""
+    from timerl.rt.creation import as_tensor
+
+    lead = len(slices)
+    pos = 0
+    for q, p in zip(sink_dims, phi, strict=True):
+        if not isinstance(p, Slice):
+            continue
+        if q in masked:
+            s, comp = masked[q]
+            read = as_tensor(comp, DType.int64)[p]  # comp(q) for every sink point q, shape (Q,)
+            m = read == as_tensor(s, DType.int64)
+            for _ in range(pos):
+                m = m.unsqueeze(0)
+            for _ in range(part.ndim - pos - 1):
+                m = m.unsqueeze(m.ndim)
+            part = where(m, part, const(0.0, part.dtype))
+        pos += 1
+    assert pos == lead
     return part
 
 

@@ -52,6 +52,7 @@ from timerl.symbolic import (
     Or,
     Slice,
     Sym,
+    free_symbols,
     index_symbols,
     is_bool,
     lift,
@@ -456,18 +457,110 @@ class IslProgram:
     def schedule_text(self, sched: isl.Schedule) -> str:
         return sched.to_str()
 
-    def build_ast(self, sched: isl.Schedule) -> tuple[AstNode, str]:
-        """isl AST for ``sched``, converted to timerl's AST; also returns its C listing."""
+    def build_ast(self, sched: isl.Schedule, flat: bool = False) -> tuple[AstNode, str]:
+        """isl AST for ``sched``, converted to timerl's AST; also returns its C listing.
+
+        With ``flat``, the AST is generated from the schedule's flattened map instead of its
+        tree (the fallback when the tree's code generator misorders statements, see
+        :meth:`ast_violations`).
+        """
         build = isl.AstBuild.from_context(self.context())
         ids = isl.IdList.alloc(self.ctx, MAX_COUNTERS)
         for k in range(MAX_COUNTERS):
             ids = ids.add(isl.Id.read_from_str(self.ctx, f"_c{k}"))
         build = build.set_iterators(ids)
         try:
-            node = build.node_from_schedule(sched)
+            if flat:
+                node = build.node_from_schedule_map(sched.get_map().intersect_domain(sched.get_domain()))
+            else:
+                node = build.node_from_schedule(sched)
         except isl.Error as exc:
             raise ScheduleError(f"isl cannot generate an AST for the schedule: {exc}") from exc
         return _AstConverter(self).node(node, frozenset()), node.to_C_str()
+
+    def known_early(self, e: Expr, dims: tuple[Sym, ...], t: Sym, bound: Sym) -> bool:
+        """Whether ``e`` (over ``dims``) has one value at each point ``t`` for every value of
+        the dynamic bound ``bound >= t + 1``: what the runtime knows of ``bound`` at ``t``
+        once the bound's setter ran at ``t - 1``. ``T - 1 - t`` is not; ``t < T`` and
+        ``min(t + 1, T)`` are."""
+        if bound not in free_symbols(e):
+            return True
+        scope = {d: f"d{k}" for k, d in enumerate(dims)}
+        alt_a, alt_b = Sym("_bound_a"), Sym("_bound_b")
+        scope[alt_a], scope[alt_b] = "ba", "bb"
+        ea = self.expr(substitute(e, {bound: alt_a}), scope, "an expression of a dynamic bound")
+        eb = self.expr(substitute(e, {bound: alt_b}), scope, "an expression of a dynamic bound")
+        differ = (
+            f"(({ea} and not {eb}) or ({eb} and not {ea}))" if is_bool(e) else f"({ea} < {eb} or {ea} > {eb})"
+        )
+        cons = [f"{scope[d]} >= 0" for d in dims]
+        for d in dims:
+            b = self.pdg.bound_of(d)
+            if b in self.static:
+                cons.append(f"{scope[d]} < {self.static[b]}")
+        cons += [f"ba > {scope[t]}", f"bb > {scope[t]}", differ]
+        names = ", ".join([scope[d] for d in dims] + ["ba", "bb"])
+        ctx_cons = " and ".join(f"{p} >= 1" for p in self.params)
+        text = f"{self.prefix}{{ [{names}] : {' and '.join(cons)}{' and ' + ctx_cons if ctx_cons else ''} }}"
+        return self._read(isl.Set, text).is_empty()
+
+    def ast_order(self, ast: AstNode) -> isl.UnionMap:
+        """The execution order an AST implements: statement instance -> time vector.
+
+        The time vector interleaves, from the root down, the position of each ``Seq``
+        child and each loop counter (padded with zeros), so one instance runs before
+        another iff its vector is lexicographically smaller. Loop and ``If`` conditions
+        restrict the counters; ``Exec`` points give the instance.
+        """
+        pieces: list[tuple[list[str], list[str], str]] = []  # (time entries, constraints, instance)
+
+        def go(n: AstNode, time: list[str], cons: list[str], scope: dict[Sym, str]) -> None:
+            if isinstance(n, Seq):
+                for k, ch in enumerate(n.children):
+                    go(ch, [*time, str(k)], cons, scope)
+            elif isinstance(n, Loop):
+                v = n.var.name
+                inner = {**scope, n.var: v}
+                c = [
+                    f"{v} >= {self.expr(n.init, scope, 'loop start')}",
+                    self.expr(n.cond, inner, "loop bound"),
+                ]
+                if n.inc != 1:
+                    c.append(f"({v} - {self.expr(n.init, scope, 'loop start')}) mod {n.inc} = 0")
+                go(n.body, [*time, v], cons + c, inner)
+            elif isinstance(n, If):
+                cond = self.expr(n.cond, scope, "AST condition")
+                go(n.then, time, [*cons, cond], scope)
+                if n.else_ is not None:
+                    go(n.else_, time, [*cons, f"not {cond}"], scope)
+            elif isinstance(n, Exec):
+                args = ", ".join(self.expr(a, scope, "AST point") for a in n.point)
+                pieces.append((time, cons, f"{stmt_name(n.node)}[{args}]"))
+
+        go(ast, [], [], {})
+        width = max((len(t) for t, _, _ in pieces), default=0)
+        texts = []
+        for time, cons, inst in pieces:
+            counters = [x for x in time if not x.isdigit()]
+            vec = [x if x.isdigit() else f"t_{x}" for x in time] + ["0"] * (width - len(time))
+            ren = {x: f"t_{x}" for x in counters}
+            body = " and ".join(cons) if cons else "0 = 0"
+            for old, new in ren.items():  # counters are named _cK; rename as whole words
+                body = re.sub(rf"\b{re.escape(old)}\b", new, body)
+                inst = re.sub(rf"\b{re.escape(old)}\b", new, inst)
+            texts.append(f"[{', '.join(vec)}] -> {inst} : {body}")
+        if not texts:
+            return isl.UnionMap.empty(self.context().get_space())
+        return self.union_map(texts).reverse()
+
+    def ast_violations(self, ast: AstNode, validity: isl.UnionMap) -> isl.UnionMap:
+        """Validity pairs the AST does not run source-first, plus (as self-pairs) domain points
+        it never runs; empty when the AST is a legal execution of the domain."""
+        order = self.ast_order(ast)
+        before = order.lex_lt_union_map(order)
+        bad = validity.subtract(before).intersect_params(self.context())
+        missing = self.domain().subtract(order.domain()).intersect_params(self.context())
+        return bad.union(missing.identity())
 
 
 _OPS = isl.ast_expr_op_type

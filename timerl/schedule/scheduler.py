@@ -108,13 +108,43 @@ def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Sc
             "this is a bug in the scheduler, please report it with the PDG"
         )
     t1 = time.perf_counter()
-    ast, c_text = prog.build_ast(sched)
+    ast, c_text = _checked_ast(pdg, prog, sched, validity, _clustered)
     t2 = time.perf_counter()
     log.debug(
         "scheduled %d nodes / %d edges: isl schedule %.3fs, AST %.3fs\n%s",
         len(pdg.nodes), len(pdg.edges), t1 - t0, t2 - t1, c_text,
     )  # fmt: skip
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
+
+
+def _checked_ast(
+    pdg: PDG, prog: IslProgram, sched: object, validity: object, clustered: bool
+) -> tuple[AstNode, str]:
+    """isl's AST for ``sched``, checked against the dependences it must respect.
+
+    isl's code generator can misorder statements that share a loop iteration when it
+    builds from a schedule tree (isl 0.27: two statements at inner-band positions 0 and 1
+    emitted in the wrong order under one strided ``if``); the AST is generated again from
+    the flattened schedule map then, and a schedule whose AST is still wrong is refused
+    rather than run.
+    """
+    for flat in (False, True):
+        ast, c_text = prog.build_ast(sched, flat=flat)
+        bad = prog.ast_violations(ast, validity)
+        if clustered:
+            bad = bad.subtract(prog.domain().identity())
+        if bad.is_empty():
+            return ast, c_text
+        log.warning(
+            "isl generated an AST (%s) that misorders dependences %s; %s",
+            "flat map" if flat else "schedule tree",
+            bad.to_str()[:500],
+            "refusing it" if flat else "regenerating it from the flattened schedule",
+        )
+    raise ScheduleError(
+        f"isl generated no AST that respects the dependences of {len(pdg.nodes)} statements; "
+        "this is a bug in the scheduler, please report it with the PDG"
+    )
 
 
 def proximity_edges(pdg: PDG) -> list[Edge]:
@@ -165,6 +195,13 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
     for e in pdg.edges:
         ins.setdefault(e.sink, []).append(e)
     out: list[Edge] = []
+    made: list[IslProgram] = []
+
+    def prog() -> IslProgram:
+        if not made:
+            made.append(IslProgram(pdg))
+        return made[0]
+
     for bound, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
         z = pdg.nodes[zid]
         over = {n.id for n in pdg if t in n.domain and set(enclosing) <= set(n.domain)} - {zid}
@@ -172,6 +209,13 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
             if n.id == zid or not set(enclosing) <= set(n.domain):
                 continue
             if t in n.domain:
+                if not all(
+                    prog().known_early(x, n.domain, t, bound) for x in _value_exprs(n, ins.get(n.id, ()))
+                ):
+                    # its value or the point it reads needs T itself (`as_tensor(T - 1 - t)`, `x[T - 1 - t]`)
+                    phi = _setter_point(pdg, z, t, bound - 1)
+                    out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
+                    continue
                 if any(_reads_later(pdg, e, t, enclosing) for e in ins.get(n.id, ()) if e.src in over):
                     continue
                 phi = _setter_point(pdg, z, t, t - 1)
@@ -210,6 +254,27 @@ def _setter_point(pdg: PDG, z: Node, t: Sym, at: Expr) -> tuple[Expr | Slice, ..
         else:  # a dim after t: every position
             out.append(Slice(Const(0), pdg.bound_of(d)))
     return tuple(out)
+
+
+def _value_exprs(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> list[Expr]:
+    """Expressions whose value (not only truth at the point) a node needs: index-expression
+    attributes (``as_tensor``'s expression, an ``INDEX`` position) and the points its data
+    edges read (slice bounds and conditions are left to the reads' own order, which lets
+    n-step windows ``r[t:min(t + n, T)]`` run inside the acting loop)."""
+    out: list[Expr] = []
+
+    def attr(v: object) -> None:
+        if isinstance(v, Expr):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                attr(x)
+
+    attr(tuple(v for _, v in n.op.attrs))
+    for e in edges:
+        if not e.order_only:
+            out.extend(c for c in e.phi if isinstance(c, Expr))
+    return out
 
 
 def _node_syms(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> frozenset[Sym]:
