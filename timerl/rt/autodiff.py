@@ -231,6 +231,7 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     # t % 3, 2 * t): the source point s reads every sink point q (a full slice) and keeps
     # the contributions of the q with comp(q) == s (a mask), i.e. the sum over phi^-1(s).
     masked: dict[Sym, tuple[Sym, Expr]] = {}
+    padded: tuple[Sym, Slice] | None = None
     for s, comp in zip(x.domain, inp.phi, strict=True):
         syms = index_symbols(comp)
         if len(syms) > 1:
@@ -240,11 +241,18 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
             if isinstance(comp, Slice):
                 if syms:
                     (q,) = syms
-                    r = invert(comp, q, bound)
-                    if select is not None or q in inv:
+                    if select is not None or padded is not None or q in inv:
                         raise AutodiffError(
                             f"{where_}: at most one symbolic slice per input is differentiable"
                         )
+                    try:
+                        r = invert(comp, q, bound)
+                    except NonAffineIndexError:
+                        # bounds that are no shifts (0:t // 2 + 1): pad each sink point's
+                        # window to the whole source dim, read every sink point, pick row s
+                        inv[q] = Slice(lift(0), bound)
+                        padded = (s, comp)
+                        continue
                     # source coordinate s <-> sink coordinate q: rename q -> s on the source side
                     inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
                     cond = logical_and(cond, substitute(r.cond, {q: s}))
@@ -268,6 +276,16 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
                 cond = logical_and(cond, s == comp)
         except NonAffineIndexError as e:
             raise AutodiffError(f"{where_}: {e}") from None
+    if padded is not None and (select is not None or const_select is not None):
+        raise AutodiffError(f"{where_}: two slices in one input are not differentiable")
+    if padded is not None:
+        ps, pcomp = padded
+        size = ctx.bound_of(ps)
+        if not c.is_identity:
+            c = materialize(c)
+        c = _apply(
+            OpKind.PAD_SLICE, [c], (size,) + tuple(c.shape[1:]), c.dtype, dim=0, start=pcomp.start, size=size
+        )
     if masked and select is not None:
         raise AutodiffError(
             f"{where_}: a window slice together with the index `{to_str(masked[next(iter(masked))][1])}` "
@@ -307,6 +325,16 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     )
     gather_node.where = y.where
     part = RT(ctx, gather_node)
+    if padded is not None:
+        part = _apply(
+            OpKind.INDEX,
+            [part],
+            part.shape[:n_sl] + part.shape[n_sl + 1 :],
+            part.dtype,
+            extra_domain={padded[0]},
+            dim=n_sl,
+            index=padded[0],
+        )
     if masked:
         part = _mask_sink_points(part, [p for p in phi if isinstance(p, Slice)], c.node.domain, phi, masked)
     if n_sl:

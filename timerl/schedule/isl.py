@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import islpy as isl
 
@@ -166,16 +167,21 @@ class IslProgram:
     source side of an edge relation uses a second name (``t_src``).
     """
 
-    def __init__(self, pdg: PDG, ctx: isl.Context | None = None) -> None:
+    def __init__(self, pdg: PDG, ctx: isl.Context | None = None, parametric: bool = False) -> None:
         self.pdg = pdg
         self.ctx = ctx if ctx is not None else new_context()
         self._namer = _Namer()
-        self.static: dict[Sym, int] = dict(pdg.static_bounds)
-        dims_bounds = {b for _, b in pdg.dims}
-        self.dynamic: list[Sym] = sorted(pdg.dynamic_bounds, key=lambda s: s.name)
-        for b in self.dynamic:
-            if b in self.static:
+        for b in sorted(set(pdg.static_bounds) | set(pdg.dynamic_bounds), key=lambda s: s.name):
+            self._namer.name(b)  # bounds first, in one order: their isl names agree across programs
+        for b in pdg.dynamic_bounds:
+            if b in pdg.static_bounds:
                 raise BoundError(f"bound `{b}` is declared both static and dynamic")
+        # ``parametric``: static bounds stay isl parameters (>= 1) while scheduling, so the
+        # scheduler's work does not grow with their values; ``fixed`` pins them for the AST.
+        self.fixed: dict[Sym, int] = dict(pdg.static_bounds) if parametric else {}
+        self.static: dict[Sym, int] = {} if parametric else dict(pdg.static_bounds)
+        dims_bounds = {b for _, b in pdg.dims}
+        self.dynamic: list[Sym] = sorted(set(pdg.dynamic_bounds) | set(self.fixed), key=lambda s: s.name)
         self.params = [self._namer.name(b) for b in self.dynamic]
         self.param_syms: dict[str, Sym] = {self._namer.name(b): b for b in self.dynamic}
         self._dims_bounds = dims_bounds
@@ -327,9 +333,16 @@ class IslProgram:
         return self._read(isl.UnionMap, f"{self.prefix}{{ {body} }}")
 
     def context(self) -> isl.Set:
-        """Parameter context: every dynamic bound is ``>= 1``."""
+        """Parameter context: every dynamic bound (and parametric static one) is ``>= 1``."""
         cons = " and ".join(f"{p} >= 1" for p in self.params)
         return self._read(isl.Set, f"{self.prefix}{{ : {cons} }}")
+
+    def run_context(self) -> isl.Set:
+        """The context of the actual run: :meth:`context` with parametric static bounds pinned."""
+        cons = [f"{p} >= 1" for p in self.params] + [
+            f"{self._namer.name(b)} = {v}" for b, v in self.fixed.items()
+        ]
+        return self._read(isl.Set, f"{self.prefix}{{ : {' and '.join(cons)} }}")
 
     def node_domain(self, node_id: int) -> isl.Set:
         if node_id not in self._dom_cache:
@@ -426,9 +439,19 @@ class IslProgram:
         return out
 
     def compute_schedule(
-        self, validity: isl.UnionMap, proximity: isl.UnionMap, domain: isl.UnionSet | None = None
+        self,
+        validity: isl.UnionMap,
+        proximity: isl.UnionMap,
+        domain: isl.UnionSet | None = None,
+        budget_s: float | None = None,
     ) -> isl.Schedule | None:
-        """Run isl's scheduler; ``None`` when isl finds no schedule."""
+        """Run isl's scheduler; ``None`` when isl finds no schedule.
+
+        With ``budget_s``, isl runs in a child process that is stopped after that many
+        seconds (isl's own operation limit does not bound its ILP solver's time), and
+        :class:`ScheduleBudgetExceeded` is raised: the caller falls back to a cheaper
+        problem instead of hanging.
+        """
         dom = self.domain() if domain is None else domain
         sc = (
             isl.ScheduleConstraints.on_domain(dom)
@@ -440,7 +463,7 @@ class IslProgram:
         for max_coef in (1, -1):
             self.ctx.set_schedule_max_coefficient(max_coef)
             try:
-                sched = sc.compute_schedule()
+                sched = _within_budget(self.ctx, sc, budget_s)
             except isl.Error as exc:
                 log.debug("isl compute_schedule failed (max coefficient %d): %s", max_coef, exc)
                 continue
@@ -464,7 +487,7 @@ class IslProgram:
         tree (the fallback when the tree's code generator misorders statements, see
         :meth:`ast_violations`).
         """
-        build = isl.AstBuild.from_context(self.context())
+        build = isl.AstBuild.from_context(self.run_context())
         ids = isl.IdList.alloc(self.ctx, MAX_COUNTERS)
         for k in range(MAX_COUNTERS):
             ids = ids.add(isl.Id.read_from_str(self.ctx, f"_c{k}"))
@@ -540,9 +563,9 @@ class IslProgram:
         go(ast, [], [], {})
         width = max((len(t) for t, _, _ in pieces), default=0)
         texts = []
-        for time, cons, inst in pieces:
-            counters = [x for x in time if not x.isdigit()]
-            vec = [x if x.isdigit() else f"t_{x}" for x in time] + ["0"] * (width - len(time))
+        for stamp, cons, inst in pieces:
+            counters = [x for x in stamp if not x.isdigit()]
+            vec = [x if x.isdigit() else f"t_{x}" for x in stamp] + ["0"] * (width - len(stamp))
             ren = {x: f"t_{x}" for x in counters}
             body = " and ".join(cons) if cons else "0 = 0"
             for old, new in ren.items():  # counters are named _cK; rename as whole words
@@ -553,14 +576,87 @@ class IslProgram:
             return isl.UnionMap.empty(self.context().get_space())
         return self.union_map(texts).reverse()
 
-    def ast_violations(self, ast: AstNode, validity: isl.UnionMap) -> isl.UnionMap:
+    def ast_violations(
+        self, ast: AstNode, validity: isl.UnionMap, same_point_ok: bool = False
+    ) -> isl.UnionMap:
         """Validity pairs the AST does not run source-first, plus (as self-pairs) domain points
-        it never runs; empty when the AST is a legal execution of the domain."""
-        order = self.ast_order(ast)
-        before = order.lex_lt_union_map(order)
-        bad = validity.subtract(before).intersect_params(self.context())
-        missing = self.domain().subtract(order.domain()).intersect_params(self.context())
-        return bad.union(missing.identity())
+        it never runs; empty when the AST is a legal execution of the domain. With
+        ``same_point_ok``, reads of a statement's own point are allowed (a cluster's members
+        read each other at one point, in member order)."""
+        run = self.run_context()  # pinned bounds first: far cheaper than the parametric check
+        order = self.ast_order(ast).intersect_params(run)
+        dom = self.domain().intersect_params(run)
+        deps = validity.intersect_params(run)
+        if same_point_ok:
+            deps = deps.subtract(dom.identity())
+        missing = dom.subtract(order.domain())
+        # Each dependence as (source time -> sink time): one map between time vectors,
+        # checked against "not earlier" at once instead of comparing every statement pair.
+        times = deps.apply_domain(order).apply_range(order)
+        if not times.is_empty():
+            space = isl.Map.from_union_map(times).get_space().domain()
+            not_before = isl.UnionMap.from_map(isl.Map.lex_ge(space))
+            if not times.intersect(not_before).is_empty():
+                late = deps.intersect(
+                    order.apply_range(not_before).apply_range(order.reverse()).intersect(deps)
+                )
+                return late.union(missing.identity())
+        return missing.identity()
+
+
+class ScheduleBudgetExceeded(ScheduleError):
+    """isl's scheduler did not finish within its time budget."""
+
+
+_OPTIONS = ("schedule_algorithm", "schedule_serialize_sccs", "schedule_whole_component",
+            "schedule_max_constant_term", "schedule_max_coefficient")  # fmt: skip
+
+
+def _schedule_text(sc_text: str, options: dict[str, int], out: Any) -> None:
+    """Child process: isl's schedule for ``sc_text`` under ``options``, sent back as text."""
+    ctx = isl.Context()
+    for name, value in options.items():
+        getattr(ctx, f"set_{name}")(value)
+    try:
+        sched = isl.ScheduleConstraints.read_from_str(ctx, sc_text).compute_schedule()
+        out.send("" if sched is None or sched.get_root() is None else sched.to_str())
+    except isl.Error as exc:
+        out.send(f"!{exc}")
+    out.close()
+
+
+def _within_budget(
+    ctx: isl.Context, sc: isl.ScheduleConstraints, budget_s: float | None
+) -> isl.Schedule | None:
+    """``sc.compute_schedule()``; with a budget, in a child process that is killed when the
+    budget runs out (a ``forkserver`` child: forking this process, whose JAX and Torch
+    threads may hold locks, could deadlock)."""
+    if budget_s is None:
+        return sc.compute_schedule()
+    import multiprocessing as mp
+
+    mpctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    options = {name: getattr(ctx, f"get_{name}")() for name in _OPTIONS}
+    recv, send = mpctx.Pipe(duplex=False)
+    proc = mpctx.Process(target=_schedule_text, args=(sc.to_str(), options, send), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        if not recv.poll(budget_s):
+            proc.kill()
+            raise ScheduleBudgetExceeded(f"isl's scheduler ran past its budget of {budget_s:g}s")
+        try:
+            text = recv.recv()
+        except EOFError:
+            raise isl.Error("isl's scheduler process died") from None
+    finally:
+        recv.close()
+        proc.join()
+    if text.startswith("!"):
+        raise isl.Error(text[1:])
+    if not text:
+        return None
+    return isl.Schedule.read_from_str(ctx, text)
 
 
 _OPS = isl.ast_expr_op_type
@@ -616,7 +712,8 @@ class _AstConverter:
             if name in counters:
                 return Sym(name)
             if name in self.prog.param_syms:
-                return self.prog.param_syms[name]
+                b = self.prog.param_syms[name]
+                return Const(self.prog.fixed[b]) if b in self.prog.fixed else b
             raise ScheduleError(f"isl AST refers to unknown identifier `{name}`")
         op = e.op_get_type()
         args = [self.expr(e.op_get_arg(k), counters) for k in range(e.op_get_n_arg())]

@@ -30,14 +30,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from timerl.errors import ScheduleError
+from timerl.errors import NonAffineIndexError, ScheduleError
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
 from timerl.schedule.distance import edge_offsets
-from timerl.schedule.isl import IslProgram
+from timerl.schedule.isl import IslProgram, ScheduleBudgetExceeded
 from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
 from timerl.symbolic.expr import cmp_le
 
@@ -91,22 +91,10 @@ def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Sc
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             return Schedule(tast.Seq(pro + (expand_ast(s.ast, members),)), s.isl_text, s.c_text)
     t0 = time.perf_counter()
-    prog = IslProgram(pdg)
-    validity = prog.dependences(proximity=False)
-    proximity = prog.dependences(proximity=True, edges=proximity_edges(pdg))
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
-        _check_self_reads(pdg, prog, validity)
-    sched = prog.compute_schedule(validity, proximity)
-    if sched is None:
-        raise _unschedulable(pdg, prog)
-    bad = prog.violated(sched, validity)
-    if _clustered:  # same-point reads between members of a cluster: the member order runs them
-        bad = bad.subtract(prog.domain().identity())
-    if not bad.is_empty():
-        raise ScheduleError(
-            f"isl returned a schedule that violates dependences {bad.to_str()}; "
-            "this is a bug in the scheduler, please report it with the PDG"
-        )
+        static = IslProgram(pdg)
+        _check_self_reads(pdg, static, static.dependences(proximity=False))
+    prog, validity, sched = _solve(pdg)
     t1 = time.perf_counter()
     ast, c_text = _checked_ast(pdg, prog, sched, validity, _clustered)
     t2 = time.perf_counter()
@@ -115,6 +103,66 @@ def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Sc
         len(pdg.nodes), len(pdg.edges), t1 - t0, t2 - t1, c_text,
     )  # fmt: skip
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
+
+
+ISL_BUDGET_S = 8.0
+"""Seconds isl's scheduler may run on one problem before timerl falls back to a cheaper one."""
+
+_ATTEMPTS = (  # (label, static bounds as isl parameters, isl schedule algorithm: 0 Pluto-like, 1 Feautrier)
+    ("parametric", True, 0),
+    ("static", False, 0),
+    ("parametric Feautrier", True, 1),
+    ("static Feautrier", False, 1),
+)
+
+
+def _solve(pdg: PDG) -> tuple[IslProgram, object, object]:
+    """isl's schedule of ``pdg``: (program, validity, schedule).
+
+    Static bounds are isl parameters first, so the scheduler's work does not depend on
+    their values (with the bounds as constants, isl took minutes on a 40-statement
+    program with a batch bound of 4, and longer with 8); the schedule is valid for every
+    value and the AST is generated for the actual ones. A program whose indices are
+    affine only once the bounds are known (``t * T``), or that has no schedule for all
+    values, is scheduled with the bounds substituted. When isl runs past
+    :data:`ISL_BUDGET_S`, Feautrier's algorithm (one coarser problem per dimension, far
+    cheaper, less locality) is used instead, with a warning.
+    """
+    over_budget = False
+    for label, parametric, algorithm in _ATTEMPTS:
+        if over_budget != (algorithm == 1):
+            continue
+        try:
+            prog = IslProgram(pdg, parametric=parametric)
+            prog.ctx.set_schedule_algorithm(algorithm)
+            validity = prog.dependences(proximity=False)
+            proximity = prog.dependences(proximity=True, edges=proximity_edges(pdg))
+        except NonAffineIndexError:
+            if parametric:
+                continue
+            raise
+        t0 = time.perf_counter()
+        try:
+            sched = prog.compute_schedule(validity, proximity, budget_s=ISL_BUDGET_S)
+        except ScheduleBudgetExceeded:
+            log.warning(
+                "isl's %s scheduler ran past %.0fs on %d statements; falling back to a coarser schedule",
+                label, ISL_BUDGET_S, len(pdg.nodes),
+            )  # fmt: skip
+            over_budget = True
+            continue
+        log.debug("isl %s schedule of %d statements: %.3fs", label, len(pdg.nodes), time.perf_counter() - t0)
+        if sched is not None:
+            return prog, validity, sched
+        if not parametric and algorithm == 0:
+            break  # no schedule even with the actual bounds
+    if over_budget:
+        raise ScheduleError(
+            f"isl found no schedule for {len(pdg.nodes)} statements within its budget of {ISL_BUDGET_S:.0f}s "
+            "(nor with Feautrier's algorithm). Hint: fewer symbolic dims per tensor (vectorizable batch dims "
+            "read at their own point instead of a fixed one) make the problem smaller"
+        )
+    raise _unschedulable(pdg, IslProgram(pdg))
 
 
 def _checked_ast(
@@ -130,9 +178,7 @@ def _checked_ast(
     """
     for flat in (False, True):
         ast, c_text = prog.build_ast(sched, flat=flat)
-        bad = prog.ast_violations(ast, validity)
-        if clustered:
-            bad = bad.subtract(prog.domain().identity())
+        bad = prog.ast_violations(ast, validity, same_point_ok=clustered)
         if bad.is_empty():
             return ast, c_text
         log.warning(
