@@ -26,10 +26,15 @@ parameters are the PDG's own bound symbols; no isl object escapes into it.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import islpy as isl
 
@@ -612,51 +617,76 @@ _OPTIONS = ("schedule_algorithm", "schedule_serialize_sccs", "schedule_whole_com
             "schedule_max_constant_term", "schedule_max_coefficient")  # fmt: skip
 
 
-def _schedule_text(sc_text: str, options: dict[str, int], out: Any) -> None:
-    """Child process: isl's schedule for ``sc_text`` under ``options``, sent back as text."""
+_SERVER = r"""
+import json, sys
+import islpy as isl
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    req = json.loads(line)
     ctx = isl.Context()
-    for name, value in options.items():
-        getattr(ctx, f"set_{name}")(value)
+    for name, value in req["options"].items():
+        getattr(ctx, "set_" + name)(value)
     try:
-        sched = isl.ScheduleConstraints.read_from_str(ctx, sc_text).compute_schedule()
-        out.send("" if sched is None or sched.get_root() is None else sched.to_str())
+        sched = isl.ScheduleConstraints.read_from_str(ctx, req["sc"]).compute_schedule()
+        text = "" if sched is None or sched.get_root() is None else sched.to_str()
+        res = {"ok": text}
     except isl.Error as exc:
-        out.send(f"!{exc}")
-    out.close()
+        res = {"error": str(exc)}
+    out.write((json.dumps(res) + "\n").encode())
+    out.flush()
+"""
+
+
+class _Solver:
+    """A helper process running isl's scheduler, started once and reused; killed (and
+    started again on the next call) when a problem runs past its budget."""
+
+    proc: subprocess.Popen | None = None
+
+    @classmethod
+    def solve(cls, sc_text: str, options: dict[str, int], budget_s: float) -> str:
+        if cls.proc is None or cls.proc.poll() is not None:
+            cls.proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+            )
+        proc = cls.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write((json.dumps({"sc": sc_text, "options": options}) + "\n").encode())
+        proc.stdin.flush()
+        deadline = time.monotonic() + budget_s + _SOLVER_START_S
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                proc.kill()
+                proc.wait()
+                cls.proc = None
+                raise ScheduleBudgetExceeded(f"isl's scheduler ran past its budget of {budget_s:g}s")
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                cls.proc = None
+                raise isl.Error("isl's scheduler process died")
+            buf += chunk
+        res = json.loads(buf)
+        if "error" in res:
+            raise isl.Error(res["error"])
+        return res["ok"]
+
+
+_SOLVER_START_S = 2.0  # allowance for starting the helper process (python + islpy import)
 
 
 def _within_budget(
     ctx: isl.Context, sc: isl.ScheduleConstraints, budget_s: float | None
 ) -> isl.Schedule | None:
-    """``sc.compute_schedule()``; with a budget, in a child process that is killed when the
-    budget runs out (a ``forkserver`` child: forking this process, whose JAX and Torch
-    threads may hold locks, could deadlock)."""
-    if budget_s is None:
+    """``sc.compute_schedule()``; with a budget, in a helper process that is killed when the
+    budget runs out (isl cannot be interrupted in-process, and forking this process, whose
+    JAX and Torch threads may hold locks, could deadlock)."""
+    if budget_s is None or not hasattr(select, "select") or os.name != "posix":
         return sc.compute_schedule()
-    import multiprocessing as mp
-
-    mpctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
     options = {name: getattr(ctx, f"get_{name}")() for name in _OPTIONS}
-    recv, send = mpctx.Pipe(duplex=False)
-    proc = mpctx.Process(target=_schedule_text, args=(sc.to_str(), options, send), daemon=True)
-    proc.start()
-    send.close()
-    try:
-        if not recv.poll(budget_s):
-            proc.kill()
-            raise ScheduleBudgetExceeded(f"isl's scheduler ran past its budget of {budget_s:g}s")
-        try:
-            text = recv.recv()
-        except EOFError:
-            raise isl.Error("isl's scheduler process died") from None
-    finally:
-        recv.close()
-        proc.join()
-    if text.startswith("!"):
-        raise isl.Error(text[1:])
-    if not text:
-        return None
-    return isl.Schedule.read_from_str(ctx, text)
+    text = _Solver.solve(sc.to_str(), options, budget_s)
+    return isl.Schedule.read_from_str(ctx, text) if text else None
 
 
 _OPS = isl.ast_expr_op_type
