@@ -645,15 +645,17 @@ class _Solver:
 
     @classmethod
     def solve(cls, sc_text: str, options: dict[str, int], budget_s: float) -> str:
+        allowance = 0.0
         if cls.proc is None or cls.proc.poll() is not None:
             cls.proc = subprocess.Popen(
                 [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
             )
+            allowance = _SOLVER_START_S
         proc = cls.proc
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write((json.dumps({"sc": sc_text, "options": options}) + "\n").encode())
         proc.stdin.flush()
-        deadline = time.monotonic() + budget_s + _SOLVER_START_S
+        deadline = time.monotonic() + budget_s + allowance
         buf = b""
         while not buf.endswith(b"\n"):
             left = deadline - time.monotonic()
