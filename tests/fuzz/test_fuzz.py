@@ -48,7 +48,7 @@ def check_program(prog: Program, backend: str, options: dict[str, Any]) -> int:
     return n
 
 
-def _run(seeds: range, long: bool) -> dict[str, Any]:
+def _run(seeds: range, long: bool, progress: bool = False) -> dict[str, Any]:
     stats = {"programs": 0, "compiles": 0, "checks": 0, "failures": []}
     t0 = time.perf_counter()
     for seed in seeds:
@@ -62,6 +62,12 @@ def _run(seeds: range, long: bool) -> dict[str, Any]:
                     stats["failures"].append(f"seed {seed} {backend} {opts}: {type(e).__name__}: {str(e)[:400]}\n"
                                              f"{prog.describe()}")  # fmt: skip
                 stats["compiles"] += 1
+        if progress:
+            print(
+                f"fuzz seed {seed}: {stats['compiles']} compiles, {stats['checks']} checks, "
+                f"{len(stats['failures'])} failures, {time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
     stats["seconds"] = round(time.perf_counter() - t0, 1)
     return stats
 
@@ -76,7 +82,7 @@ def test_fuzz_quick() -> None:
 def test_fuzz_long() -> None:
     n = int(os.environ.get("TIMERL_FUZZ_PROGRAMS", "150"))
     start = int(os.environ.get("TIMERL_FUZZ_START", "1000"))
-    stats = _run(range(start, start + n), long=True)
+    stats = _run(range(start, start + n), long=True, progress=True)
     print(
         f"\nfuzz: {stats['programs']} programs, {stats['compiles']} compiles, {stats['checks']} checks, "
         f"{len(stats['failures'])} failures, {stats['seconds']}s"
