@@ -3,7 +3,8 @@
 A program is a small description (:class:`Program`): tensors defined by expressions or by
 forward/backward recurrences over ``t``, reading earlier tensors through a menu of
 affine indices (shifts clamped at the edges, reversals, ``t // 2``, constants) and
-windows with reductions, optionally a parameter ``w`` trained by SGD over ``i``.
+windows with reductions, ``where`` on symbolic and on boolean-tensor conditions, int64
+tensors, stacks, optionally a parameter ``w`` trained by SGD over ``i``.
 
 :func:`reference` evaluates a description by unrolling it point by point with
 ``jax.numpy`` (``jax.grad`` of the unrolled iteration for the parameter's gradient); it
@@ -80,10 +81,12 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     k = e[0]
     if k == "const":
         return set()
-    if k == "sym":
+    if k in ("sym", "isym"):
         return {e[1]}
     if k == "param":
         return set(prog.param or ())
+    if k in ("stack", "rwhere"):
+        return set().union(*(_dom(x, prog, by_name) for x in e[1:]))
     if k == "self":
         return set()
     if k == "read":
@@ -115,22 +118,44 @@ def _gen_expr(rng: random.Random, prog: Program, avail: list[Tensor], target: tu
         if k == "const":
             return ("const", round(rng.uniform(-1, 1), 2) if rng.random() < 0.7 else (0.5, -0.25))
         if k == "sym":
-            return ("sym", rng.choice(target)) if target else ("const", 0.3)
+            if not target:
+                return ("const", 0.3)
+            return ("isym" if rng.random() < 0.3 else "sym", rng.choice(target))
         if k == "param":
             return ("param",)
         if k == "self":
             return ("self",)
         if k == "read":
-            src = rng.choice(avail)
-            forms = [rng.choice(list(FORMS)) if d in target else rng.choice(["0", "D-1"]) for d in src.domain]
+            # With SGD over i, iteration i reads only its own i (the interpreter unrolls one
+            # iteration at a time with that iteration's parameter).
+            per_i = prog.param == ("i",)
+            cands = [x for x in avail if not (per_i and "i" in x.domain and "i" not in target)]
+            if not cands:
+                return ("const", 0.2)
+            src = rng.choice(cands)
+            forms = [
+                "d"
+                if per_i and d == "i"
+                else rng.choice(list(FORMS))
+                if d in target
+                else rng.choice(["0", "D-1"])
+                for d in src.domain
+            ]
             return ("read", src.name, tuple(forms))
         with_t = [x for x in avail if "t" in x.domain and set(x.domain) <= set(target)]
         if not with_t or "t" not in target:
             return ("const", 0.1)
         return ("win", rng.choice(with_t).name, rng.choice(list(WINDOWS)), rng.choice(REDUCE))
     r = rng.random()
-    if r < 0.3:
+    if r < 0.25:
         return ("un", rng.choice(UNARY), _gen_expr(rng, prog, avail, target, depth - 1, allow_self))
+    if r < 0.35:
+        kind = rng.choice(["stack", "rwhere"])
+        parts = [
+            _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
+            for _ in range(2 if kind == "stack" else 3)
+        ]
+        return (kind, *parts)
     if r < 0.85:
         a = _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
         b = _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
@@ -243,6 +268,14 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                 return jnp.asarray(e[1], jnp.float32)
             if k == "sym":
                 return jnp.asarray(float(p[e[1]]), jnp.float32)
+            if k == "isym":  # an int64 tensor 2 d + 1
+                return jnp.asarray(float(2 * p[e[1]] + 1), jnp.float32)
+            if k == "stack":  # stack of two values (broadcast), summed over the new axis
+                a, b = ev(e[1], p, self_at), ev(e[2], p, self_at)
+                return jnp.sum(jnp.stack(jnp.broadcast_arrays(a, b)), axis=0)
+            if k == "rwhere":  # a boolean tensor as the condition
+                c, a, b = (ev(x, p, self_at) for x in e[1:])
+                return jnp.where(c > 0.0, a, b)
             if k == "param":
                 return wv
             if k == "self":
@@ -345,6 +378,12 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 return trl.const(np.asarray(e[1], np.float32))
             if k == "sym":
                 return trl.as_tensor(S[e[1]][0])
+            if k == "isym":
+                return trl.as_tensor(S[e[1]][0], trl.int64) * 2 + 1
+            if k == "stack":
+                return trl.stack([ev(e[1], self_rt), ev(e[2], self_rt)]).sum(0)
+            if k == "rwhere":
+                return trl.where(ev(e[1], self_rt) > 0.0, ev(e[2], self_rt), ev(e[3], self_rt))
             if k == "param":
                 return w
             if k == "self":
@@ -419,6 +458,8 @@ def _vector(e: Any, prog: Program, self_name: str | None = None) -> bool:
         return _vector(e[2], prog, self_name)
     if k in ("bin", "where"):
         return _vector(e[2], prog, self_name) or _vector(e[3], prog, self_name)
+    if k in ("stack", "rwhere"):
+        return any(_vector(x, prog, self_name) for x in e[1:])
     return False
 
 
