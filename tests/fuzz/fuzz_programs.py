@@ -65,9 +65,16 @@ class Program:
     param: tuple[str, ...] | None = None  # the parameter's domain: () or ("i",); None: no parameter
     loss: str | None = None  # name of the tensor whose squared sum is the loss
     lr: float = 0.1
+    dynamic_t: bool = False  # T found at run time, per i: T_i = bounds["t"] + i % 2
+
+    def t_bound(self, p: dict[str, int]) -> int:
+        """The bound of t at point ``p`` (per i when dynamic)."""
+        return self.bounds["t"] + (p["i"] % 2 if self.dynamic_t else 0)
 
     def describe(self) -> str:
-        lines = [f"dims={self.dims} bounds={self.bounds} param={self.param} loss={self.loss}"]
+        lines = [
+            f"dims={self.dims} bounds={self.bounds} dynamic_t={self.dynamic_t} param={self.param} loss={self.loss}"
+        ]
         for x in self.tensors:
             body = x.expr if x.kind == "expr" else f"init={x.init} step={x.step}"
             lines.append(f"  {x.name}[{','.join(x.domain)}] {x.kind}: {body}")
@@ -128,7 +135,7 @@ def _gen_expr(rng: random.Random, prog: Program, avail: list[Tensor], target: tu
         if k == "read":
             # With SGD over i, iteration i reads only its own i (the interpreter unrolls one
             # iteration at a time with that iteration's parameter).
-            per_i = prog.param == ("i",)
+            per_i = prog.param == ("i",) or prog.dynamic_t
             cands = [x for x in avail if not (per_i and "i" in x.domain and "i" not in target)]
             if not cands:
                 return ("const", 0.2)
@@ -183,7 +190,7 @@ def generate(seed: int) -> Program:
     bounds = {"t": rng.randint(2, 5)}
     if "i" in dims:
         bounds["i"] = rng.randint(2, 3)
-    prog = Program(dims, bounds)
+    prog = Program(dims, bounds, dynamic_t="i" in dims and rng.random() < 0.3)
     if rng.random() < 0.6:
         prog.param = ("i",) if "i" in dims and rng.random() < 0.7 else ()
     by_name: dict[str, Tensor] = {}
@@ -192,11 +199,16 @@ def generate(seed: int) -> Program:
         kind = rng.choice(["expr", "expr", "fwd", "bwd"])
         if kind == "expr":
             target = tuple(d for d in dims if rng.random() < 0.8) or ("t",)
+            if prog.dynamic_t and "t" in target:
+                target = ("i", "t")
             e = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), False)
             dom = _dom(e, prog, by_name)
+            if prog.dynamic_t and "t" in dom and "i" not in dom:  # one T per i: t needs i
+                e = ("bin", "add", e, ("bin", "mul", ("sym", "i"), ("const", 0.0)))
+                dom.add("i")
             x = Tensor(name, "expr", tuple(d for d in dims if d in dom), expr=e)
         else:
-            target = tuple(d for d in dims if d == "t" or rng.random() < 0.6)
+            target = tuple(d for d in dims if d == "t" or rng.random() < 0.6 or prog.dynamic_t)
             init = _gen_expr(rng, prog, [], tuple(d for d in target if d != "t"), 1, False)
             step = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), True)
             if not _has(step, "self"):
@@ -218,10 +230,19 @@ def generate(seed: int) -> Program:
 # -- the independent interpreter ---------------------------------------------------------
 
 
-def _points(domain: tuple[str, ...], bounds: dict[str, int]) -> list[tuple[int, ...]]:
+def _points(domain: tuple[str, ...], prog: Program) -> list[tuple[int, ...]]:
+    """Every point of ``domain`` (t up to each i's own bound when T is dynamic)."""
     import itertools
 
-    return list(itertools.product(*(range(bounds[d]) for d in domain)))
+    out = []
+    for pt in itertools.product(
+        *(range(prog.bounds[d] + (1 if d == "t" and prog.dynamic_t else 0)) for d in domain)
+    ):
+        p = dict(zip(domain, pt, strict=True))
+        if "t" in p and ("i" in p or not prog.dynamic_t) and p["t"] >= prog.t_bound(p):
+            continue
+        out.append(pt)
+    return out
 
 
 def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
@@ -251,7 +272,7 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                     q = dict(p, t=p["t"] - 1)
                     v = ev(x.step, q, (name, q))
             else:
-                if p["t"] == B["t"] - 1:
+                if p["t"] == prog.t_bound(p) - 1:
                     v = ev(x.init, p, None)
                 else:
                     q = dict(p, t=p["t"] + 1)
@@ -283,12 +304,13 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
             if k == "read":
                 src = by_name[e[1]]
                 q = {
-                    d: FORMS[f][2](p[d] if d in p else 0, B[d]) for d, f in zip(src.domain, e[2], strict=True)
+                    d: FORMS[f][2](p[d] if d in p else 0, prog.t_bound(p) if d == "t" else B[d])
+                    for d, f in zip(src.domain, e[2], strict=True)
                 }
                 return val(src.name, q)
             if k == "win":
                 src = by_name[e[1]]
-                lo, hi = WINDOWS[e[2]][1](p["t"], B["t"])
+                lo, hi = WINDOWS[e[2]][1](p["t"], prog.t_bound(p))
                 rows = jnp.stack([val(src.name, {**{d: p[d] for d in src.domain if d != "t"}, "t": s})
                                   for s in range(lo, hi)])  # fmt: skip
                 return {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max}[e[3]](rows, axis=0)
@@ -301,7 +323,7 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                 return {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply}[e[1]](a, b)
             if k == "where":
                 c = e[1]
-                cond = {"t%2==0": lambda: p["t"] % 2 == 0, "t<T-1": lambda: p["t"] < B["t"] - 1,
+                cond = {"t%2==0": lambda: p["t"] % 2 == 0, "t<T-1": lambda: p["t"] < prog.t_bound(p) - 1,
                         "i%2==0": lambda: p["i"] % 2 == 0}[c]()  # fmt: skip
                 a, b = ev(e[2], p, self_at), ev(e[3], p, self_at)
                 return jnp.where(cond, a, b)
@@ -310,7 +332,7 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
         loss = jnp.asarray(0.0, jnp.float32)
         if prog.loss is not None:
             lx = by_name[prog.loss]
-            for pt in _points(lx.domain, B):
+            for pt in _points(lx.domain, prog):
                 p = dict(zip(lx.domain, pt, strict=True))
                 if i_fixed is not None and p.get("i", i_fixed) != i_fixed:
                     continue
@@ -329,7 +351,7 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
             grads.append(np.asarray(g))
         val, _ = run(w, i_fixed)
         for x in prog.tensors:
-            for pt in _points(x.domain, B):
+            for pt in _points(x.domain, prog):
                 p = dict(zip(x.domain, pt, strict=True))
                 if i_fixed is not None and "i" in x.domain and p["i"] != i_fixed:
                     continue
@@ -436,7 +458,11 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             if prog.param == ("i",):
                 i = S["i"][0]
                 w[i + 1] = w - prog.lr * w.grad
-    bounds = {S[d][1]: v for d, v in prog.bounds.items()}
+    bounds: dict[Any, Any] = {S[d][1]: v for d, v in prog.bounds.items()}
+    if prog.dynamic_t:
+        with ctx:
+            (i, _), (t, T) = S["i"], S["t"]
+            bounds[T] = trl.as_tensor(t) >= trl.as_tensor(i % 2) + (prog.bounds["t"] - 1)
     return ctx, bounds
 
 
