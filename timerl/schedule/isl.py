@@ -11,7 +11,10 @@ other users of isl):
   ``p`` in ``phi(q)`` when ``cond(q)``), reversed for isl's source -> sink
   validity / proximity convention;
 * static bounds (``pdg.static_bounds``) are substituted by their ints, dynamic
-  bounds (``pdg.dynamic_bounds``) stay isl parameters with ``>= 1`` in the context.
+  bounds (``pdg.dynamic_bounds``) stay isl parameters with ``>= 1`` in the context;
+  with ``parametric=True`` the static bounds are parameters ``>= 1`` too while
+  scheduling (isl's work then does not grow with their values) and are pinned to their
+  values (:meth:`IslProgram.run_context`) for the AST and its check.
 
 Preconditions: index expressions are affine after substituting static bounds
 (``+``, ``-``, ``*`` by a constant, ``//`` and ``%`` by a constant, ``min``,

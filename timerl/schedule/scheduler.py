@@ -12,8 +12,14 @@
    and every statement over ``e`` without ``t`` whose reads or condition use ``T`` runs
    after ``Z[e, T - 1]`` (validity only, see :func:`bound_order_edges`): the runtime
    knows that a point exists before running it, and ``T`` before a read of ``0:T``;
-4. isl's scheduler (default options, with proximity) computes a schedule tree, and
-   isl's AST generator turns it into loops, which are converted to timerl's AST.
+4. isl's scheduler (default options, with proximity) computes a schedule tree with the
+   static bounds as parameters (so its work does not grow with their values; the
+   substituted bounds are the fallback), within a time budget (Feautrier's algorithm
+   past it, see :func:`_solve`), and isl's AST generator turns it into loops for the
+   actual bounds, which are converted to timerl's AST;
+5. the AST is checked against the dependences (isl's tree code generator can misorder
+   statements of one iteration); a wrong one is regenerated from the flattened schedule
+   map (:func:`_checked_ast`).
 
 Preconditions: the PDG's index expressions are affine (see ``timerl.schedule.isl``),
 every bound is static or dynamic.
@@ -171,8 +177,9 @@ def _checked_ast(
     """isl's AST for ``sched``, checked against the dependences it must respect.
 
     isl's code generator can misorder statements that share a loop iteration when it
-    builds from a schedule tree (isl 0.27: two statements at inner-band positions 0 and 1
-    emitted in the wrong order under one strided ``if``); the AST is generated again from
+    builds from a schedule tree (the isl of islpy 2026.2.2: two statements at inner-band
+    positions 0 and 1 emitted in the wrong order under one strided ``if``, see
+    ``tests/reliability/test_repros.py``); the AST is generated again from
     the flattened schedule map then, and a schedule whose AST is still wrong is refused
     rather than run.
     """
