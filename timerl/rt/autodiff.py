@@ -301,12 +301,15 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     # share its symbol with a source dim that the input fixes to a constant (the
     # `x[T - 1]` read of `adv[T - 1] = delta[T - 1]`, or `r[0:T]` read at every t): in
     # the gather's domain the two would be one symbol and the read would be wrong.
+    # One free dim at a time, innermost first: a dynamic bound (`T` per episode `i`) is
+    # then read at its own enclosing point (`c[i, 0:T]` summed at each `i`, then `0:I`);
+    # one rectangular read `c[0:I, 0:T]` would use a single `T` for every episode.
     free = [q for q in y.domain if q not in inv]
-    if free:
+    for q in reversed(free):
         if not c.is_identity:
             c = materialize(c)
-        c = c[tuple(Slice(lift(0), ctx.bound_of(q)) if q in free else q for q in c.domain)]
-        c = c.sum(tuple(range(len(free))))
+        c = c[tuple(Slice(lift(0), ctx.bound_of(d)) if d is q else d for d in c.domain)]
+        c = c.sum(0)
     phi = tuple(inv.get(q, q) for q in c.node.domain)
     n_sl = sum(isinstance(p, Slice) for p in phi)
     shape = tuple(c.shape)
