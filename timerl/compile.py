@@ -99,11 +99,14 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     """Lower the program and run the PDG passes selected by ``options``."""
     from timerl.pdg.passes.dce import eliminate_dead_code
     from timerl.pdg.passes.enclose import enclose_dynamic_dims
+    from timerl.pdg.passes.restrict import restrict_to_demand
     from timerl.pdg.passes.vectorize import vectorize
     from timerl.pdg.verify import verify_pdg
     from timerl.rt.lower import lower
 
     pdg = lower(ctx, bounds)
+    verify_pdg(pdg)
+    pdg = restrict_to_demand(pdg)  # branch values only where the branch can be taken
     verify_pdg(pdg)
     required = frozenset(s for n in ctx.graph.nodes.values() for s in n.batch_dims)
     if options.vectorize or required:

@@ -32,7 +32,18 @@ from timerl.rt.tensor import (
     softmax,
     where,
 )
-from timerl.symbolic import TRUE, Expr, Slice, Sym, index_symbols, invert, lift, logical_and, substitute
+from timerl.symbolic import (
+    TRUE,
+    Expr,
+    Slice,
+    Sym,
+    index_symbols,
+    invert,
+    lift,
+    logical_and,
+    substitute,
+    to_str,
+)
 
 RT = RecurrentTensor
 
@@ -216,6 +227,11 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     cond: Expr = TRUE
     select: Expr | None = None
     const_select: Expr | None = None
+    # Point components that are no bijection of their sink dim (max(t - 1, 0), t // 2,
+    # t % 3, 2 * t): the source point s reads every sink point q (a full slice) and keeps
+    # the contributions of the q with comp(q) == s (a mask), i.e. the sum over phi^-1(s).
+    masked: dict[Sym, tuple[Sym, Expr]] = {}
+    padded: tuple[Sym, Slice] | None = None
     for s, comp in zip(x.domain, inp.phi, strict=True):
         syms = index_symbols(comp)
         if len(syms) > 1:
@@ -225,11 +241,18 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
             if isinstance(comp, Slice):
                 if syms:
                     (q,) = syms
-                    r = invert(comp, q, bound)
-                    if select is not None or q in inv:
+                    if select is not None or padded is not None or q in inv:
                         raise AutodiffError(
                             f"{where_}: at most one symbolic slice per input is differentiable"
                         )
+                    try:
+                        r = invert(comp, q, bound)
+                    except NonAffineIndexError:
+                        # bounds that are no shifts (0:t // 2 + 1): pad each sink point's
+                        # window to the whole source dim, read every sink point, pick row s
+                        inv[q] = Slice(lift(0), bound)
+                        padded = (s, comp)
+                        continue
                     # source coordinate s <-> sink coordinate q: rename q -> s on the source side
                     inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
                     cond = logical_and(cond, substitute(r.cond, {q: s}))
@@ -239,15 +262,36 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
                     const_select = s - comp.start
             elif syms:
                 (q,) = syms
-                r = invert(comp, q, bound)
                 if q in inv:
                     raise AutodiffError(f"{where_}: dim `{q}` is used twice in one index")
+                try:
+                    r = invert(comp, q, bound)
+                except NonAffineIndexError:
+                    inv[q] = Slice(lift(0), bound)
+                    masked[q] = (s, comp)
+                    continue
                 inv[q] = substitute(r.index, {q: s}) if q is not s else r.index
                 cond = logical_and(cond, substitute(r.cond, {q: s}))
             else:
                 cond = logical_and(cond, s == comp)
         except NonAffineIndexError as e:
             raise AutodiffError(f"{where_}: {e}") from None
+    if padded is not None and (select is not None or const_select is not None):
+        raise AutodiffError(f"{where_}: two slices in one input are not differentiable")
+    if padded is not None:
+        ps, pcomp = padded
+        size = ctx.bound_of(ps)
+        if not c.is_identity:
+            c = materialize(c)
+        c = _apply(
+            OpKind.PAD_SLICE, [c], (size,) + tuple(c.shape[1:]), c.dtype, dim=0, start=pcomp.start, size=size
+        )
+    if masked and select is not None:
+        raise AutodiffError(
+            f"{where_}: a window slice together with the index `{to_str(masked[next(iter(masked))][1])}` "
+            "in one read is not differentiable; read the window from a materialized copy "
+            "(`(x * 1.0)[...]`) or index with shifts `t + c`"
+        )
     if select is not None and const_select is not None:
         raise AutodiffError(f"{where_}: two slices in one input are not differentiable")
     cond = _drop_domain_facts(ctx, cond, x.domain)
@@ -257,12 +301,15 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     # share its symbol with a source dim that the input fixes to a constant (the
     # `x[T - 1]` read of `adv[T - 1] = delta[T - 1]`, or `r[0:T]` read at every t): in
     # the gather's domain the two would be one symbol and the read would be wrong.
+    # One free dim at a time, innermost first: a dynamic bound (`T` per episode `i`) is
+    # then read at its own enclosing point (`c[i, 0:T]` summed at each `i`, then `0:I`);
+    # one rectangular read `c[0:I, 0:T]` would use a single `T` for every episode.
     free = [q for q in y.domain if q not in inv]
-    if free:
+    for q in reversed(free):
         if not c.is_identity:
             c = materialize(c)
-        c = c[tuple(Slice(lift(0), ctx.bound_of(q)) if q in free else q for q in c.domain)]
-        c = c.sum(tuple(range(len(free))))
+        c = c[tuple(Slice(lift(0), ctx.bound_of(d)) if d is q else d for d in c.domain)]
+        c = c.sum(0)
     phi = tuple(inv.get(q, q) for q in c.node.domain)
     n_sl = sum(isinstance(p, Slice) for p in phi)
     shape = tuple(c.shape)
@@ -281,12 +328,54 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     )
     gather_node.where = y.where
     part = RT(ctx, gather_node)
+    if padded is not None:
+        part = _apply(
+            OpKind.INDEX,
+            [part],
+            part.shape[:n_sl] + part.shape[n_sl + 1 :],
+            part.dtype,
+            extra_domain={padded[0]},
+            dim=n_sl,
+            index=padded[0],
+        )
+    if masked:
+        part = _mask_sink_points(part, [p for p in phi if isinstance(p, Slice)], c.node.domain, phi, masked)
     if n_sl:
         part = part.sum(tuple(range(n_sl)))
     if const_select is not None:
         part = _index0(part, const_select)
     if cond is not TRUE:
         part = _guard(part, cond, x.cond, dom)
+    return part
+
+
+def _mask_sink_points(
+    part: RT,
+    slices: list[Slice],
+    sink_dims: tuple[Sym, ...],
+    phi: tuple[Expr | Slice, ...],
+    masked: dict[Sym, tuple[Sym, Expr]],
+) -> RT:
+    """Zero the rows of ``part`` (one leading axis per slice of ``phi``) whose sink point
+    ``q`` does not read the source point: ``comp(q) != s`` for each masked sink dim."""
+    from timerl.rt.creation import as_tensor
+
+    lead = len(slices)
+    pos = 0
+    for q, p in zip(sink_dims, phi, strict=True):
+        if not isinstance(p, Slice):
+            continue
+        if q in masked:
+            s, comp = masked[q]
+            read = as_tensor(comp, DType.int64)[p]  # comp(q) for every sink point q, shape (Q,)
+            m = read == as_tensor(s, DType.int64)
+            for _ in range(pos):
+                m = m.unsqueeze(0)
+            for _ in range(part.ndim - pos - 1):
+                m = m.unsqueeze(m.ndim)
+            part = where(m, part, const(0.0, part.dtype))
+        pos += 1
+    assert pos == lead
     return part
 
 

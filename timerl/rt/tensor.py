@@ -173,7 +173,9 @@ class RecurrentTensor:
                     or not isinstance(affine_in(c, sl[0]), tuple)
                     or affine_in(c, sl[0])[0] != 1
                 ):
-                    raise RTDefinitionError(f"cannot slice `{sl[0]}` inside the index `{c}` of {self!r}")
+                    # The view's index is not a shift (`x[max(t - 2, 0)]`, `x[t // 2]`), so a
+                    # slice of the view is no slice of the source: give the view its own node.
+                    return materialize(self)._reindex(entries, conds)
                 sli = mapping[sl[0]]
                 new_phi.append(Slice(substitute(c, {sl[0]: sli.start}), substitute(c, {sl[0]: sli.stop})))
             else:
@@ -772,7 +774,9 @@ def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
             cover = logical_and(cover, logical_and(pre >= 0, pre < bound))
             shift[d] = pre
     v = to_rt(value, x)
-    v = _restrict_to_defined(v)
+    # The adapters (cast, implicit expand) are ops of the branch value too: record them
+    # before the restriction, so that an adapter of a shifted read (`n[t] = v[t + 1]` with
+    # a broadcast `v`) is restricted to the points where its read is in range.
     if v.dtype is not x.dtype:
         v = v.cast(x.dtype)
     if not all(S.dims_equal(a, b) for a, b in zip(v.shape, x.shape, strict=False)) or v.ndim != x.ndim:
@@ -782,6 +786,7 @@ def define_branch(x: RecurrentTensor, idx: Any, value: Any) -> None:
             f"per-point shape {v.shape}",
         )
         v = v.expand(x.shape)
+    v = _restrict_to_defined(v)
     extra = set(v.domain) - set(node.domain)
     if extra:
         raise RTDefinitionError(

@@ -11,7 +11,10 @@ other users of isl):
   ``p`` in ``phi(q)`` when ``cond(q)``), reversed for isl's source -> sink
   validity / proximity convention;
 * static bounds (``pdg.static_bounds``) are substituted by their ints, dynamic
-  bounds (``pdg.dynamic_bounds``) stay isl parameters with ``>= 1`` in the context.
+  bounds (``pdg.dynamic_bounds``) stay isl parameters with ``>= 1`` in the context;
+  with ``parametric=True`` the static bounds are parameters ``>= 1`` too while
+  scheduling (isl's work then does not grow with their values) and are pinned to their
+  values (:meth:`IslProgram.run_context`) for the AST and its check.
 
 Preconditions: index expressions are affine after substituting static bounds
 (``+``, ``-``, ``*`` by a constant, ``//`` and ``%`` by a constant, ``min``,
@@ -26,8 +29,14 @@ parameters are the PDG's own bound symbols; no isl object escapes into it.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Iterable, Mapping
 
 import islpy as isl
@@ -52,6 +61,7 @@ from timerl.symbolic import (
     Or,
     Slice,
     Sym,
+    free_symbols,
     index_symbols,
     is_bool,
     lift,
@@ -165,16 +175,21 @@ class IslProgram:
     source side of an edge relation uses a second name (``t_src``).
     """
 
-    def __init__(self, pdg: PDG, ctx: isl.Context | None = None) -> None:
+    def __init__(self, pdg: PDG, ctx: isl.Context | None = None, parametric: bool = False) -> None:
         self.pdg = pdg
         self.ctx = ctx if ctx is not None else new_context()
         self._namer = _Namer()
-        self.static: dict[Sym, int] = dict(pdg.static_bounds)
-        dims_bounds = {b for _, b in pdg.dims}
-        self.dynamic: list[Sym] = sorted(pdg.dynamic_bounds, key=lambda s: s.name)
-        for b in self.dynamic:
-            if b in self.static:
+        for b in sorted(set(pdg.static_bounds) | set(pdg.dynamic_bounds), key=lambda s: s.name):
+            self._namer.name(b)  # bounds first, in one order: their isl names agree across programs
+        for b in pdg.dynamic_bounds:
+            if b in pdg.static_bounds:
                 raise BoundError(f"bound `{b}` is declared both static and dynamic")
+        # ``parametric``: static bounds stay isl parameters (>= 1) while scheduling, so the
+        # scheduler's work does not grow with their values; ``fixed`` pins them for the AST.
+        self.fixed: dict[Sym, int] = dict(pdg.static_bounds) if parametric else {}
+        self.static: dict[Sym, int] = {} if parametric else dict(pdg.static_bounds)
+        dims_bounds = {b for _, b in pdg.dims}
+        self.dynamic: list[Sym] = sorted(set(pdg.dynamic_bounds) | set(self.fixed), key=lambda s: s.name)
         self.params = [self._namer.name(b) for b in self.dynamic]
         self.param_syms: dict[str, Sym] = {self._namer.name(b): b for b in self.dynamic}
         self._dims_bounds = dims_bounds
@@ -326,9 +341,16 @@ class IslProgram:
         return self._read(isl.UnionMap, f"{self.prefix}{{ {body} }}")
 
     def context(self) -> isl.Set:
-        """Parameter context: every dynamic bound is ``>= 1``."""
+        """Parameter context: every dynamic bound (and parametric static one) is ``>= 1``."""
         cons = " and ".join(f"{p} >= 1" for p in self.params)
         return self._read(isl.Set, f"{self.prefix}{{ : {cons} }}")
+
+    def run_context(self) -> isl.Set:
+        """The context of the actual run: :meth:`context` with parametric static bounds pinned."""
+        cons = [f"{p} >= 1" for p in self.params] + [
+            f"{self._namer.name(b)} = {v}" for b, v in self.fixed.items()
+        ]
+        return self._read(isl.Set, f"{self.prefix}{{ : {' and '.join(cons)} }}")
 
     def node_domain(self, node_id: int) -> isl.Set:
         if node_id not in self._dom_cache:
@@ -425,9 +447,19 @@ class IslProgram:
         return out
 
     def compute_schedule(
-        self, validity: isl.UnionMap, proximity: isl.UnionMap, domain: isl.UnionSet | None = None
+        self,
+        validity: isl.UnionMap,
+        proximity: isl.UnionMap,
+        domain: isl.UnionSet | None = None,
+        budget_s: float | None = None,
     ) -> isl.Schedule | None:
-        """Run isl's scheduler; ``None`` when isl finds no schedule."""
+        """Run isl's scheduler; ``None`` when isl finds no schedule.
+
+        With ``budget_s``, isl runs in a child process that is stopped after that many
+        seconds (isl's own operation limit does not bound its ILP solver's time), and
+        :class:`ScheduleBudgetExceeded` is raised: the caller falls back to a cheaper
+        problem instead of hanging.
+        """
         dom = self.domain() if domain is None else domain
         sc = (
             isl.ScheduleConstraints.on_domain(dom)
@@ -439,7 +471,7 @@ class IslProgram:
         for max_coef in (1, -1):
             self.ctx.set_schedule_max_coefficient(max_coef)
             try:
-                sched = sc.compute_schedule()
+                sched = _within_budget(self.ctx, sc, budget_s)
             except isl.Error as exc:
                 log.debug("isl compute_schedule failed (max coefficient %d): %s", max_coef, exc)
                 continue
@@ -456,18 +488,210 @@ class IslProgram:
     def schedule_text(self, sched: isl.Schedule) -> str:
         return sched.to_str()
 
-    def build_ast(self, sched: isl.Schedule) -> tuple[AstNode, str]:
-        """isl AST for ``sched``, converted to timerl's AST; also returns its C listing."""
-        build = isl.AstBuild.from_context(self.context())
+    def build_ast(self, sched: isl.Schedule, flat: bool = False) -> tuple[AstNode, str]:
+        """isl AST for ``sched``, converted to timerl's AST; also returns its C listing.
+
+        With ``flat``, the AST is generated from the schedule's flattened map instead of its
+        tree (the fallback when the tree's code generator misorders statements, see
+        :meth:`ast_violations`).
+        """
+        build = isl.AstBuild.from_context(self.run_context())
         ids = isl.IdList.alloc(self.ctx, MAX_COUNTERS)
         for k in range(MAX_COUNTERS):
             ids = ids.add(isl.Id.read_from_str(self.ctx, f"_c{k}"))
         build = build.set_iterators(ids)
         try:
-            node = build.node_from_schedule(sched)
+            if flat:
+                node = build.node_from_schedule_map(sched.get_map().intersect_domain(sched.get_domain()))
+            else:
+                node = build.node_from_schedule(sched)
         except isl.Error as exc:
             raise ScheduleError(f"isl cannot generate an AST for the schedule: {exc}") from exc
         return _AstConverter(self).node(node, frozenset()), node.to_C_str()
+
+    def known_early(self, e: Expr, dims: tuple[Sym, ...], t: Sym, bound: Sym) -> bool:
+        """Whether ``e`` (over ``dims``) has one value at each point ``t`` for every value of
+        the dynamic bound ``bound >= t + 1``: what the runtime knows of ``bound`` at ``t``
+        once the bound's setter ran at ``t - 1``. ``T - 1 - t`` is not; ``t < T`` and
+        ``min(t + 1, T)`` are."""
+        if bound not in free_symbols(e):
+            return True
+        scope = {d: f"d{k}" for k, d in enumerate(dims)}
+        alt_a, alt_b = Sym("_bound_a"), Sym("_bound_b")
+        scope[alt_a], scope[alt_b] = "ba", "bb"
+        ea = self.expr(substitute(e, {bound: alt_a}), scope, "an expression of a dynamic bound")
+        eb = self.expr(substitute(e, {bound: alt_b}), scope, "an expression of a dynamic bound")
+        differ = (
+            f"(({ea} and not {eb}) or ({eb} and not {ea}))" if is_bool(e) else f"({ea} < {eb} or {ea} > {eb})"
+        )
+        cons = [f"{scope[d]} >= 0" for d in dims]
+        for d in dims:
+            b = self.pdg.bound_of(d)
+            if b in self.static:
+                cons.append(f"{scope[d]} < {self.static[b]}")
+        cons += [f"ba > {scope[t]}", f"bb > {scope[t]}", differ]
+        names = ", ".join([scope[d] for d in dims] + ["ba", "bb"])
+        ctx_cons = " and ".join(f"{p} >= 1" for p in self.params)
+        text = f"{self.prefix}{{ [{names}] : {' and '.join(cons)}{' and ' + ctx_cons if ctx_cons else ''} }}"
+        return self._read(isl.Set, text).is_empty()
+
+    def ast_order(self, ast: AstNode) -> isl.UnionMap:
+        """The execution order an AST implements: statement instance -> time vector.
+
+        The time vector interleaves, from the root down, the position of each ``Seq``
+        child and each loop counter (padded with zeros), so one instance runs before
+        another iff its vector is lexicographically smaller. Loop and ``If`` conditions
+        restrict the counters; ``Exec`` points give the instance.
+        """
+        pieces: list[tuple[list[str], list[str], str]] = []  # (time entries, constraints, instance)
+
+        def go(n: AstNode, time: list[str], cons: list[str], scope: dict[Sym, str]) -> None:
+            if isinstance(n, Seq):
+                for k, ch in enumerate(n.children):
+                    go(ch, [*time, str(k)], cons, scope)
+            elif isinstance(n, Loop):
+                v = n.var.name
+                inner = {**scope, n.var: v}
+                c = [
+                    f"{v} >= {self.expr(n.init, scope, 'loop start')}",
+                    self.expr(n.cond, inner, "loop bound"),
+                ]
+                if n.inc != 1:
+                    c.append(f"({v} - {self.expr(n.init, scope, 'loop start')}) mod {n.inc} = 0")
+                go(n.body, [*time, v], cons + c, inner)
+            elif isinstance(n, If):
+                cond = self.expr(n.cond, scope, "AST condition")
+                go(n.then, time, [*cons, cond], scope)
+                if n.else_ is not None:
+                    go(n.else_, time, [*cons, f"not {cond}"], scope)
+            elif isinstance(n, Exec):
+                args = ", ".join(self.expr(a, scope, "AST point") for a in n.point)
+                pieces.append((time, cons, f"{stmt_name(n.node)}[{args}]"))
+
+        go(ast, [], [], {})
+        width = max((len(t) for t, _, _ in pieces), default=0)
+        texts = []
+        for stamp, cons, inst in pieces:
+            counters = [x for x in stamp if not x.isdigit()]
+            vec = [x if x.isdigit() else f"t_{x}" for x in stamp] + ["0"] * (width - len(stamp))
+            ren = {x: f"t_{x}" for x in counters}
+            body = " and ".join(cons) if cons else "0 = 0"
+            for old, new in ren.items():  # counters are named _cK; rename as whole words
+                body = re.sub(rf"\b{re.escape(old)}\b", new, body)
+                inst = re.sub(rf"\b{re.escape(old)}\b", new, inst)
+            texts.append(f"[{', '.join(vec)}] -> {inst} : {body}")
+        if not texts:
+            return isl.UnionMap.empty(self.context().get_space())
+        return self.union_map(texts).reverse()
+
+    def ast_violations(
+        self, ast: AstNode, validity: isl.UnionMap, same_point_ok: bool = False
+    ) -> isl.UnionMap:
+        """Validity pairs the AST does not run source-first, plus (as self-pairs) domain points
+        it never runs; empty when the AST is a legal execution of the domain. With
+        ``same_point_ok``, reads of a statement's own point are allowed (a cluster's members
+        read each other at one point, in member order)."""
+        run = self.run_context()  # pinned bounds first: far cheaper than the parametric check
+        order = self.ast_order(ast).intersect_params(run)
+        dom = self.domain().intersect_params(run)
+        deps = validity.intersect_params(run)
+        if same_point_ok:
+            deps = deps.subtract(dom.identity())
+        missing = dom.subtract(order.domain())
+        # Each dependence as (source time -> sink time): one map between time vectors,
+        # checked against "not earlier" at once instead of comparing every statement pair.
+        times = deps.apply_domain(order).apply_range(order)
+        if not times.is_empty():
+            space = isl.Map.from_union_map(times).get_space().domain()
+            not_before = isl.UnionMap.from_map(isl.Map.lex_ge(space))
+            if not times.intersect(not_before).is_empty():
+                late = deps.intersect(
+                    order.apply_range(not_before).apply_range(order.reverse()).intersect(deps)
+                )
+                return late.union(missing.identity())
+        return missing.identity()
+
+
+class ScheduleBudgetExceeded(ScheduleError):
+    """isl's scheduler did not finish within its time budget."""
+
+
+_OPTIONS = ("schedule_algorithm", "schedule_serialize_sccs", "schedule_whole_component",
+            "schedule_max_constant_term", "schedule_max_coefficient")  # fmt: skip
+
+
+_SERVER = r"""
+import json, sys
+import islpy as isl
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    req = json.loads(line)
+    ctx = isl.Context()
+    for name, value in req["options"].items():
+        getattr(ctx, "set_" + name)(value)
+    try:
+        sched = isl.ScheduleConstraints.read_from_str(ctx, req["sc"]).compute_schedule()
+        text = "" if sched is None or sched.get_root() is None else sched.to_str()
+        res = {"ok": text}
+    except isl.Error as exc:
+        res = {"error": str(exc)}
+    out.write((json.dumps(res) + "\n").encode())
+    out.flush()
+"""
+
+
+class _Solver:
+    """A helper process running isl's scheduler, started once and reused; killed (and
+    started again on the next call) when a problem runs past its budget."""
+
+    proc: subprocess.Popen | None = None
+
+    @classmethod
+    def solve(cls, sc_text: str, options: dict[str, int], budget_s: float) -> str:
+        allowance = 0.0
+        if cls.proc is None or cls.proc.poll() is not None:
+            cls.proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+            )
+            allowance = _SOLVER_START_S
+        proc = cls.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write((json.dumps({"sc": sc_text, "options": options}) + "\n").encode())
+        proc.stdin.flush()
+        deadline = time.monotonic() + budget_s + allowance
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                proc.kill()
+                proc.wait()
+                cls.proc = None
+                raise ScheduleBudgetExceeded(f"isl's scheduler ran past its budget of {budget_s:g}s")
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                cls.proc = None
+                raise isl.Error("isl's scheduler process died")
+            buf += chunk
+        res = json.loads(buf)
+        if "error" in res:
+            raise isl.Error(res["error"])
+        return res["ok"]
+
+
+_SOLVER_START_S = 2.0  # allowance for starting the helper process (python + islpy import)
+
+
+def _within_budget(
+    ctx: isl.Context, sc: isl.ScheduleConstraints, budget_s: float | None
+) -> isl.Schedule | None:
+    """``sc.compute_schedule()``; with a budget, in a helper process that is killed when the
+    budget runs out (isl cannot be interrupted in-process, and forking this process, whose
+    JAX and Torch threads may hold locks, could deadlock)."""
+    if budget_s is None or not hasattr(select, "select") or os.name != "posix":
+        return sc.compute_schedule()
+    options = {name: getattr(ctx, f"get_{name}")() for name in _OPTIONS}
+    text = _Solver.solve(sc.to_str(), options, budget_s)
+    return isl.Schedule.read_from_str(ctx, text) if text else None
 
 
 _OPS = isl.ast_expr_op_type
@@ -523,7 +747,8 @@ class _AstConverter:
             if name in counters:
                 return Sym(name)
             if name in self.prog.param_syms:
-                return self.prog.param_syms[name]
+                b = self.prog.param_syms[name]
+                return Const(self.prog.fixed[b]) if b in self.prog.fixed else b
             raise ScheduleError(f"isl AST refers to unknown identifier `{name}`")
         op = e.op_get_type()
         args = [self.expr(e.op_get_arg(k), counters) for k in range(e.op_get_n_arg())]

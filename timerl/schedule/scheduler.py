@@ -12,8 +12,14 @@
    and every statement over ``e`` without ``t`` whose reads or condition use ``T`` runs
    after ``Z[e, T - 1]`` (validity only, see :func:`bound_order_edges`): the runtime
    knows that a point exists before running it, and ``T`` before a read of ``0:T``;
-4. isl's scheduler (default options, with proximity) computes a schedule tree, and
-   isl's AST generator turns it into loops, which are converted to timerl's AST.
+4. isl's scheduler (default options, with proximity) computes a schedule tree with the
+   static bounds as parameters (so its work does not grow with their values; the
+   substituted bounds are the fallback), within a time budget (Feautrier's algorithm
+   past it, see :func:`_solve`), and isl's AST generator turns it into loops for the
+   actual bounds, which are converted to timerl's AST;
+5. the AST is checked against the dependences (isl's tree code generator can misorder
+   statements of one iteration); a wrong one is regenerated from the flattened schedule
+   map (:func:`_checked_ast`).
 
 Preconditions: the PDG's index expressions are affine (see ``timerl.schedule.isl``),
 every bound is static or dynamic.
@@ -30,14 +36,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from timerl.errors import ScheduleError
+from timerl.errors import NonAffineIndexError, ScheduleError
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
 from timerl.schedule.distance import edge_offsets
-from timerl.schedule.isl import IslProgram
+from timerl.schedule.isl import IslProgram, ScheduleBudgetExceeded
 from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
 from timerl.symbolic.expr import cmp_le
 
@@ -91,30 +97,107 @@ def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Sc
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             return Schedule(tast.Seq(pro + (expand_ast(s.ast, members),)), s.isl_text, s.c_text)
     t0 = time.perf_counter()
-    prog = IslProgram(pdg)
-    validity = prog.dependences(proximity=False)
-    proximity = prog.dependences(proximity=True, edges=proximity_edges(pdg))
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
-        _check_self_reads(pdg, prog, validity)
-    sched = prog.compute_schedule(validity, proximity)
-    if sched is None:
-        raise _unschedulable(pdg, prog)
-    bad = prog.violated(sched, validity)
-    if _clustered:  # same-point reads between members of a cluster: the member order runs them
-        bad = bad.subtract(prog.domain().identity())
-    if not bad.is_empty():
-        raise ScheduleError(
-            f"isl returned a schedule that violates dependences {bad.to_str()}; "
-            "this is a bug in the scheduler, please report it with the PDG"
-        )
+        static = IslProgram(pdg)
+        _check_self_reads(pdg, static, static.dependences(proximity=False))
+    prog, validity, sched = _solve(pdg)
     t1 = time.perf_counter()
-    ast, c_text = prog.build_ast(sched)
+    ast, c_text = _checked_ast(pdg, prog, sched, validity, _clustered)
     t2 = time.perf_counter()
     log.debug(
         "scheduled %d nodes / %d edges: isl schedule %.3fs, AST %.3fs\n%s",
         len(pdg.nodes), len(pdg.edges), t1 - t0, t2 - t1, c_text,
     )  # fmt: skip
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
+
+
+ISL_BUDGET_S = 8.0
+"""Seconds isl's scheduler may run on one problem before timerl falls back to a cheaper one."""
+
+_ATTEMPTS = (  # (label, static bounds as isl parameters, isl schedule algorithm: 0 Pluto-like, 1 Feautrier)
+    ("parametric", True, 0),
+    ("static", False, 0),
+    ("parametric Feautrier", True, 1),
+    ("static Feautrier", False, 1),
+)
+
+
+def _solve(pdg: PDG) -> tuple[IslProgram, object, object]:
+    """isl's schedule of ``pdg``: (program, validity, schedule).
+
+    Static bounds are isl parameters first, so the scheduler's work does not depend on
+    their values (with the bounds as constants, isl took minutes on a 40-statement
+    program with a batch bound of 4, and longer with 8); the schedule is valid for every
+    value and the AST is generated for the actual ones. A program whose indices are
+    affine only once the bounds are known (``t * T``), or that has no schedule for all
+    values, is scheduled with the bounds substituted. When isl runs past
+    :data:`ISL_BUDGET_S`, Feautrier's algorithm (one coarser problem per dimension, far
+    cheaper, less locality) is used instead, with a warning.
+    """
+    over_budget = False
+    for label, parametric, algorithm in _ATTEMPTS:
+        if over_budget != (algorithm == 1):
+            continue
+        try:
+            prog = IslProgram(pdg, parametric=parametric)
+            prog.ctx.set_schedule_algorithm(algorithm)
+            validity = prog.dependences(proximity=False)
+            proximity = prog.dependences(proximity=True, edges=proximity_edges(pdg))
+        except NonAffineIndexError:
+            if parametric:
+                continue
+            raise
+        t0 = time.perf_counter()
+        try:
+            sched = prog.compute_schedule(validity, proximity, budget_s=ISL_BUDGET_S)
+        except ScheduleBudgetExceeded:
+            log.warning(
+                "isl's %s scheduler ran past %.0fs on %d statements; falling back to a coarser schedule",
+                label, ISL_BUDGET_S, len(pdg.nodes),
+            )  # fmt: skip
+            over_budget = True
+            continue
+        log.debug("isl %s schedule of %d statements: %.3fs", label, len(pdg.nodes), time.perf_counter() - t0)
+        if sched is not None:
+            return prog, validity, sched
+        if not parametric and algorithm == 0:
+            break  # no schedule even with the actual bounds
+    if over_budget:
+        raise ScheduleError(
+            f"isl found no schedule for {len(pdg.nodes)} statements within its budget of {ISL_BUDGET_S:.0f}s "
+            "(nor with Feautrier's algorithm). Hint: fewer symbolic dims per tensor (vectorizable batch dims "
+            "read at their own point instead of a fixed one) make the problem smaller"
+        )
+    raise _unschedulable(pdg, IslProgram(pdg))
+
+
+def _checked_ast(
+    pdg: PDG, prog: IslProgram, sched: object, validity: object, clustered: bool
+) -> tuple[AstNode, str]:
+    """isl's AST for ``sched``, checked against the dependences it must respect.
+
+    isl's code generator can misorder statements that share a loop iteration when it
+    builds from a schedule tree (the isl of islpy 2026.2.2: two statements at inner-band
+    positions 0 and 1 emitted in the wrong order under one strided ``if``, see
+    ``tests/reliability/test_repros.py``); the AST is generated again from
+    the flattened schedule map then, and a schedule whose AST is still wrong is refused
+    rather than run.
+    """
+    for flat in (False, True):
+        ast, c_text = prog.build_ast(sched, flat=flat)
+        bad = prog.ast_violations(ast, validity, same_point_ok=clustered)
+        if bad.is_empty():
+            return ast, c_text
+        log.warning(
+            "isl generated an AST (%s) that misorders dependences %s; %s",
+            "flat map" if flat else "schedule tree",
+            bad.to_str()[:500],
+            "refusing it" if flat else "regenerating it from the flattened schedule",
+        )
+    raise ScheduleError(
+        f"isl generated no AST that respects the dependences of {len(pdg.nodes)} statements; "
+        "this is a bug in the scheduler, please report it with the PDG"
+    )
 
 
 def proximity_edges(pdg: PDG) -> list[Edge]:
@@ -165,6 +248,13 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
     for e in pdg.edges:
         ins.setdefault(e.sink, []).append(e)
     out: list[Edge] = []
+    made: list[IslProgram] = []
+
+    def prog() -> IslProgram:
+        if not made:
+            made.append(IslProgram(pdg))
+        return made[0]
+
     for bound, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
         z = pdg.nodes[zid]
         over = {n.id for n in pdg if t in n.domain and set(enclosing) <= set(n.domain)} - {zid}
@@ -172,6 +262,13 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
             if n.id == zid or not set(enclosing) <= set(n.domain):
                 continue
             if t in n.domain:
+                if not all(
+                    prog().known_early(x, n.domain, t, bound) for x in _value_exprs(n, ins.get(n.id, ()))
+                ):
+                    # its value or the point it reads needs T itself (`as_tensor(T - 1 - t)`, `x[T - 1 - t]`)
+                    phi = _setter_point(pdg, z, t, bound - 1)
+                    out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
+                    continue
                 if any(_reads_later(pdg, e, t, enclosing) for e in ins.get(n.id, ()) if e.src in over):
                     continue
                 phi = _setter_point(pdg, z, t, t - 1)
@@ -210,6 +307,27 @@ def _setter_point(pdg: PDG, z: Node, t: Sym, at: Expr) -> tuple[Expr | Slice, ..
         else:  # a dim after t: every position
             out.append(Slice(Const(0), pdg.bound_of(d)))
     return tuple(out)
+
+
+def _value_exprs(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> list[Expr]:
+    """Expressions whose value (not only truth at the point) a node needs: index-expression
+    attributes (``as_tensor``'s expression, an ``INDEX`` position) and the points its data
+    edges read (slice bounds and conditions are left to the reads' own order, which lets
+    n-step windows ``r[t:min(t + n, T)]`` run inside the acting loop)."""
+    out: list[Expr] = []
+
+    def attr(v: object) -> None:
+        if isinstance(v, Expr):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                attr(x)
+
+    attr(tuple(v for _, v in n.op.attrs))
+    for e in edges:
+        if not e.order_only:
+            out.extend(c for c in e.phi if isinstance(c, Expr))
+    return out
 
 
 def _node_syms(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> frozenset[Sym]:

@@ -7,7 +7,13 @@ read a given source point ``p``: "what reads me?". Examples (sink dim bound ``T`
     t + 3              ->  t - 3            (valid when 0 <= t - 3 < T)
     t:T                ->  0:t + 1
     t:min(t + n, T)    ->  max(t - n + 1, 0):t + 1
+    max(t - n + 1, 0):t + 1  ->  t:min(t + n, T)
+    T - 1 - t          ->  T - 1 - t        (a reversal is its own inverse)
     0:T                ->  0:T
+
+Components that are no bijection of ``q`` (``max(t - 1, 0)``, ``t // 2``, ``t % 3``)
+have no inverse of this form; :class:`NonAffineIndexError` tells the caller to fall
+back to reading every sink point (autodiff masks them, see ``rt/autodiff.py``).
 
 The inverse is expressed with the *same* symbol as the input (the source dim's
 symbol), as in the TimeRL paper. Used by symbolic autodiff and memory management.
@@ -65,24 +71,28 @@ def invert(index: Expr | Slice, q: Sym, bound: Expr) -> Inverse:
     p = q
     bound = lift(bound)
     if not isinstance(index, Slice):
-        rest = _solve_unit(index, q, "index")
-        if rest is None:
+        if q not in free_symbols(index):
             raise NonAffineIndexError(f"index `{index}` does not use `{q}`; nothing to invert")
-        sink = p - rest
+        aff = affine_in(index, q)
+        if aff is not None and aff[0] == -1:  # q = rest - p: a reversal such as T - 1 - t
+            sink = aff[1] - p
+        else:
+            sink = p - _solve_unit(index, q, "index")
         cond = logical_and(sink >= 0, sink < bound)
         return Inverse(sink, cond)
 
     cond: Expr = TRUE
-    # lo(q) <= p
+    # lo(q) <= p; lo may be a max of parts (max(q - n + 1, 0)): each part <= p
     stop: Expr = bound
-    lo_rest = _solve_unit(index.start, q, "slice start")
-    if lo_rest is None:
-        cond = logical_and(cond, index.start <= p)
-    else:
-        stop = smin(p - lo_rest + 1, bound)
+    for part in _extremum_parts(index.start, Max, Min, "slice start", "max"):
+        lo_rest = _solve_unit(part, q, "slice start")
+        if lo_rest is None:
+            cond = logical_and(cond, part <= p)
+        else:
+            stop = smin(stop, p - lo_rest + 1)
     # p < hi(q)
     start: Expr = lift(0)
-    for part in _min_parts(index.stop):
+    for part in _extremum_parts(index.stop, Min, Max, "slice stop", "min"):
         hi_rest = _solve_unit(part, q, "slice stop")
         if hi_rest is None:
             cond = logical_and(cond, p < part)
@@ -91,12 +101,14 @@ def invert(index: Expr | Slice, q: Sym, bound: Expr) -> Inverse:
     return Inverse(Slice(start, stop), cond)
 
 
-def _min_parts(e: Expr) -> list[Expr]:
-    if isinstance(e, Min):
-        return _min_parts(e.args[0]) + _min_parts(e.args[1])
-    if isinstance(e, Max):
+def _extremum_parts(e: Expr, keep: type[Expr], other: type[Expr], what: str, name: str) -> list[Expr]:
+    """The parts of ``e`` as a nest of ``keep`` (``min`` in a slice stop, ``max`` in a start)."""
+    if isinstance(e, keep):
+        return [p for a in e.args for p in _extremum_parts(a, keep, other, what, name)]
+    if isinstance(e, other):
         raise NonAffineIndexError(
-            f"cannot invert slice stop `{e}`: `max` in a slice stop is not supported; use `min`"
+            f"cannot invert {what} `{e}`: only `{name}` is supported there (a window clipped at the "
+            "edges of its dim)"
         )
     return [e]
 

@@ -1,0 +1,90 @@
+"""Differential fuzzing: random well-defined programs, compiled by timerl with compile
+options on and off on both backends, against the independent interpreter of
+``fuzz_programs.py``.
+
+The quick profile runs in the default test run; ``pytest -m fuzz`` runs the long one
+(``TIMERL_FUZZ_PROGRAMS`` programs, default 150, every single option flipped).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pytest
+from fuzz_programs import Program, generate, reference, render
+
+from timerl.compile import CompileOptions
+
+W0 = np.array([0.3, -0.2], np.float32)
+SWITCHES = [f.name for f in fields(CompileOptions) if f.type in ("bool", bool)]
+RTOL, ATOL = 2e-4, 2e-5
+
+
+def _option_sets(long: bool) -> list[dict[str, bool]]:
+    sets = [{}, dict.fromkeys(SWITCHES, False)]
+    if long:
+        sets += [{name: False} for name in SWITCHES]
+    return sets
+
+
+def check_program(prog: Program, backend: str, options: dict[str, Any]) -> int:
+    """Compile and run ``prog``; compare every sunk value with the reference. Returns the
+    number of values checked."""
+    want = reference(prog, W0)
+    store: dict[str, dict] = {name: {} for name in want}
+    ctx, bounds = render(prog, W0, store)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    n = 0
+    for name, points in want.items():
+        got = store[name]
+        assert sorted(got) == sorted(points), f"{name}: sunk at {sorted(got)}, expected {sorted(points)}"
+        for pt, v in points.items():
+            np.testing.assert_allclose(got[pt], v, rtol=RTOL, atol=ATOL, err_msg=f"{name} at {pt}")
+            n += 1
+    return n
+
+
+def _run(seeds: range, long: bool, progress: bool = False) -> dict[str, Any]:
+    stats = {"programs": 0, "compiles": 0, "checks": 0, "failures": []}
+    t0 = time.perf_counter()
+    for seed in seeds:
+        prog = generate(seed)
+        stats["programs"] += 1
+        for backend in ("torch", "jax"):
+            for opts in _option_sets(long):
+                try:
+                    stats["checks"] += check_program(prog, backend, opts)
+                except Exception as e:  # collect every failure with its program, then fail once
+                    stats["failures"].append(f"seed {seed} {backend} {opts}: {type(e).__name__}: {str(e)[:400]}\n"
+                                             f"{prog.describe()}")  # fmt: skip
+                stats["compiles"] += 1
+        if progress:
+            print(
+                f"fuzz seed {seed}: {stats['compiles']} compiles, {stats['checks']} checks, "
+                f"{len(stats['failures'])} failures, {time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    return stats
+
+
+def test_fuzz_quick() -> None:
+    """A few programs, all options on and all off, both backends."""
+    stats = _run(range(6), long=False)
+    assert not stats["failures"], "\n\n".join(stats["failures"])
+
+
+@pytest.mark.fuzz
+def test_fuzz_long() -> None:
+    n = int(os.environ.get("TIMERL_FUZZ_PROGRAMS", "150"))
+    start = int(os.environ.get("TIMERL_FUZZ_START", "1000"))
+    stats = _run(range(start, start + n), long=True, progress=True)
+    print(
+        f"\nfuzz: {stats['programs']} programs, {stats['compiles']} compiles, {stats['checks']} checks, "
+        f"{len(stats['failures'])} failures, {stats['seconds']}s"
+    )
+    assert not stats["failures"], "\n\n".join(stats["failures"][:10])
