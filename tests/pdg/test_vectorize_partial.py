@@ -134,3 +134,28 @@ def test_linear_recurrences_are_lifted() -> None:
     assert sorted(n.op.attr("reverse") for n in scans) == [False, True]
     t_sym = next(s for s, _ in pdg.dims if s.name == "t")
     assert [n.op.kind for n in pdg if t_sym in n.domain] == [OpKind.RAND_UNIFORM]
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_contraction_kept_per_batch_index(backend: str) -> None:
+    """A sum over t of outer products kept per env (then summed over envs): contracted per
+    batch index, same values as the sum of outer products."""
+    outs = {}
+    for contract in (False, True):
+        got: list = []
+        ctx = trl.Context(dims=("b", "t"))
+        with ctx as ((b, B), (t, T)):
+            w = trl.param(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), name="w")
+            x = trl.rand((4,), domain=(b, t))
+            (x @ w).tanh().sum().backward()
+            w.grad.sink(lambda v, p, got=got: got.append(v.copy()))
+        pdg = build_pdg(ctx, {B: 5, T: 3}, CompileOptions(contract=contract))
+        per_point = [
+            n
+            for n in pdg
+            if n.op.kind is OpKind.MATMUL and len(n.batch) == 2 and n.outputs[0].shape == (4, 3)
+        ]
+        assert bool(per_point) != contract
+        ctx.compile({B: 5, T: 3}, backend=backend, contract=contract).execute()
+        outs[contract] = got[0]
+    np.testing.assert_allclose(outs[True], outs[False], rtol=1e-5, atol=1e-6)

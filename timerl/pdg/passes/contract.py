@@ -8,9 +8,10 @@ over the stacked points it reads, ``sum(M[i, 0:T], dims=(0, 1))`` with the batch
 ``(B * T, k)`` and ``G`` of shape ``(B * T, n)`` gives the same sum with no
 intermediate.
 
-Pattern: ``S = SUM(dims=(0, ..., s - 1))`` with no batch, whose one input reads
-``M = MATMUL(X, Y)`` (read by ``S`` alone) with ``s`` stacked axes in front (``M``'s
-batch dims plus ``phi``'s slices); ``X`` and ``Y`` are read by ``M`` at its own point
+Pattern: ``S = SUM(dims=(0, ..., s - 1))`` whose one input reads ``M = MATMUL(X, Y)``
+(read by ``S`` alone) with ``s`` stacked axes in front (``M``'s batch dims that ``S``
+does not keep as its own batch, plus ``phi``'s slices; a sum kept per batch index, as
+when autodiff sums one dim at a time, contracts per batch index); ``X`` and ``Y`` are read by ``M`` at its own point
 with ``M``'s batch, with per-point shapes ``(k, 1)`` and ``(1, n)``. Rewrite: ``S``
 becomes ``MATMUL(PERMUTE(RESHAPE(X, (-1, k))), RESHAPE(Y, (-1, n)))``, where the two
 reshapes read ``X`` and ``Y`` through ``S``'s edge. ``M`` is left for DCE.
@@ -60,7 +61,7 @@ def contract_outer_products(pdg: PDG) -> PDG:
     done = 0
     for s_node in list(pdg):
         op = s_node.op
-        if op.kind is not OpKind.SUM or op.attr("keepdim", False) or s_node.batch:
+        if op.kind is not OpKind.SUM or op.attr("keepdim", False):
             continue
         ins = pdg.data_in_edges(s_node.id)
         if len(ins) != 1:
@@ -73,7 +74,11 @@ def contract_outer_products(pdg: PDG) -> PDG:
             log.debug("contract: %s is read elsewhere; kept", m.label)
             continue
         slices = [c for c in e.phi if isinstance(c, Slice)]
-        stacked = len(m.batch) + len(slices)
+        kept = [d for d in m.batch_dims if d in s_node.batch_dims]
+        if kept != list(s_node.batch_dims) or len(m.batch_dims) != len(m.batch):
+            continue  # the sum keeps batch dims M does not have (or M's are unnamed)
+        summed = [n for d, n in zip(m.batch_dims, m.batch, strict=True) if d not in s_node.batch_dims]
+        stacked = len(summed) + len(slices)
         dims = op.attr("dims")
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
         if stacked == 0 or dims != tuple(range(stacked)):
@@ -90,11 +95,17 @@ def contract_outer_products(pdg: PDG) -> PDG:
         if xs is None or ys is None or len(xs) != 2 or len(ys) != 2 or xs[1] != 1 or ys[0] != 1:
             continue
         k, n = xs[0], ys[1]
-        rows: Expr = lift(math.prod(m.batch))
+        rows: Expr = lift(math.prod(summed))
         for c in slices:
             rows = rows * (c.stop - c.start)
         dt = s_node.outputs[0].dtype
-        common = {"domain": s_node.domain, "cond": s_node.cond, "where": s_node.where}
+        common = {
+            "domain": s_node.domain,
+            "cond": s_node.cond,
+            "where": s_node.where,
+            "batch": s_node.batch,
+            "batch_dims": s_node.batch_dims,
+        }
         xr, yr, xt = next_id, next_id + 1, next_id + 2
         next_id += 3
         nodes[xr] = Node(
