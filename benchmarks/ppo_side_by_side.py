@@ -64,9 +64,9 @@ class Config:
     """steps per rollout (T)"""
     iterations: int = 3
     """timed iterations (after the warm-up ones)"""
-    warmup: int = 2
-    """untimed iterations first (jit compilation: timerl-jax compiles regions over its first
-    two or three iterations)"""
+    warmup: int = 3
+    """untimed iterations first (jit compilation: timerl-jax compiles regions during its first
+    three rollout-to-rollout intervals)"""
     programs: str = ",".join(ALL_PROGRAMS)
     """comma-separated subset of: torch-eager, jax-jit, timerl-jax, timerl-torch,
     timerl-jax-nopass, timerl-torch-nopass (-nopass: vectorize_time=False, contract=False)"""
@@ -84,6 +84,8 @@ class Config:
     """redo TimeRL's Fig. 9 axes (episode length, hidden size, layers, envs) at reduced sizes"""
     sweep_programs: str = "torch-eager,jax-jit,timerl-jax,timerl-torch"
     """programs of the sweep"""
+    sweep_points: int = 3
+    """values per sweep axis: 3 (smaller, base, larger) or 2 (base, larger)"""
     out: str = "runs/ppo_side_by_side"
     """where results (JSON) and the sweep's PNG go"""
     child: str = ""
@@ -523,7 +525,7 @@ def spawn(cfg: Config, prog: str, env: str, log: Any) -> dict:
     """Run one program in a subprocess; its result (or why there is none)."""
     argv = [sys.executable, __file__, "--child", f"{prog}:{env}"]
     for f in fields(Config):
-        if f.name in ("child", "sweep", "env", "programs", "sweep_programs"):
+        if f.name in ("child", "sweep", "env", "programs", "sweep_programs", "sweep_points"):
             continue
         argv += [f"--{f.name.replace('_', '-')}", str(getattr(cfg, f.name))]
     envv = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -592,39 +594,53 @@ SWEEP_AXES: dict[str, tuple[str, list[int]]] = {
 SWEEP_BASE = {"num_envs": 64, "num_steps": 64, "hidden": 64, "layers": 2}
 
 
-def run_sweep(cfg: Config, log: Any, out_dir: Path) -> dict:
+def plot_sweep(res: dict[str, dict[str, list]], env: str, png: Path) -> None:
+    """One panel per axis of ``res`` (axis -> program -> env steps/s per value; a shorter list
+    is a partial run), log-log."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    env = "gymnax" if cfg.env == "both" else cfg.env
-    progs = [p.strip() for p in cfg.sweep_programs.split(",") if p.strip()]
-    res: dict[str, dict[str, list]] = {}
-    for axis, (field, values) in SWEEP_AXES.items():
-        res[axis] = {p: [] for p in progs}
-        for v in values:
-            c = replace(cfg, **{**SWEEP_BASE, field: v}, programs=",".join(progs), env=env)
-            for p in progs:
-                print(f"  sweep {axis}={v}: {p} on {env} (load {os.getloadavg()[0]:.2f})", flush=True)
-                r = spawn(c, p, env, log)
-                res[axis][p].append(r.get("env_steps_per_s", float("nan")))
     fig, axes = plt.subplots(1, len(SWEEP_AXES), figsize=(4.2 * len(SWEEP_AXES), 3.6))
     for ax, (axis, (field, values)) in zip(axes, SWEEP_AXES.items(), strict=True):
-        for p in progs:
-            ax.plot(values, res[axis][p], marker="o", label=p)
+        for p, ys in res.get(axis, {}).items():
+            if ys:
+                ax.plot(values[-len(ys) :], ys, marker="o", label=p)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel(f"{axis} ({field})")
-        ax.set_title(axis)
+        ax.set_title(axis if axis in res else f"{axis} (not run)")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("env steps / s")
-    axes[-1].legend(fontsize=8)
+    axes[0].legend(fontsize=8)
     base = ", ".join(f"{k}={v}" for k, v in SWEEP_BASE.items())
     fig.suptitle(f"PPO on {env} CartPole, 1 thread; base: {base} (each panel varies one)")
     fig.tight_layout()
-    png = out_dir / "sweep.png"
     fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def run_sweep(cfg: Config, log: Any, out_dir: Path) -> dict:
+    """Each axis of ``SWEEP_AXES`` in turn from ``SWEEP_BASE``; the PNG and JSON are
+    rewritten after every point, so a stopped sweep still leaves what it measured."""
+    env = "gymnax" if cfg.env == "both" else cfg.env
+    progs = [p.strip() for p in cfg.sweep_programs.split(",") if p.strip()]
+    res: dict[str, dict[str, list]] = {}
+    png = out_dir / "sweep.png"
+    seen: dict[tuple, float] = {}  # the base point is on every axis: measure it once
+    for axis, (field, values) in SWEEP_AXES.items():
+        res[axis] = {p: [] for p in progs}
+        for v in values[-cfg.sweep_points :]:
+            c = replace(cfg, **{**SWEEP_BASE, field: v}, programs=",".join(progs), env=env)
+            for p in progs:
+                key = (p, c.num_envs, c.num_steps, c.hidden, c.layers)
+                if key not in seen:
+                    print(f"  sweep {axis}={v}: {p} on {env} (load {os.getloadavg()[0]:.2f})", flush=True)
+                    seen[key] = spawn(c, p, env, log).get("env_steps_per_s", float("nan"))
+                res[axis][p].append(seen[key])
+            plot_sweep(res, env, png)
+            (out_dir / "sweep.json").write_text(json.dumps({"config": asdict(cfg), "results": res}, indent=1))
     print(f"sweep plot: {png}")
     return res
 
