@@ -68,13 +68,19 @@ def _discount_weights(op: Op, g: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _linear_scan(op: Op, x: np.ndarray, c: np.ndarray, y0: np.ndarray) -> np.ndarray:
-    n = x.shape[0]
-    out = np.empty_like(x)
-    ks = list(range(n - 1, -1, -1)) if op.attr("reverse") else list(range(n))
+    m = x.shape[0]
+    out = np.empty((m + 1,) + x.shape[1:], dtype=x.dtype)
     y = y0
-    for j, k in enumerate(ks):
-        y = y if j == 0 else x[k] + c[k] * y
-        out[k] = y
+    if op.attr("reverse"):
+        out[m] = y
+        for k in range(m - 1, -1, -1):
+            y = x[k] + c[k] * y
+            out[k] = y
+    else:
+        out[0] = y
+        for k in range(m):
+            y = x[k] + c[k] * y
+            out[k + 1] = y
     return out
 
 

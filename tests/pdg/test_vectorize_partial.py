@@ -15,6 +15,7 @@ from timerl.backends import get_backend
 from timerl.compile import CompileOptions, build_pdg
 from timerl.pdg.ops import OpKind
 from timerl.runtime.reference import reference_evaluate
+from timerl.symbolic import TRUE
 
 SEEDS = range(12)
 
@@ -130,7 +131,13 @@ def test_linear_recurrences_are_lifted() -> None:
     scans = [n for n in pdg if n.op.kind is OpKind.LINEAR_SCAN]
     assert sorted(n.op.attr("reverse") for n in scans) == [False, True]
     t_sym = next(s for s, _ in pdg.dims if s.name == "t")
-    assert [n.op.kind for n in pdg if t_sym in n.domain] == [OpKind.RAND_UNIFORM]
+    over_t = [n for n in pdg if t_sym in n.domain]
+    # left per step: the draw, and the coefficients restricted to where their branch is
+    # taken (restrict_to_demand: t + 1 < T, t > 0), which vectorize_time keeps per point
+    assert OpKind.MERGE not in [n.op.kind for n in over_t]
+    assert all(
+        n.op.kind is OpKind.RAND_UNIFORM or (n.op.kind is OpKind.MUL and n.cond is not TRUE) for n in over_t
+    )
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])

@@ -452,14 +452,15 @@ def _discount_weights_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[An
 
 def linear_scan(scan: Callable[[Any, Any, Any, bool], Any]) -> Kernel:
     """LINEAR_SCAN: ``scan(x, c, y0, reverse)`` with the scanned axis moved to the front
-    (``x``, ``c``: ``(n,) + rest``; ``y0``: ``rest``) and moved back after."""
+    (``x``, ``c``: ``(n - 1,) + rest``; ``y0``: ``rest``; result ``(n,) + rest``) and moved
+    back after."""
 
     def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
         x, coef, y0 = xs
         nb = len(c.batch) if c.any_batched else 0
         full = tuple(c.batch) if c.any_batched else ()
         rest = tuple(x.shape[c.offset(0) + 1 :]) if x.ndim > c.offset(0) else ()
-        n = x.shape[c.offset(0)]
+        n = x.shape[c.offset(0)]  # rows of x and c: one fewer than the result's
 
         def front(v: Any, row: bool) -> Any:
             v = be.broadcast_to(v, full + (() if row else (n,)) + rest)

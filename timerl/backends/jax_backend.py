@@ -67,18 +67,15 @@ def _one_hot(be: AbstractBackend, c: base.KernelCall, xs: Sequence[Any]) -> jax.
 
 
 def _linear_scan(x: jax.Array, c: jax.Array, y0: jax.Array, reverse: bool) -> jax.Array:
-    """``y[k] = x[k] + c[k] * y[k -/+ 1]`` along axis 0 (``lax.scan``), from ``y0`` at the
-    first/last row."""
-    if x.shape[0] == 0:
-        return x
+    """``y[k] = x + c * y[k +/- 1]`` along axis 0 (``lax.scan``) from ``y0`` at the last/first
+    row (``x``, ``c``: one row fewer than ``y``; see ``OpKind.LINEAR_SCAN``)."""
     y0 = y0.astype(x.dtype)
-    rest_x, rest_c = (x[:-1], c[:-1]) if reverse else (x[1:], c[1:])
 
     def step(y: jax.Array, xc: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         y = xc[0] + xc[1] * y
         return y, y
 
-    _, ys = jax.lax.scan(step, y0, (rest_x, rest_c), reverse=reverse)
+    _, ys = jax.lax.scan(step, y0, (x, c), reverse=reverse)
     return jnp.concatenate([ys, y0[None]]) if reverse else jnp.concatenate([y0[None], ys])
 
 

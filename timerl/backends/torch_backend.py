@@ -73,18 +73,21 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_scan(x: torch.Tensor, c: torch.Tensor, y0: torch.Tensor, reverse: bool) -> torch.Tensor:
-    """``y[k] = x[k] + c[k] * y[k -/+ 1]`` along dim 0, from ``y0`` at the first/last row."""
-    n = int(x.shape[0])
-    out = torch.empty_like(x)
-    if n == 0:
-        return out
-    order = range(n - 1, -1, -1) if reverse else range(n)
+    """``y[k] = x + c * y[k +/- 1]`` along dim 0 from ``y0`` at the last/first row (``x``, ``c``:
+    one row fewer than ``y``; see ``OpKind.LINEAR_SCAN``)."""
+    m = int(x.shape[0])
+    out = torch.empty((m + 1,) + tuple(x.shape[1:]), dtype=x.dtype)
     y = y0.to(x.dtype)
-    first = True
-    for k in order:
-        y = y if first else x[k] + c[k] * y
-        first = False
-        out[k] = y
+    if reverse:
+        out[m] = y
+        for k in range(m - 1, -1, -1):
+            y = x[k] + c[k] * y
+            out[k] = y
+    else:
+        out[0] = y
+        for k in range(m):
+            y = x[k] + c[k] * y
+            out[k + 1] = y
     return out
 
 

@@ -97,8 +97,8 @@ class OpKind(enum.Enum):
     CUMSUM = enum.auto()  # attrs: dim
     DISCOUNTED_SUM = enum.auto()  # attrs: gamma. sum_k gamma**k * x[k] over dim 0.
     DISCOUNT_WEIGHTS = enum.auto()  # attrs: gamma. (g, x) -> g * gamma**k broadcast to x's shape (VJP)
-    # attrs: reverse. (x, c, y0) -> y along dim 0 of x, c (equal shapes; y0: one row):
-    # y[n-1] = y0, y[k] = x[k] + c[k] * y[k + 1] when reverse; y[0] = y0, y[k] = x[k] + c[k] * y[k - 1] else.
+    # attrs: reverse. (x, c, y0) -> y of n rows along dim 0, x and c of n - 1 rows (y0: one row):
+    # reverse: y[n-1] = y0, y[k] = x[k] + c[k] * y[k + 1]; else y[0] = y0, y[k] = x[k-1] + c[k-1] * y[k - 1].
     LINEAR_SCAN = enum.auto()
     LOG_SOFTMAX = enum.auto()  # attrs: dim
     SOFTMAX = enum.auto()  # attrs: dim

@@ -14,8 +14,10 @@ branches, one taken only at ``d = D - 1`` (reverse) or ``d = 0`` (forward), read
 value ``y0`` that does not depend on ``d``, the other taken at every other point, reading
 ``a`` at ``y``'s own point where ``a = x + c * y[d +/- 1]`` (``ADD`` and ``MUL`` in either
 operand order); ``x`` and ``c`` read at ``y``'s point, defined at every point of ``d``, with
-``y``'s per-point shape, batch and domain. Conditions are checked by evaluating them at
-every ``d`` (they may only use ``d`` and static bounds).
+``y``'s per-point shape, batch and domain, defined wherever the recurrence uses them
+(every point but the base one: the restriction of branch ops to where their branch is
+taken qualifies). Conditions are checked by evaluating them at every ``d`` (they may only
+use ``d`` and static bounds). ``S`` reads ``x`` and ``c`` at those ``D - 1`` points.
 
 Postcondition: the same values (the same arithmetic in the same order per point); ``a``
 and the multiply are left for DCE when nothing else reads them.
@@ -109,13 +111,24 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
         x_edge, c_edge = found
         xs, cs = pdg.nodes[x_edge.src], pdg.nodes[c_edge.src]
         ok = all(
-            _at_point(e, n, pdg.nodes[e.sink]) and n.cond is TRUE and n.outputs[e.oid] == spec
+            _at_point(e, n, pdg.nodes[e.sink])
+            and _defined_on(n, d, rest, size, static)
+            and n.outputs[e.oid] == spec
             for e, n in ((x_edge, xs), (c_edge, cs))
         )
         if not ok:
             continue
         return _rewrite(pdg, y, d, reverse, x_edge, c_edge, base)
     return None
+
+
+def _defined_on(n: Node, d: Sym, points: list[int], size: int, static: dict[Sym, int]) -> bool:
+    """``n`` exists at every one of ``points`` along ``d`` (its condition, if any, holds there;
+    a branch op restricted to where its branch is taken, ``t + 1 < T``, qualifies)."""
+    if n.cond is TRUE:
+        return True
+    taken = _taken_at(n.cond, d, size, static)
+    return taken is not None and set(points) <= set(taken)
 
 
 def _mul_at(pdg: PDG, e: Edge, m: Node, a: Node, d: Sym) -> bool:
@@ -149,11 +162,12 @@ def _rewrite(
         name=f"{y.name}.scan" if y.name else None,
         where=y.where,
     )
-    whole = Slice(Const(0), bound)
+    # x and c are read where the recurrence uses them: every point but the base one
+    used = Slice(Const(0), bound - 1) if reverse else Slice(Const(1), bound)
 
     def over_all(e: Edge) -> Edge:
         src = pdg.nodes[e.src]
-        phi = tuple(whole if s is d else c for s, c in zip(src.domain, e.phi, strict=True))
+        phi = tuple(used if s is d else c for s, c in zip(src.domain, e.phi, strict=True))
         return Edge(sid, e.src, 0, e.oid, phi)
 
     s_edges = [
