@@ -138,6 +138,10 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
         verify_pdg(pdg)
     if options.vectorize_time:
         from timerl.pdg.passes.vectorize_partial import vectorize_partial
+        from timerl.schedule.check import check_reads_defined
+
+        if options.check_reads:  # reads along vectorized dims are no longer in phi after it
+            check_reads_defined(pdg)
 
         inner = pdg.dims[-1][0] if pdg.dims else None
         if inner is not None and any(inner in n.domain for n in pdg):

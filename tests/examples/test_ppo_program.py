@@ -147,7 +147,7 @@ def test_fixed_length_passes_on_equal_off(backend: str) -> None:
 
 def test_fixed_length_learning_is_vectorized_over_t() -> None:
     """The acting loop keeps only the recurrence (policy forward, sampling, env step, obs);
-    the critic, GAE's inputs, the loss and its gradient run once per iteration over all t."""
+    the critic, GAE, the loss and its gradient run once per iteration over all t."""
     pdg = lower_example(ppo.build_fixed, ppo.Args(num_envs=2, num_steps=8, iterations=2), lambda v, p: None)
     t = next(s for s, _ in pdg.dims if s.name == "t")
     per_t = [n for n in pdg if t in n.domain]
@@ -155,4 +155,6 @@ def test_fixed_length_learning_is_vectorized_over_t() -> None:
     mms_per_t = [n for n in per_t if n.op.kind is OpKind.MATMUL]
     assert len(mms_per_t) == 3  # the actor's three layers, to sample the action
     assert len(vec) > 3 * len(per_t)
-    assert any(n.name == "adv" for n in per_t)  # GAE: a backward recurrence over t
+    # GAE, a backward recurrence over t, is one scan (scan_lift) whose rows are a view
+    assert not any(n.name == "adv" for n in per_t)
+    assert any(n.op.kind is OpKind.LINEAR_SCAN and n.op.attr("reverse") for n in pdg)

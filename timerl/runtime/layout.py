@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from timerl.errors import RuntimeExecutionError
 from timerl.pdg.ir import Edge, Node
 from timerl.symbolic import Slice, Sym, evaluate
 
@@ -67,10 +68,19 @@ class InputLayout:
         for kind, arg in self.steps:
             if kind == "take":
                 ax, e = arg
-                x = ops.take(x, ax, int(evaluate(e, env)))
+                k = int(evaluate(e, env))
+                if not 0 <= k < x.shape[ax]:
+                    raise RuntimeExecutionError(
+                        f"read at {e} = {k} outside the vectorized dim of size {x.shape[ax]}"
+                    )
+                x = ops.take(x, ax, k)
             elif kind == "narrow":
                 ax, sl = arg
                 a, b = int(evaluate(sl.start, env)), int(evaluate(sl.stop, env))
+                if not 0 <= a <= b <= x.shape[ax]:
+                    raise RuntimeExecutionError(
+                        f"read of {sl} = {a}:{b} outside the vectorized dim of size {x.shape[ax]}"
+                    )
                 x = x[(slice(None),) * ax + (slice(a, b),)]
             elif kind == "move":
                 src, dst = arg

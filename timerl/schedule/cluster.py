@@ -46,7 +46,7 @@ from timerl.schedule.distance import (
     hull,
     lex_nonpositive,
 )
-from timerl.symbolic import Const, Slice, Sym, index_symbols, substitute
+from timerl.symbolic import TRUE, Const, Slice, Sym, index_symbols, substitute
 
 Vec = tuple[Interval, ...]
 _CLAMP = 2  # offsets beyond +-_CLAMP widen to infinity, so path analysis terminates
@@ -435,12 +435,25 @@ def _linked_groups(pdg: PDG) -> list[list[int]]:
 
 
 def split_prologue(pdg: PDG) -> tuple[PDG, list[int]]:
-    """Nodes with an empty domain and no inputs (constants) run once, before everything."""
-    pro = [
-        n.id
-        for n in pdg
-        if not n.domain and n.num_inputs == 0 and not n.op.effectful and not pdg.in_edges(n.id)
-    ]
+    """Pure nodes with an empty domain that read only such nodes (constants and what is
+    computed from them alone, e.g. ``1 + a * as_tensor(b)`` with ``b`` vectorized) run once,
+    before everything, in dependence order: isl never places them inside a loop (where a
+    resumed run, starting that loop at a later iteration, would skip them)."""
+    ins: dict[int, list[int]] = {}
+    for e in pdg.edges:
+        ins.setdefault(e.sink, []).append(e.src)
+    pro: list[int] = []
+    done: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in pdg:
+            if n.id in done or n.domain or n.op.effectful or n.cond is not TRUE:
+                continue
+            if all(src in done for src in ins.get(n.id, ())):
+                pro.append(n.id)
+                done.add(n.id)
+                changed = True
     if not pro:
         return pdg, []
     drop = set(pro)
