@@ -155,6 +155,22 @@ class PDG:
         return "\n".join(lines)
 
 
+def reads_own_point(e: Edge, src: Node, sink: Node) -> bool:
+    """Whether data edge ``e`` reads ``src`` at ``sink``'s own point, whole: same domain and
+    batch, identity ``phi``, no condition, ``select`` or batch-dim read."""
+    return (
+        e.cond is TRUE
+        and e.select is None
+        and not e.batch_read
+        and e.to_batch is None
+        and not e.order_only
+        and src.domain == sink.domain
+        and src.batch == sink.batch
+        and src.batch_dims == sink.batch_dims
+        and all(c is d for c, d in zip(e.phi, src.domain, strict=True))
+    )
+
+
 def kinds(pdg: PDG, kind: OpKind) -> list[Node]:
     """Nodes of one op kind, in id order."""
     return [n for n in pdg if n.op.kind is kind]

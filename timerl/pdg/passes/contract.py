@@ -26,24 +26,11 @@ import logging
 import math
 from dataclasses import replace
 
-from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
+from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, reads_own_point
 from timerl.pdg.ops import Op, OpKind
-from timerl.symbolic import TRUE, Expr, Slice, lift
+from timerl.symbolic import Expr, Slice, lift
 
 log = logging.getLogger(__name__)
-
-
-def _identity(e: Edge, src: Node, sink: Node) -> bool:
-    return (
-        e.cond is TRUE
-        and e.select is None
-        and not e.batch_read
-        and e.to_batch is None
-        and src.domain == sink.domain
-        and src.batch_dims == sink.batch_dims
-        and len(src.batch) == len(sink.batch)
-        and all(c is d for c, d in zip(e.phi, src.domain, strict=True))
-    )
 
 
 def _static_shape(spec: TensorSpec) -> tuple[int, ...] | None:
@@ -87,7 +74,7 @@ def contract_outer_products(pdg: PDG) -> PDG:
         if len(m_ins) != 2:
             continue
         x, y = (pdg.nodes[a.src] for a in m_ins)
-        if not all(_identity(a, src, m) for a, src in zip(m_ins, (x, y), strict=True)):
+        if not all(reads_own_point(a, src, m) for a, src in zip(m_ins, (x, y), strict=True)):
             log.debug("contract: %s reads its operands at other points; kept", m.label)
             continue
         xs = _static_shape(x.outputs[m_ins[0].oid])

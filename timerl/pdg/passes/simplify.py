@@ -21,25 +21,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ir import PDG, Edge, Node, reads_own_point
 from timerl.pdg.ops import OpKind
-from timerl.symbolic import TRUE
 
 log = logging.getLogger(__name__)
-
-
-def _same_point(e: Edge, src: Node, node: Node) -> bool:
-    return (
-        e.cond is TRUE
-        and e.select is None
-        and not e.batch_read
-        and e.to_batch is None
-        and not e.order_only
-        and src.domain == node.domain
-        and src.batch == node.batch
-        and src.batch_dims == node.batch_dims
-        and all(c is d for c, d in zip(e.phi, src.domain, strict=True))
-    )
 
 
 def _is_one(n: Node) -> bool:
@@ -64,7 +49,7 @@ def _passthrough(pdg: PDG, n: Node, ins: list[Edge]) -> Edge | None:
     else:
         return None
     src = pdg.nodes[cand.src]
-    if not _same_point(cand, src, n):
+    if not reads_own_point(cand, src, n):
         return None
     if src.outputs[cand.oid] != n.outputs[0]:
         return None
