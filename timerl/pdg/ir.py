@@ -171,6 +171,50 @@ def reads_own_point(e: Edge, src: Node, sink: Node) -> bool:
     )
 
 
+def strongly_connected_components(ids: list[int], succ: Mapping[int, list[int]]) -> list[list[int]]:
+    """Tarjan's strongly connected components of the graph ``succ`` over ``ids`` (iterative, no
+    recursion limit; successors visited in the order given), every node in one component."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in ids:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, k = work.pop()
+            if k == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on.add(v)
+            nxt = succ.get(v, [])
+            if k < len(nxt):
+                work.append((v, k + 1))
+                w = nxt[k]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return out
+
+
 def kinds(pdg: PDG, kind: OpKind) -> list[Node]:
     """Nodes of one op kind, in id order."""
     return [n for n in pdg if n.op.kind is kind]

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 
 from timerl.errors import NonAffineIndexError, ScheduleError
-from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ir import PDG, Edge, Node, strongly_connected_components
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
@@ -368,44 +368,12 @@ def _check_self_reads(pdg: PDG, prog: IslProgram, validity: object) -> None:
 
 
 def _sccs(pdg: PDG) -> list[list[int]]:
-    """Strongly connected components of the node graph (Tarjan), with cycles only."""
+    """Strongly connected components of the node graph that hold a cycle, each sorted."""
     succ: dict[int, set[int]] = {n: set() for n in pdg.nodes}
     for e in pdg.edges:
         succ[e.src].add(e.sink)
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on: set[int] = set()
-    out: list[list[int]] = []
-    counter = 0
-
-    def visit(v: int) -> None:
-        nonlocal counter
-        index[v] = low[v] = counter
-        counter += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(succ[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1 or v in succ[v]:
-                out.append(sorted(comp))
-
-    for v in sorted(pdg.nodes):
-        if v not in index:
-            visit(v)
-    return out
+    comps = strongly_connected_components(sorted(pdg.nodes), {v: sorted(w) for v, w in succ.items()})
+    return [sorted(c) for c in comps if len(c) > 1 or c[0] in succ[c[0]]]
 
 
 def _unschedulable(pdg: PDG, prog: IslProgram) -> ScheduleError:

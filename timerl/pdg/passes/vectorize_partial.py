@@ -41,7 +41,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
+from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, strongly_connected_components
 from timerl.pdg.ops import Op, OpKind
 from timerl.symbolic import TRUE, Add, Const, Expr, Slice, Sym, evaluate, free_symbols
 
@@ -102,49 +102,6 @@ def _trivial(e: Edge, src: Node, d: Sym) -> bool:
     return True
 
 
-def _sccs(ids: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
-    """Tarjan's strongly connected components (iterative)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on: set[int] = set()
-    stack: list[int] = []
-    out: list[list[int]] = []
-    counter = 0
-    for root in ids:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            v, k = work.pop()
-            if k == 0:
-                index[v] = low[v] = counter
-                counter += 1
-                stack.append(v)
-                on.add(v)
-            nxt = succ.get(v, [])
-            if k < len(nxt):
-                work.append((v, k + 1))
-                w = nxt[k]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(comp)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return out
-
-
 def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
     """The nodes over ``d`` that may be vectorized over it (module doc)."""
     order = [s for s, _ in pdg.dims]
@@ -158,7 +115,7 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
             succ.setdefault(e.src, []).append(e.sink)
             intra.append(e)
     comp_of: dict[int, int] = {}
-    comps = _sccs(sorted(pdg.nodes), succ)
+    comps = strongly_connected_components(sorted(pdg.nodes), succ)
     for k, comp in enumerate(comps):
         for v in comp:
             comp_of[v] = k
