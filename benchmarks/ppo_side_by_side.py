@@ -74,8 +74,10 @@ class Config:
     """hidden units per layer"""
     layers: int = 2
     """hidden layers (actor and critic each)"""
-    num_minibatches: int = 4
-    """minibatches of the one update epoch"""
+    num_minibatches: int = 1
+    """minibatches of the one update epoch, in every program (1: TimeRL's configuration, one
+    update over the whole rollout; timerl's program with M > 1 evaluates the loss at every step
+    masked per minibatch, M times the learning compute, see docs/performance.md)"""
     seed: int = 0
     """random seed"""
     timeout: int = 1800
@@ -172,18 +174,15 @@ def run_timerl(cfg: Config, env: str, backend: str, passes: bool) -> dict:
         num_minibatches=cfg.num_minibatches,
         seed=cfg.seed,
     )
-    seen: dict[int, int] = {}
     done_at: dict[int, float] = {}
 
     # An iteration's time is the time between two consecutive sinks of the rollout log (per
-    # (env, i): the rewards and dones, known once i's rollout ends): one full period of acting
-    # and learning, shifted by the learning phase; the first one is the first rollout alone.
-    def log_fn(v: Any, pt: dict[str, int]) -> None:  # per (env, iteration): note when i is logged
+    # iteration: every env's rewards and dones, known once i's rollout ends): one full period
+    # of acting and learning, shifted by the learning phase; the first one is the first rollout.
+    def log_fn(v: Any, pt: dict[str, int]) -> None:
         it = pt["i"]
-        seen[it] = seen.get(it, 0) + 1
-        if seen[it] == cfg.num_envs:
-            done_at[it] = time.perf_counter()
-            print(f"iter {it} done at {done_at[it] - t1:.3f}s", flush=True)
+        done_at[it] = time.perf_counter()
+        print(f"iter {it} done at {done_at[it] - t1:.3f}s", flush=True)
 
     opts = {} if passes else {"vectorize_time": False, "contract": False}
     t0 = time.perf_counter()

@@ -155,7 +155,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
     """PPO over fixed-length rollouts (``--num-steps N``): T = N static, envs auto-reset,
     done masks in GAE, bootstrap from V of the observation after step N - 1; the observation
     of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
-    and iteration, the rewards and done flags of the rollout (shape ``(2, N)``); ``options``
+    iteration, the rewards and done flags of the rollout of every env (shape ``(2, B, N)``); ``options``
     go to ``ctx.compile`` (e.g. ``vectorize_time=False``)."""
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
@@ -196,7 +196,7 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
         else:
             lr = args.lr
         trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
-        trl.stack([r[b, i, 0:T], d[b, i, 0:T].cast(trl.float32)]).sink(log_fn)
+        trl.stack([r[0:B, i, 0:T], d[0:B, i, 0:T].cast(trl.float32)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
@@ -288,28 +288,25 @@ def main_fixed(args: Args, env_fn=make_env) -> list[float]:
     episodes that finished in it (the previous mean when none did)."""
     t0 = time.perf_counter()
     running = np.zeros(args.num_envs)  # return of each env's current episode
-    finished: dict[int, list[float]] = {}
-    seen: dict[int, int] = {}
     means: list[float] = []
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
-        it, env_k = pt["i"], pt["b"]
-        for rew, done in zip(v[0], v[1], strict=True):
-            running[env_k] += rew
-            if done:
-                finished.setdefault(it, []).append(float(running[env_k]))
-                running[env_k] = 0.0
-        seen[it] = seen.get(it, 0) + 1
-        if seen[it] == args.num_envs:
-            eps = finished.get(it, [])
-            m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
-            means.append(m)
-            steps = (it + 1) * args.num_envs * args.num_steps
-            print(
-                f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
-                f"time {time.perf_counter() - t0:7.1f}s",
-                flush=True,
-            )
+        it = pt["i"]
+        rewards, dones = v[0], v[1] > 0  # (envs, steps)
+        eps: list[float] = []
+        for k in range(rewards.shape[1]):
+            running[:] += rewards[:, k]
+            if dones[:, k].any():
+                eps.extend(running[dones[:, k]].tolist())
+                running[dones[:, k]] = 0.0
+        m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
+        means.append(m)
+        steps = (it + 1) * args.num_envs * args.num_steps
+        print(
+            f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
+            f"time {time.perf_counter() - t0:7.1f}s",
+            flush=True,
+        )
 
     ex = build_fixed(args, log_fn, env_fn)
     print(

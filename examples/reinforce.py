@@ -44,7 +44,7 @@ def parse_args(defaults: Args | None = None) -> Args:
     return _common.parse_args(Args, defaults, "REINFORCE as a timerl program")
 
 
-def build(args: Args, log_fn):
+def build(args: Args, log_fn, **options):
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, B), (i, I), (t, T)):
         env = trl.env.make(f"gym.{args.env_id}", num_envs=B, seed=args.seed)
@@ -64,7 +64,7 @@ def build(args: Args, log_fn):
         trl.optim.Adam(dnn.params, lr=args.lr).step()
         # Episode return per env, reported once per iteration.
         r[b, i, 0:T].sum(0).sink(log_fn)
-    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d})
+    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d}, **options)
 
 
 def main(args: Args) -> list[float]:

@@ -110,6 +110,7 @@ REF: dict[OpKind, Ref] = {
     OpKind.MUL: lambda op, xs, env: xs[0] * xs[1],
     OpKind.DIV: lambda op, xs, env: xs[0] / xs[1],
     OpKind.POW: lambda op, xs, env: np.power(xs[0], xs[1]),
+    OpKind.TANH_GRAD: lambda op, xs, env: xs[0] * (1 - xs[1] * xs[1]),
     OpKind.MAXIMUM: lambda op, xs, env: np.maximum(xs[0], xs[1]),
     OpKind.MINIMUM: lambda op, xs, env: np.minimum(xs[0], xs[1]),
     OpKind.LT: lambda op, xs, env: xs[0] < xs[1],
@@ -208,6 +209,8 @@ CASES: list[Case] = [
     Case("add_i32", M(OpKind.ADD), [((3,), "j5"), ((3,), "j5")]),
     Case("div", M(OpKind.DIV), [F34, ((4,), "p")]),
     Case("pow", M(OpKind.POW), [((3, 4), "p"), F4]),
+    Case("tanh_grad", M(OpKind.TANH_GRAD), [F34, F34]),
+    Case("tanh_grad_bcast", M(OpKind.TANH_GRAD), [F34, F4]),
     *(
         Case(k.name.lower(), M(k), [F34, F4])
         for k in (OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.EQ, OpKind.NE)
@@ -271,6 +274,7 @@ CASES: list[Case] = [
             ((2, 3), (3, 4)),
             ((5, 2, 3), (3, 4)),
             ((2, 3), (5, 3, 4)),
+            ((6, 64), (64, 2)),  # few output columns, long inner dim: torch computes (b^T a^T)^T
         ]
     ),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from example_pdg import lower_example, reinforce
 
@@ -78,3 +79,30 @@ def test_cli_checkpoint_and_resume(tmp_path) -> None:
     rest = reinforce.main(reinforce.Args(**{**base, "checkpoint_every": 0}, resume=str(tmp_path / "b")))
     assert first == straight[:2]
     assert rest == straight[2:]
+
+
+PASSES_OFF = dict(
+    vectorize_time=False, simplify=False, cse=False, contract=False, scan_lift=False, fuse=False
+)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("n", [0, 3])
+def test_passes_on_equal_off(backend: str, n: int) -> None:
+    """Every optimising pass on and every one off: the same episode returns (the same actions)
+    and parameters within float rounding after 3 iterations."""
+    runs = []
+    for options in ({}, PASSES_OFF):
+        got: list[tuple[int, int, float]] = []
+        args = reinforce.Args(backend=backend, n=n, iterations=3, num_envs=3, seed=5)
+        ex = reinforce.build(args, lambda v, p, got=got: got.append((p["i"], p["b"], float(v))), **options)
+        ex.execute()
+        params = {
+            x.name: x.id for x in ex.pdg if x.name and x.name.startswith("dnn.") and "adam" not in x.name
+        }
+        runs.append((sorted(got), {k: ex._interp.value(nid, (2,)) for k, nid in params.items()}))
+    (r_on, w_on), (r_off, w_off) = runs
+    assert len(r_on) == 9 and r_on == r_off
+    assert w_on.keys() == w_off.keys() and w_on
+    for k in w_on:
+        np.testing.assert_allclose(w_on[k], w_off[k], rtol=1e-5, atol=1e-6, err_msg=k)

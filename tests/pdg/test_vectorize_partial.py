@@ -141,24 +141,42 @@ def test_linear_recurrences_are_lifted() -> None:
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_contraction_kept_per_batch_index(backend: str) -> None:
-    """A sum over t of outer products kept per env (then summed over envs): contracted per
-    batch index, same values as the sum of outer products."""
+def test_contraction_folds_the_sum_over_envs(backend: str) -> None:
+    """A weight gradient summed over t per env, then over envs, over iterations i: without
+    ``contract`` an outer product per point; with it one matmul of (4, B * T) by (B * T, 3) per
+    iteration (no per-env matmul left), and the same values, also on the reference evaluator."""
     outs = {}
+    bounds_of = {}
     for contract in (False, True):
         got: list = []
-        ctx = trl.Context(dims=("b", "t"))
-        with ctx as ((b, B), (t, T)):
-            w = trl.param(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), name="w")
-            x = trl.rand((4,), domain=(b, t))
+        ctx = trl.Context(dims=("b", "i", "t"))
+        with ctx as ((b, B), (i, I), (t, T)):
+            w = trl.param(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), domain=(i,), name="w")
+            x = trl.rand((4,), domain=(b, i, t))
             (x @ w).tanh().sum().backward()
             w.grad.sink(lambda v, p, got=got: got.append(v.copy()))
-        pdg = build_pdg(ctx, {B: 5, T: 3}, CompileOptions(contract=contract))
-        per_point = _outer_products(pdg)
-        assert bool(per_point) != contract
-        ctx.compile({B: 5, T: 3}, backend=backend, contract=contract).execute()
-        outs[contract] = got[0]
+            w[i + 1] = w - 0.5 * w.grad
+        bounds_of = {B: 5, I: 2, T: 3}
+        pdg = build_pdg(ctx, bounds_of, CompileOptions(contract=contract))
+        assert bool(_outer_products(pdg)) != contract
+        if contract:
+            shapes = [
+                [tuple(pdg.nodes[e.src].outputs[e.oid].shape) for e in pdg.data_in_edges(n.id)]
+                for n in pdg
+                if n.op.kind is OpKind.MATMUL and not n.batch
+            ]
+            assert shapes == [[(4, 15), (15, 3)]], shapes
+            assert not [
+                n for n in pdg if n.op.kind is OpKind.MATMUL and n.batch and n.outputs[0].shape == (4, 3)
+            ]
+            reference_evaluate(pdg, get_backend(backend))
+            outs["reference"] = np.stack(got)
+            got.clear()
+        ctx.compile(bounds_of, backend=backend, contract=contract).execute()
+        outs[contract] = np.stack(got)
+    assert outs[True].shape == (2, 4, 3)
     np.testing.assert_allclose(outs[True], outs[False], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs["reference"], outs[False], rtol=1e-5, atol=1e-6)
 
 
 def _outer_products(pdg) -> list:

@@ -48,3 +48,22 @@ def test_fused_regions_exist_and_skip_effectful_ops() -> None:
     for members in interp._fused:
         assert len(members) >= 2
         assert all(fusable(ex.pdg.nodes[m]) for m in members)
+
+
+def test_only_outputs_read_outside_a_region_are_stored() -> None:
+    """A member read only by later members at the same point stays inside the compiled region
+    (not stored); a member read elsewhere is stored at every point it ran."""
+    out: list = []
+    ctx, (I, T) = _program(out)
+    ex = ctx.compile({I: 2, T: 3}, backend="jax")
+    ex.execute()
+    interp, pdg = ex._interp, ex.pdg
+    internal, external = [], []
+    for members in interp._fused:
+        inside = set(members)
+        for m in members:
+            outs = pdg.out_edges(m)
+            (external if not outs or any(e.sink not in inside for e in outs) else internal).append(m)
+    assert internal and external
+    assert all(not interp.points(m) for m in internal)
+    assert all(interp.points(m) for m in external if pdg.nodes[m].domain)

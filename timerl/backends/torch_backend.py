@@ -72,6 +72,23 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, -1, idx.to(torch.int64).unsqueeze(-1)).squeeze(-1)
 
 
+def _tanh_grad(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``g * (1 - y * y)``: ATen's one-pass ``tanh_backward`` where it applies (equal shapes)."""
+    if g.shape == y.shape and g.dtype == y.dtype and g.is_floating_point():
+        return torch.ops.aten.tanh_backward(g, y)
+    return g * (1 - y * y)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b``; a 2-D product with few output columns and many rows of ``a`` runs as
+    ``(b^T @ a^T)^T``: measured on this CPU with torch 2.13, ``(64, 128000) @ (128000, 2)``
+    takes 42-46 ms as is and 5-6 ms swapped (the weight gradient of a 2-action policy head);
+    the swap is slower when ``a`` has fewer rows than ``b`` has columns."""
+    if a.ndim == 2 and b.ndim == 2 and 1 < b.shape[1] < a.shape[0] and a.shape[1] >= 8 * a.shape[0]:
+        return (b.T @ a.T).T
+    return torch.matmul(a, b)
+
+
 def _linear_scan(x: torch.Tensor, c: torch.Tensor, y0: torch.Tensor, reverse: bool) -> torch.Tensor:
     """``y[k] = x + c * y[k +/- 1]`` along dim 0 from ``y0`` at the last/first row (``x``, ``c``:
     one row fewer than ``y``; see ``OpKind.LINEAR_SCAN``)."""
@@ -113,6 +130,7 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.MUL: base.elementwise(torch.mul),
     OpKind.DIV: base.elementwise(torch.div),
     OpKind.POW: base.elementwise(torch.pow),
+    OpKind.TANH_GRAD: base.elementwise(_tanh_grad),
     OpKind.MAXIMUM: base.elementwise(torch.maximum),
     OpKind.MINIMUM: base.elementwise(torch.minimum),
     OpKind.LT: base.elementwise(torch.lt),
@@ -143,7 +161,7 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.PAD_SLICE: base.pad_slice(_pad),
     OpKind.GATHER: base.gather(_gather),
     OpKind.ONE_HOT: _one_hot,
-    OpKind.MATMUL: base.matmul(torch.matmul),
+    OpKind.MATMUL: base.matmul(_matmul),
 }
 
 

@@ -78,6 +78,7 @@ class OpKind(enum.Enum):
     MUL = enum.auto()
     DIV = enum.auto()
     POW = enum.auto()
+    TANH_GRAD = enum.auto()  # (g, y) -> g * (1 - y * y): the VJP of tanh from its output y, one pass
     MAXIMUM = enum.auto()
     MINIMUM = enum.auto()
     LT = enum.auto()
@@ -148,6 +149,7 @@ BINARY_OPS = frozenset(
         OpKind.MUL,
         OpKind.DIV,
         OpKind.POW,
+        OpKind.TANH_GRAD,
         OpKind.MAXIMUM,
         OpKind.MINIMUM,
         OpKind.LT,

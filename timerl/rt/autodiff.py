@@ -480,6 +480,10 @@ def _minmax_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
 
 def _matmul_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
     a, b = ins
+    if k == 0 and a.ndim == 1 and b.ndim == 2:  # vector @ matrix: g @ b^T, one GEMM over a batch
+        return g @ _mT(b)
+    if k == 1 and b.ndim == 1 and a.ndim == 2:
+        return _mT(a) @ g
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(1) if b.ndim == 1 else b
     g2 = g
@@ -594,6 +598,13 @@ def _pow_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
     return g * out * a.log()
 
 
+def _tanh_grad_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    h, t = ins  # out = h * (1 - t * t)
+    if k == 0:
+        return binary(OpKind.TANH_GRAD, g, t)
+    return g * h * t * _f(g, -2.0)
+
+
 vjp_rules: dict[OpKind, VJPRule] = {
     OpKind.MERGE: _merge_rule,
     OpKind.IDENTITY: lambda k, g, ins, out, y: g,
@@ -612,7 +623,8 @@ vjp_rules: dict[OpKind, VJPRule] = {
     OpKind.EXP: lambda k, g, ins, out, y: g * out,
     OpKind.LOG: lambda k, g, ins, out, y: g / ins[0],
     OpKind.SQRT: lambda k, g, ins, out, y: g * _f(g, 0.5) / out,
-    OpKind.TANH: lambda k, g, ins, out, y: g * (_f(g, 1.0) - out * out),
+    OpKind.TANH: lambda k, g, ins, out, y: binary(OpKind.TANH_GRAD, g, out),
+    OpKind.TANH_GRAD: _tanh_grad_rule,
     OpKind.ABS: lambda k, g, ins, out, y: g * _apply(OpKind.SIGN, [ins[0]], ins[0].shape, ins[0].dtype),
     OpKind.RELU: lambda k, g, ins, out, y: g * (ins[0] > _f(ins[0], 0.0)).cast(g.dtype),
     OpKind.SIGMOID: lambda k, g, ins, out, y: g * out * (_f(g, 1.0) - out),

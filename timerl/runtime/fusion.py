@@ -5,8 +5,9 @@ members one after the other at the same point. A maximal run of *pure* members (
 ops whose attributes hold no symbols) becomes one function of the inputs the run reads
 from outside, compiled once by the backend (``jax.jit``; Torch runs it eagerly unless
 built with ``use_compile``, which still saves the per-node bookkeeping: measured 1.75x
-on the PPO example with eager Torch). Every member's output is still stored, so later reads and
-deallocation see exactly what the unfused interpreter produces.
+on the PPO example with eager Torch). Only the outputs read outside the region are returned
+and stored (:func:`stored_members`): a member read only by later members at the same point
+stays inside the compiled function, so XLA fuses it away instead of writing it to memory.
 
 Not fused: ``CONST``, ``MERGE`` (branch choice per point), ``EVAL_SYMBOL``, ``SET_SYMBOL``, UDFs,
 sinks, RNG ops (seeded per point), and ops with symbolic attributes (their kernels need
@@ -80,6 +81,19 @@ def joins_region(node: Node, region: Sequence[int], pdg: PDG) -> bool:
     return all(_same_point_identity(e, pdg) for e in pdg.data_in_edges(node.id) if e.src in inside)
 
 
+def stored_members(nodes: Sequence[Node], pdg: PDG) -> list[int]:
+    """Positions of the members whose output must be stored: read by a node outside the
+    region, or inside it other than at the same point, or by no edge at all (kept for
+    :meth:`Executor.value`, as the unfused interpreter keeps it)."""
+    inside = {n.id for n in nodes}
+    keep = []
+    for k, n in enumerate(nodes):
+        outs = pdg.out_edges(n.id)
+        if not outs or any(e.sink not in inside or not _same_point_identity(e, pdg) for e in outs):
+            keep.append(k)
+    return keep
+
+
 def make_fused_thunk(
     ex: Executor, nodes: Sequence[Node], compiled_cache: dict[tuple[int, ...], Callable[..., Any]]
 ) -> Callable[[tuple[int, ...]], None]:
@@ -113,15 +127,17 @@ def make_fused_thunk(
         plans.append(plan)
         flags.append(tuple(fl))
     specs = [(n.op, tuple(n.batch)) for n in nodes]
+    keep = stored_members(nodes, pdg)
 
     def region(*ext: Any) -> tuple[Any, ...]:
         outs: list[Any] = []
         for (op, batch), plan, fl in zip(specs, plans, flags, strict=True):
             ins = [ext[k] if kind == "ext" else outs[k] for kind, k in plan]
             outs.append(be.run(op, ins, batch, fl, static))
-        return tuple(outs)
+        return tuple(outs[k] for k in keep)
 
     ids = [n.id for n in nodes]
+    kept_ids = [ids[k] for k in keep]
     compiled = compiled_cache.get(tuple(ids))
     if compiled is None:
         compiled = compiled_cache[tuple(ids)] = be.compile(region)
@@ -155,7 +171,7 @@ def make_fused_thunk(
             for th in fallback:
                 th(point)
             return
-        for nid, out in zip(ids, outs, strict=True):
+        for nid, out in zip(kept_ids, outs, strict=True):
             store.put(nid, 0, point, out)
 
     return thunk

@@ -73,6 +73,7 @@ from timerl.runtime.block_store import BlockSpec, BlockTable, plan_block_storage
 from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_dlpack_outputs, udf_outputs
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
+from timerl.runtime.host_memory import keep_freed_host_memory
 from timerl.runtime.layout import input_layout
 from timerl.runtime.store import MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
@@ -276,6 +277,7 @@ class Executor:
     # -- public API ---------------------------------------------------------------------
     def execute(self) -> None:
         """Run the program from scratch (fresh stores and bounds)."""
+        keep_freed_host_memory()
         self.store = self._new_store()
         self._env.clear()
         self._env.update(self._static)

@@ -16,6 +16,13 @@ with ``M``'s batch, with per-point shapes ``(k, 1)`` and ``(1, n)``. Rewrite: ``
 becomes ``MATMUL(PERMUTE(RESHAPE(X, (-1, k))), RESHAPE(Y, (-1, n)))``, where the two
 reshapes read ``X`` and ``Y`` through ``S``'s edge. ``M`` is left for DCE.
 
+A sum kept per batch index is often summed again by its one reader (autodiff sums the
+dims of a weight gradient one at a time: over ``t`` per env ``b``, then over ``b``): the
+contracted ``MATMUL`` with batch ``(b,)`` followed by ``SUM(dims=(0,))`` over that batch
+is one matmul over ``B * T`` rows. :func:`_fold_batch_sums` rewrites it so, reading ``X``
+and ``Y`` with the batch dims the outer sum drops stacked in front of the rows (one GEMM
+instead of ``B`` small ones and a sum of ``B`` products).
+
 Postcondition: the same values up to float summation order (one matmul instead of a
 sum of products); nodes that do not match are unchanged (logged at debug level).
 """
@@ -28,7 +35,7 @@ from dataclasses import replace
 
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, reads_own_point
 from timerl.pdg.ops import Op, OpKind
-from timerl.symbolic import Expr, Slice, lift
+from timerl.symbolic import TRUE, Expr, Slice, lift
 
 log = logging.getLogger(__name__)
 
@@ -129,4 +136,102 @@ def contract_outer_products(pdg: PDG) -> PDG:
         done += 1
     if done:
         log.debug("contract: %d summed outer products became matmuls", done)
+    out = pdg.with_(nodes=nodes, edges=tuple(edges))
+    return _fold_batch_sums(out) if done else out
+
+
+def _only_reader(readers: dict[int, list[Edge]], nid: int) -> Edge | None:
+    rs = readers.get(nid, [])
+    return rs[0] if len(rs) == 1 else None
+
+
+def _times_rows(spec: TensorSpec, factor: int) -> TensorSpec:
+    return replace(spec, shape=(spec.shape[0] * factor,) + tuple(spec.shape[1:]))
+
+
+def _rows_reshape(node: Node) -> bool:
+    """Whether ``node`` is ``RESHAPE(shape=(-1, k))``: every leading axis becomes a row."""
+    if node.op.kind is not OpKind.RESHAPE:
+        return False
+    shape = tuple(node.op.attr("shape"))
+    return len(shape) == 2 and shape[0] == -1
+
+
+def _fold_batch_sums(pdg: PDG) -> PDG:
+    """``SUM`` over the batch dims of a contracted matmul (module doc) -> one matmul."""
+    nodes = dict(pdg.nodes)
+    edges = list(pdg.edges)
+    readers: dict[int, list[Edge]] = {}
+    for e in pdg.edges:
+        readers.setdefault(e.src, []).append(e)
+    done = 0
+    for s2 in list(pdg):
+        if s2.op.kind is not OpKind.SUM or s2.op.attr("keepdim", False):
+            continue
+        ins = pdg.data_in_edges(s2.id)
+        if len(ins) != 1:
+            continue
+        e2 = ins[0]
+        m = pdg.nodes[e2.src]
+        if m.op.kind is not OpKind.MATMUL or _only_reader(readers, m.id) is not e2:
+            continue
+        if e2.cond is not TRUE or e2.select is not None or e2.batch_read or e2.to_batch is not None:
+            continue
+        if m.domain != s2.domain or not all(c is d for c, d in zip(e2.phi, m.domain, strict=True)):
+            continue
+        if len(m.batch_dims) != len(m.batch) or len(s2.batch_dims) != len(s2.batch):
+            continue
+        dropped = [(d, n) for d, n in zip(m.batch_dims, m.batch, strict=True) if d not in s2.batch_dims]
+        if not dropped or [d for d in m.batch_dims if d in s2.batch_dims] != list(s2.batch_dims):
+            continue
+        dims = s2.op.attr("dims")
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if dims != tuple(range(len(dropped))):
+            continue
+        m_ins = pdg.data_in_edges(m.id)
+        if len(m_ins) != 2:
+            continue
+        p, ry = (pdg.nodes[a.src] for a in m_ins)
+        if not (p.op.kind is OpKind.PERMUTE and tuple(p.op.attr("dims")) == (1, 0) and _rows_reshape(ry)):
+            continue
+        p_ins = pdg.data_in_edges(p.id)
+        if len(p_ins) != 1 or _only_reader(readers, p.id) is not m_ins[0]:
+            continue
+        rx = pdg.nodes[p_ins[0].src]
+        if not _rows_reshape(rx) or _only_reader(readers, rx.id) is not p_ins[0]:
+            continue
+        if _only_reader(readers, ry.id) is not m_ins[1]:
+            continue
+        chain = ((m_ins[0], p, m), (p_ins[0], rx, p), (m_ins[1], ry, m))
+        if not all(reads_own_point(a, src, snk) for a, src, snk in chain):
+            continue
+        ex, ey = pdg.data_in_edges(rx.id), pdg.data_in_edges(ry.id)
+        if len(ex) != 1 or len(ey) != 1:
+            continue
+        ex, ey = ex[0], ey[0]
+        x, y = pdg.nodes[ex.src], pdg.nodes[ey.src]
+        same_read = (ex.phi, ex.cond, ex.batch_read) == (ey.phi, ey.cond, ey.batch_read)
+        if not same_read or ex.select is not None or ey.select is not None:
+            continue
+        if ex.to_batch is not None or ey.to_batch is not None or x.batch_dims != y.batch_dims:
+            continue
+        if not all(d in x.batch_dims for d, _ in dropped):
+            log.debug("contract: %s sums batch dims its operands lack; kept", s2.label)
+            continue
+        factor = math.prod(n for _, n in dropped)
+        batch = {"batch": s2.batch, "batch_dims": s2.batch_dims}
+
+        nodes[rx.id] = replace(rx, outputs=(_times_rows(rx.outputs[0], factor),), **batch)
+        nodes[ry.id] = replace(ry, outputs=(_times_rows(ry.outputs[0], factor),), **batch)
+        pspec = p.outputs[0]
+        nodes[p.id] = replace(
+            p, outputs=(replace(pspec, shape=(pspec.shape[0], pspec.shape[1] * factor)),), **batch
+        )
+        nodes[s2.id] = replace(s2, op=Op.make(OpKind.MATMUL), num_inputs=2)
+        del nodes[m.id]
+        edges = [a for a in edges if a.sink != m.id and a is not e2]
+        edges += [replace(m_ins[0], sink=s2.id), replace(m_ins[1], sink=s2.id)]
+        done += 1
+    if done:
+        log.debug("contract: %d batch sums of matmuls folded into their matmuls", done)
     return pdg.with_(nodes=nodes, edges=tuple(edges))
