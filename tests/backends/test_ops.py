@@ -397,6 +397,10 @@ def test_layout_helpers(be: AbstractBackend) -> None:
     _check(be.to_numpy(be.stack([ta, tb], 1)), np.stack([a, b], 1), "stack")
     _check(be.to_numpy(be.concat([ta, tb], 0)), np.concatenate([a, b], 0), "concat")
     _check(be.to_numpy(be.take(ta, 1, 2)), a[:, 2], "take")
+    _check(be.to_numpy(be.take(ta, 1, -1)), a[:, -1], "take -1")
+    _check(be.to_numpy(be.take(ta, 0, 1)), a[1], "take axis 0")
+    with pytest.raises((BackendError, IndexError)):
+        be.take(ta, 1, 3)  # never a clamped read
     for dt in DType:
         _check(be.to_numpy(be.zeros((2, 1), dt)), np.zeros((2, 1), dt.numpy), f"zeros {dt}")
     _check(be.to_numpy(be.broadcast_batch(ta, (4,))), np.broadcast_to(a, (4, 2, 3)), "broadcast_batch")
