@@ -74,8 +74,7 @@ def main() -> None:
 
 
 def _problem(name: str) -> Problem:
-    m, n, k = (int(x) for x in name.removeprefix("mm_").split("x"))
-    return Problem(m, n, k)
+    return Problem.from_name(name)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,18 @@ def test_tune_cli_on_a_trained_checkpoint(tmp_path, capsys) -> None:
     assert "bmm_2x3x5x4" in capsys.readouterr().out
     assert tune_mod.main(["mk,kn,nl->ml", "--shape", "2,3,4,5", "--policy", str(tmp_path)]) == 2
     assert "3 operands" in capsys.readouterr().err
+
+
+def test_policy_save_and_load_keep_the_activation(tmp_path) -> None:
+    w = _weights(8, seed=1)
+    for act in ("tanh", "relu"):
+        pol = Policy.from_weights(w, activation=act)
+        back = Policy.load(pol.save(tmp_path / act / "policy.npz").parent)
+        assert back.activation == act
+        s = initial_state(Problem(64, 80, 96))
+        np.testing.assert_allclose(back.logits(s), pol.logits(s))
+    assert not np.allclose(
+        Policy.from_weights(w).logits(s), Policy.from_weights(w, activation="relu").logits(s)
+    )
+    with pytest.raises(TimeRLError, match="tanh or relu"):
+        Policy.from_weights(w, activation="gelu")
