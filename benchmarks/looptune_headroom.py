@@ -4,6 +4,11 @@ TVM measurer, per problem; the best one per problem, and whether its splits leav
 (remainder loops, see :mod:`timerl.envs.looptune.tvm_lower`).
 
     python benchmarks/looptune_headroom.py [--problems mm_64x64x64,mm_256x256x256]
+        [--max-lanes 64] [--unroll 0] [--sequences m8xn32,m4xn64]
+
+``--max-lanes`` / ``--unroll`` change the lowering (the widest loop TVM vectorises;
+``pragma_auto_unroll_max_step`` on each nest's outer loop), to test whether another
+lowering beats the default one; ``--sequences`` keeps only the named tiles.
 
 Ratios are against the untuned nest measured in the same process; NumPy is single-threaded.
 The default problems: three where no tile leaves a tail, four where splits of ``n`` by
@@ -27,6 +32,9 @@ SEQUENCES = {
     "m2 below k": ["split_2", "down", "swap_down"],
     "m4 below k": ["split_4", "down", "swap_down"],
     **{f"m{a}xn{b}": _tile(a, b) for a in (2, 4, 8) for b in (16, 32, 64)},
+    # k blocked by 64 above the m8 x n32 register tile (B's 64 x 32 panel stays in L1)
+    "k64 m8xn32": ["split_8", "down", "down", "split_64", "swap_up", "swap_up", "down", "down"]
+    + ["swap_down", "down", "split_32", "swap_up", "swap_up"],
 }
 DEFAULT_PROBLEMS = (
     "mm_64x64x64,mm_128x128x128,mm_256x256x256,mm_208x112x240,mm_240x240x240,mm_80x176x144,mm_96x160x176"
@@ -43,15 +51,20 @@ def apply(p: Problem, seq: list[str]) -> LoopState:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--problems", default=DEFAULT_PROBLEMS)
+    ap.add_argument("--max-lanes", type=int, default=64)
+    ap.add_argument("--unroll", type=int, default=0)
+    ap.add_argument("--sequences", default="", help="comma-separated tile names (default: all)")
     args = ap.parse_args()
-    meas = TVMMeasurer(disk_cache=False)
+    meas = TVMMeasurer(disk_cache=False, max_lanes=args.max_lanes, unroll_max_step=args.unroll)
+    chosen = [s for s in args.sequences.split(",") if s] or list(SEQUENCES)
     ratios, best_tail, best_no_tail = [], [], []
     for name in args.problems.split(","):
         p = _problem(name)
         base = meas.gflops(initial_state(p))
         cells = []
         best: tuple[float, str, bool] = (0.0, "", False)
-        for label, seq in SEQUENCES.items():
+        for label in chosen:
+            seq = SEQUENCES[label]
             s = apply(p, seq)
             if len(s.loops) - 5 < sum(a.startswith("split") for a in seq):
                 cells.append(f"{label} -")  # a split as large as the loop: not this tile
@@ -74,8 +87,7 @@ def main() -> None:
 
 
 def _problem(name: str) -> Problem:
-    m, n, k = (int(x) for x in name.removeprefix("mm_").split("x"))
-    return Problem(m, n, k)
+    return Problem.from_name(name)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@
 # a minibatch and `update` its priorities with the new |TD errors| at every (i, k).
 # The program is generic over the env id: `--env-id looptune.mm` (the default; add
 # `--measurer analytic` for a quick run without TVM timing) or `--env-id gym.CartPole-v1`.
+# On LoopTune it trains on `--train-problems` of the train split with PPO's reward
+# (`log`, noise margin 0.1), then plays the greedy Q-policy on the same test problems as
+# examples/ppo_looptune.py (`--eval-problems`, chosen with `--seed`) and reports every
+# schedule measured again by fresh measurers (timerl.envs.looptune.evaluate), as PPO does.
 from __future__ import annotations
 
 import json
@@ -19,7 +23,8 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,8 +44,18 @@ class Args(CheckpointArgs):
     """environment id with its family prefix (e.g. looptune.mm, gym.CartPole-v1)"""
     measurer: str = ""
     """looptune only: how states are timed (e.g. tvm, analytic); empty: the env's default"""
-    reward: str = "best"
-    """looptune only: step (the paper's), final or best (gain over the best schedule so far)"""
+    reward: str = "log"
+    """looptune only: step (the paper's), final, best or log (see ppo_looptune.py)"""
+    noise: float = 0.1
+    """looptune only, reward=log: relative gains below this are timing noise"""
+    train_problems: int = 24
+    """looptune only: train on this many problems of the train split (0: all)"""
+    eval_problems: int = 16
+    """looptune only: test problems tuned by the greedy policy after training (0: all 440)"""
+    remeasure: int = 3
+    """looptune only: report the untuned and tuned schedules as the best of this many fresh measurers"""
+    out_dir: str = "runs/dqn_looptune"
+    """looptune only: where the checkpoint, results and plots go"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 4
@@ -284,10 +299,26 @@ def _resume_replay(buffer: PrioritizedReplay, resume: str) -> None:
 # -- the program ------------------------------------------------------------------------------
 
 
+def _looptune_problems(args: Args) -> tuple[list, list]:
+    """(train, test) problems as examples/ppo_looptune.py picks them for the same seed."""
+    from timerl.envs.looptune import dataset
+
+    def subset(problems: list, n: int, seed: int) -> list:
+        if n <= 0 or n >= len(problems):
+            return list(problems)
+        idx = np.random.default_rng(seed).choice(len(problems), n, replace=False)
+        return [problems[int(j)] for j in sorted(idx)]
+
+    train, test = dataset.split(args.env_id.split(".", 1)[1], seed=0)
+    return subset(train, args.train_problems, args.seed), subset(test, args.eval_problems, args.seed + 1)
+
+
 def _make_env(args: Args, B: Any) -> Any:
     kwargs: dict[str, Any] = {}
     if args.env_id.startswith("looptune."):
         kwargs["reward"] = args.reward
+        kwargs["noise"] = args.noise
+        kwargs["problems"] = _looptune_problems(args)[0]
         if args.measurer:
             kwargs["measurer"] = args.measurer
     return trl.env.make(args.env_id, num_envs=B, seed=args.seed, **kwargs)
@@ -306,9 +337,12 @@ def _one_hot(a: trl.RecurrentTensor, n: int) -> trl.RecurrentTensor:
     return (a.unsqueeze(-1) == trl.const(np.arange(n, dtype=np.int64))).cast(trl.float32)
 
 
-def build(args: Args, log_fn: Any, replay: ReplayUDFs | None = None) -> Any:
+def build(
+    args: Args, log_fn: Any, replay: ReplayUDFs | None = None, final_params: dict[str, Any] | None = None
+) -> Any:
     """The whole DQN program; ``log_fn(v, point)`` gets ``(return, steps)`` per ``(b, i)``
-    and ``(mean loss, epsilon)`` per ``i`` (a point without ``b``)."""
+    and ``(mean loss, epsilon)`` per ``i`` (a point without ``b``); ``final_params``, if
+    given, receives the actors' Q-network parameters (``dnn.w0``, ...) of every iteration."""
     import gymnasium as gym
 
     ctx = trl.Context(dims=("b", "i", "t", "k"))
@@ -433,6 +467,10 @@ def build(args: Args, log_fn: Any, replay: ReplayUDFs | None = None) -> Any:
         # Reporting: per actor (episode return, steps alive); per iteration (mean loss, epsilon).
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
         trl.stack([loss[i, 0:K].mean(), eps_i]).sink(log_fn)
+        if final_params is not None:  # the actors' Q-network of each iteration (the last one stays)
+            for n, (w, bias) in enumerate(actor.layers):
+                w.sink(lambda v, pt, key=f"dnn.w{n}": final_params.__setitem__(key, v))
+                bias.sink(lambda v, pt, key=f"dnn.b{n}": final_params.__setitem__(key, v))
     bounds = {B: args.num_envs, I: args.iterations, T: d, K: args.learner_steps}
     return checkpoint_and_compile(ctx, args, dnn, i, bounds)
 
@@ -466,13 +504,53 @@ def main(args: Args) -> list[float]:
             stats[it] = (float(v[0]), float(v[1]))
         report(it)
 
-    ex = build(args, log_fn)
+    looptune = args.env_id.startswith("looptune.")
+    if looptune:
+        out = Path(args.out_dir)
+        if args.checkpoint_every <= 0:
+            args.checkpoint_every = args.iterations  # the final Q-network
+        args.checkpoint_dir = str(out / "checkpoints")
+    params: dict[str, Any] = {}
+    ex = build(args, log_fn, final_params=params if looptune else None)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations "
         f"of {args.env_id} on {args.backend}"
     )
     ex.execute()
+    if looptune:
+        from timerl.looptune import Policy
+
+        saved = Policy.from_weights(params, "dqn", activation="relu").save(Path(args.out_dir) / "policy.npz")
+        print(f"Q-network saved in {saved}", flush=True)
+        evaluate_looptune(args, means, time.perf_counter() - t0)
     return means
+
+
+def evaluate_looptune(args: Args, means: list[float], train_s: float) -> Any:
+    """The greedy Q-policy (argmax over the actions that change the nest) on the test
+    problems, every reported schedule measured again by fresh measurers (best of
+    ``--remeasure``), as examples/ppo_looptune.py reports PPO; writes results.csv/json,
+    summary.txt and Fig. 8/9/10 into ``--out-dir``."""
+    from timerl.envs.looptune import evaluate
+    from timerl.envs.looptune.measure import AnalyticCostModel, TVMMeasurer
+    from timerl.looptune import Policy
+
+    if args.measurer == "analytic":
+        model = AnalyticCostModel()
+        fresh: Any = lambda: model  # noqa: E731  deterministic: one shared model
+    else:
+        fresh = lambda: TVMMeasurer(disk_cache=False)  # noqa: E731
+    policy = Policy.load(Path(args.out_dir) / "policy.npz")
+    reference = evaluate.BestOf(fresh, max(1, args.remeasure))
+    test = _looptune_problems(args)[1]
+    print(f"trained in {train_s:.0f}s; tuning {len(test)} test problems with the greedy Q-policy", flush=True)
+    tuners = {"dqn": evaluate.policy_rollout_tuner(policy, fresh(), reference)}
+    meta = {"args": asdict(args), "train_seconds": train_s, "mean_returns": means}
+    report = evaluate.evaluate(test, tuners, reference, meta=meta, progress=True)
+    paths = evaluate.write_report(report, args.out_dir)
+    print(evaluate.format_summary(report))
+    print(f"results: {paths['results.csv']}, plots: {paths['fig8.png']}, {paths['fig9.png']}")
+    return report
 
 
 if __name__ == "__main__":

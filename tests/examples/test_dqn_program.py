@@ -174,3 +174,29 @@ def test_cli_checkpoint_and_resume(tmp_path, capsys) -> None:
     assert first == straight[:2]
     assert rest == straight[2:]
     assert last_line() == want
+
+
+def test_looptune_run_saves_the_q_policy_and_reports_it(tmp_path, capsys) -> None:
+    """On LoopTune (analytic model: CI), the example saves the last Q-network as a
+    ``Policy`` (relu) and reports its greedy schedules with the evaluation PPO uses."""
+    from timerl.looptune import Policy
+
+    args = dqn.Args(
+        env_id="looptune.mm",
+        measurer="analytic",
+        iterations=3,
+        learner_steps=2,
+        batch_size=8,
+        learning_starts=8,
+        num_envs=2,
+        eval_problems=2,
+        train_problems=3,
+        out_dir=str(tmp_path),
+        hidden=16,
+    )
+    dqn.main(args)
+    pol = Policy.load(tmp_path)
+    assert pol.activation == "relu" and pol.layers[0][0].shape == (320, 16)
+    out = capsys.readouterr().out
+    assert "dqn              2" in out and (tmp_path / "results.csv").is_file()
+    assert (tmp_path / "fig10.png").is_file()

@@ -15,6 +15,7 @@ import ppo_looptune  # noqa: E402
 
 from timerl.envs.looptune.analytic import AnalyticCostModel  # noqa: E402
 from timerl.envs.looptune.ir import ACTIONS, MAX_LOOPS, NUM_FEATURES, Problem, initial_state  # noqa: E402
+from timerl.envs.looptune.kernels import BMM  # noqa: E402
 from timerl.errors import TimeRLError  # noqa: E402
 from timerl.looptune import Policy, parse_einsum, tune  # noqa: E402
 
@@ -22,20 +23,25 @@ from timerl.looptune import Policy, parse_einsum, tune  # noqa: E402
 def test_parse_einsum() -> None:
     assert parse_einsum("mk,kn->mn", (128, 256, 64)) == Problem(m=128, n=64, k=256)
     assert parse_einsum("ik, kj -> ij", {"i": 16, "j": 32, "k": 48}) == Problem(16, 32, 48)
+    assert parse_einsum("bmk,bkn->bmn", (2, 3, 4, 5)) == Problem(2, 3, 5, 4, kernel=BMM)
+    # not a built-in kernel: a kernel of its own, strides from its index expressions
+    t = parse_einsum("km,kn->mn", (3, 4, 5))
+    assert t.kernel.text == "A[k, m] * B[k, n] -> C[m, n]" and t.extents == {"m": 4, "n": 5, "k": 3}
+    assert parse_einsum("mk,kn->nm", (3, 4, 5)).kernel.out.dims == ("n", "m")
 
 
 @pytest.mark.parametrize(
     ("spec", "shape", "match"),
     [
-        ("bmk,bkn->bmn", (2, 3, 4, 5), "2-D"),
-        ("km,kn->mn", (3, 4, 5), "transposed"),
-        ("mk,kn->nm", (3, 4, 5), "transposed"),
         ("mk,kn,nl->ml", (3, 4, 5, 6), "3 operands"),
+        ("mk,kn->mm", (3, 4, 5), "distinct plain dims"),
+        ("mk,kn->", (3, 4, 5), "scalar"),
         ("mk,kn", (3, 4, 5), "output"),
         ("mk,kn->mn", (3, 4), "3 sizes"),
         ("mk,kn->mn", {"m": 3, "k": 4}, "no size"),
         ("mk,kn->mn", (3, 0, 5), ">= 1"),
-        ("mm,mn->mn", (3, 4), "not supported"),
+        ("mm,mn->mn", (3, 4), "no reduction dim"),
+        ("mK,Kn->mn", (3, 4, 5), "unsupported character"),
     ],
 )
 def test_parse_einsum_rejects_what_the_env_cannot_express(spec: str, shape: object, match: str) -> None:
@@ -118,5 +124,25 @@ def test_tune_cli_on_a_trained_checkpoint(tmp_path, capsys) -> None:
     )
     out = capsys.readouterr().out
     assert "mm_24x16x20" in out and "@T.prim_func" in out and "GFLOPS, untuned" in out
-    assert tune_mod.main(["bmk,bkn->bmn", "--shape", "2,3,4,5", "--policy", str(tmp_path)]) == 2
-    assert "batched" in capsys.readouterr().err
+    assert (
+        tune_mod.main(["bmk,bkn->bmn", "--shape", "2,3,4,5", "--policy", str(tmp_path), "--remeasure", "1"])
+        == 0
+    )
+    assert "bmm_2x3x5x4" in capsys.readouterr().out
+    assert tune_mod.main(["mk,kn,nl->ml", "--shape", "2,3,4,5", "--policy", str(tmp_path)]) == 2
+    assert "3 operands" in capsys.readouterr().err
+
+
+def test_policy_save_and_load_keep_the_activation(tmp_path) -> None:
+    w = _weights(8, seed=1)
+    for act in ("tanh", "relu"):
+        pol = Policy.from_weights(w, activation=act)
+        back = Policy.load(pol.save(tmp_path / act / "policy.npz").parent)
+        assert back.activation == act
+        s = initial_state(Problem(64, 80, 96))
+        np.testing.assert_allclose(back.logits(s), pol.logits(s))
+    assert not np.allclose(
+        Policy.from_weights(w).logits(s), Policy.from_weights(w, activation="relu").logits(s)
+    )
+    with pytest.raises(TimeRLError, match="tanh or relu"):
+        Policy.from_weights(w, activation="gelu")

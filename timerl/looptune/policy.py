@@ -2,9 +2,11 @@
 
 The policy network of ``examples/ppo_looptune.py`` (``DNNBuilder.from_env(env, hidden=[h,
 h], critic=True)``: ``tanh`` MLP, parameters ``dnn.w0, dnn.b0, ...``) saved by its
-checkpoint. :meth:`Policy.load` reads the latest parameters of a checkpoint (a
-``ckpt_<i>.npz``/``.json`` file, a checkpoint folder, or a run folder holding
-``checkpoints/``); :meth:`Policy.rollout` plays a greedy episode over the actions that
+checkpoint, or the Q-network of ``examples/dqn_looptune.py`` (``relu``; its greedy
+policy is the argmax of the Q-values), saved as ``policy.npz`` (:meth:`Policy.save`).
+:meth:`Policy.load` reads the latest parameters of a checkpoint (a ``ckpt_<i>.npz``/
+``.json`` file, a checkpoint folder, or a run folder holding ``checkpoints/``) or a
+``policy.npz`` (or a run folder holding one); :meth:`Policy.rollout` plays a greedy episode over the actions that
 change the nest (an argmax on a no-op would repeat it: the state stays the same).
 """
 
@@ -31,15 +33,19 @@ from timerl.errors import TimeRLError
 
 @dataclass(frozen=True)
 class Policy:
-    """The actor MLP: ``layers[k] = (w, b)``; ``tanh`` between layers, logits out."""
+    """The actor MLP: ``layers[k] = (w, b)``; ``activation`` (``tanh`` or ``relu``)
+    between layers, logits (or Q-values) out."""
 
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
     max_loops: int = MAX_LOOPS
     source: str = ""
+    activation: str = "tanh"
 
     def __post_init__(self) -> None:
         if not self.layers:
             raise TimeRLError("a LoopTune policy needs at least one layer")
+        if self.activation not in ("tanh", "relu"):
+            raise TimeRLError(f"policy activation must be tanh or relu, got {self.activation!r}")
         obs_dim = self.layers[0][0].shape[0]
         if obs_dim != self.max_loops * NUM_FEATURES or self.layers[-1][0].shape[1] != len(ACTIONS):
             raise TimeRLError(
@@ -48,7 +54,9 @@ class Policy:
             )
 
     @classmethod
-    def from_weights(cls, weights: Mapping[str, np.ndarray], source: str = "") -> Policy:
+    def from_weights(
+        cls, weights: Mapping[str, np.ndarray], source: str = "", activation: str = "tanh"
+    ) -> Policy:
         """From ``{"dnn.w0": ..., "dnn.b0": ..., ...}`` (the critic ``dnn.v*`` is ignored)."""
         layers = []
         k = 0
@@ -64,7 +72,17 @@ class Policy:
             raise TimeRLError(
                 f"policy {source}: {obs_dim} inputs is not a multiple of {NUM_FEATURES} features"
             )
-        return cls(tuple(layers), obs_dim // NUM_FEATURES, source)
+        return cls(tuple(layers), obs_dim // NUM_FEATURES, source, activation)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``dnn.w0, dnn.b0, ...`` and the activation to ``path`` (a ``.npz``)."""
+        arrays: dict[str, np.ndarray] = {"activation": np.array(self.activation)}
+        for k, (w, b) in enumerate(self.layers):
+            arrays[f"dnn.w{k}"], arrays[f"dnn.b{k}"] = w, b
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(out, **arrays)
+        return out
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Policy:
@@ -73,6 +91,16 @@ class Policy:
         from timerl.runtime.checkpoint import read_values
 
         p = Path(path)
+        if p.is_dir() and (p / "policy.npz").is_file():
+            p = p / "policy.npz"
+        if p.is_file() and p.name.endswith(".npz") and not p.name.startswith("ckpt_"):
+            try:
+                with np.load(p, allow_pickle=False) as z:
+                    arrays = {k: z[k] for k in z.files}
+            except (OSError, ValueError) as exc:
+                raise TimeRLError(f"cannot read the LoopTune policy {p}: {exc}") from exc
+            act = str(arrays.pop("activation", "tanh"))
+            return cls.from_weights(arrays, str(path), act)
         if p.is_dir() and (p / "checkpoints").is_dir():
             p = p / "checkpoints"
         if not p.exists():
@@ -89,7 +117,7 @@ class Policy:
         for k, (w, b) in enumerate(self.layers):
             x = x @ w + b
             if k < len(self.layers) - 1:
-                x = np.tanh(x)
+                x = np.tanh(x) if self.activation == "tanh" else np.maximum(x, 0.0)
         return x
 
     def act(self, state: LoopState) -> int:

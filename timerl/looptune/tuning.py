@@ -13,11 +13,15 @@ CLI::
     python -m timerl.looptune.tune --policy runs/ppo_looptune "mk,kn->mn" --shape 128,256,64
 
 ``shape`` gives the size of each index letter in the order the letters first appear in
-the einsum (``"mk,kn->mn"``: ``m, k, n``), or a mapping ``{"m": 128, ...}``. The
-environment expresses a matmul ``C[i, j] = sum_r A[i, r] B[r, j]`` of row-major float32
-operands; any einsum of that form works (``"ik,kj->ij"``); others (batch dims,
-transposed operands or output, more operands) get a :class:`~timerl.errors.TimeRLError`
-naming what is not supported.
+the einsum (``"mk,kn->mn"``: ``m, k, n``), or a mapping ``{"m": 128, ...}``. Any
+contraction of two row-major float32 operands works: a matmul (``"ik,kj->ij"``) or
+batched matmul (``"bmk,bkn->bmn"``) maps to the built-in kernels (:mod:`timerl.envs.looptune.kernels`),
+any other (transposed operands or output, several reduction indices) becomes a kernel of
+its own, lowered the same way (its strides and features come from its index
+expressions). What LoopTune cannot express (more than two operands, no reduction index,
+repeated output indices) gets a :class:`~timerl.errors.TimeRLError` naming it. For
+convolutions (affine indices such as ``X[i+r, c]``) build a :class:`Problem` with a
+kernel of :mod:`timerl.envs.looptune.kernels` and pass it instead of an einsum.
 
 The policy plays a greedy episode (``steps`` actions) from the untuned nest; the best
 schedule of the episode is kept (as the policy was trained: ``reward="log"``/``"best"``).
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timerl.envs.looptune.ir import ACTIONS, LoopState, Problem, describe, initial_state
+from timerl.envs.looptune.kernels import BMM, MM, parse_kernel
 from timerl.envs.looptune.measure import Measurer
 from timerl.errors import TimeRLError
 from timerl.looptune.policy import Policy
@@ -68,7 +73,7 @@ class TuneResult:
 
 
 def parse_einsum(spec: str, shape: Sequence[int] | Mapping[str, int]) -> Problem:
-    """The matmul :class:`Problem` of ``spec`` (``"mk,kn->mn"``) and ``shape`` (see the module doc)."""
+    """The :class:`Problem` of ``spec`` (``"mk,kn->mn"``) and ``shape`` (see the module doc)."""
     text = spec.replace(" ", "")
     if "->" not in text:
         raise TimeRLError(f"einsum {spec!r}: give the output explicitly, e.g. 'mk,kn->mn'")
@@ -76,23 +81,16 @@ def parse_einsum(spec: str, shape: Sequence[int] | Mapping[str, int]) -> Problem
     ops = lhs.split(",")
     letters: list[str] = []
     for c in text:
-        if c.isalpha() and c not in letters:
+        if c.isalpha() and c.islower() and c not in letters:
             letters.append(c)
-        elif not (c.isalpha() or c in ",->"):
-            raise TimeRLError(f"einsum {spec!r}: unsupported character {c!r} (use letters, ',' and '->')")
+        elif not ((c.isalpha() and c.islower()) or c in ",->"):
+            raise TimeRLError(
+                f"einsum {spec!r}: unsupported character {c!r} (use lowercase letters, ',' and '->')"
+            )
     if len(ops) != 2:
-        raise TimeRLError(f"einsum {spec!r}: {len(ops)} operands; LoopTune tunes matmuls of 2 operands")
-    if any(len(o) != 2 for o in (*ops, out)):
-        raise TimeRLError(
-            f"einsum {spec!r}: operands and output must be 2-D (batched or 1-D contractions are not supported)"
-        )
-    (i, r), (r2, j) = ops
-    if len({i, r, j}) != 3 or r2 != r or out != i + j:
-        raise TimeRLError(
-            f"einsum {spec!r} is not supported: LoopTune expresses C[i,j] = sum_r A[i,r] B[r,j] with "
-            "row-major operands ('mk,kn->mn'); transposed operands or outputs, traces and repeated "
-            "indices are not"
-        )
+        raise TimeRLError(f"einsum {spec!r}: {len(ops)} operands; LoopTune tunes contractions of 2 operands")
+    if not all(ops) or not out:
+        raise TimeRLError(f"einsum {spec!r}: scalar operands or outputs are not supported")
     if isinstance(shape, Mapping):
         missing = [c for c in letters if c not in shape]
         if missing:
@@ -105,7 +103,17 @@ def parse_einsum(spec: str, shape: Sequence[int] | Mapping[str, int]) -> Problem
                 f"order {','.join(letters)}"
             )
         sizes = {c: int(s) for c, s in zip(letters, shape, strict=True)}
-    return Problem(sizes[i], sizes[j], sizes[r])
+    for builtin in (MM, BMM):  # the same contraction up to the names of the indices
+        names = [d for acc in (builtin.lhs, builtin.rhs, builtin.out) for d in acc.dims]
+        used = [*ops[0], *ops[1], *out]
+        if len(names) == len(used):
+            rename = dict(zip(names, used, strict=True))
+            if len(set(rename.values())) == len(rename) and all(
+                rename[a] == b for a, b in zip(names, used, strict=True)
+            ):
+                return Problem(*(sizes[rename[d]] for d in builtin.dims), kernel=builtin)
+    kern = parse_kernel("einsum", f"A[{','.join(ops[0])}] * B[{','.join(ops[1])}] -> C[{','.join(out)}]")
+    return Problem(*(sizes[d] for d in kern.dims), kernel=kern)
 
 
 def tune(
@@ -170,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The CLI (see the module doc)."""
     p = argparse.ArgumentParser(
         prog="python -m timerl.looptune.tune",
-        description="Tune a matmul einsum with a trained LoopTune policy; print the loop nest, TIR and GFLOPS.",
+        description="Tune a contraction (an einsum of two operands) with a trained LoopTune policy; "
+        "print the loop nest, TIR and GFLOPS.",
     )
     p.add_argument("einsum", help="e.g. 'mk,kn->mn'")
     p.add_argument(

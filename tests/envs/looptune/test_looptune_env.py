@@ -111,8 +111,10 @@ def test_train_split_is_seeded_by_reset_point() -> None:
 def test_bad_arguments() -> None:
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, B), _, _):
-        with pytest.raises(TimeRLError, match="valid datasets: mm"):
-            trl.env.make("looptune.conv2d", num_envs=B, measurer="analytic")
+        with pytest.raises(TimeRLError, match="valid datasets: mm, bmm, conv1d, conv2d"):
+            trl.env.make("looptune.conv3d", num_envs=B, measurer="analytic")
+        with pytest.raises(TimeRLError, match="max_loops=6 is less than the 9 loops"):
+            trl.env.make("looptune.conv2d", num_envs=B, measurer="analytic", max_loops=6)
         with pytest.raises(TimeRLError, match="unknown split"):
             trl.env.make("looptune.mm", num_envs=B, split="val", measurer="analytic")
         with pytest.raises(TimeRLError, match="unknown LoopTune measurer"):

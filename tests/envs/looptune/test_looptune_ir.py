@@ -11,7 +11,6 @@ from timerl.envs.looptune import dataset
 from timerl.envs.looptune.ir import (
     ACTIONS,
     MAX_LOOPS,
-    Dim,
     LoopState,
     Nest,
     Problem,
@@ -46,11 +45,11 @@ def test_problem_and_initial_state() -> None:
     assert s.key == "mm_64x80x96|c:m64,k96,n80|w:m64,n80|@0"
     assert s.schedule_key == "mm_64x80x96|c:m64,k96,n80|w:m64,n80"
     assert [(lp.dim, lp.nest) for lp in s.loops] == [
-        (Dim.M, Nest.COMPUTE),
-        (Dim.K, Nest.COMPUTE),
-        (Dim.N, Nest.COMPUTE),
-        (Dim.M, Nest.WRITE),
-        (Dim.N, Nest.WRITE),
+        ("m", Nest.COMPUTE),
+        ("k", Nest.COMPUTE),
+        ("n", Nest.COMPUTE),
+        ("m", Nest.WRITE),
+        ("n", Nest.WRITE),
     ]
     check(s)
     assert "for m in 64    <- cursor" in describe(s)
@@ -167,7 +166,7 @@ def test_random_walks_keep_the_invariants() -> None:
 def test_dataset_and_split() -> None:
     allp = dataset.problems("mm")
     assert len(allp) == 2197 and len(set(allp)) == 2197
-    assert min(p.m for p in allp) == 64 and max(p.k for p in allp) == 256
+    assert min(p.extent("m") for p in allp) == 64 and max(p.extent("k") for p in allp) == 256
     train, test = dataset.split("mm", seed=0)
     assert (len(train), len(test)) == (1757, 440)
     assert not set(train) & set(test)
@@ -201,4 +200,4 @@ def test_canonical_merges_directly_nested_loops_of_one_dim() -> None:
     c = canonical(half)
     check(c)
     assert [lp.text for lp in c.loops if lp.nest.value == "c"] == ["m26", "k240", "m8", "n112"]
-    assert c.loops[c.cursor].dim.value == "n"
+    assert c.loops[c.cursor].dim == "n"

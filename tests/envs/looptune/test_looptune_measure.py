@@ -14,6 +14,7 @@ import pytest
 
 from timerl.envs.looptune import measure, tvm_lower
 from timerl.envs.looptune.ir import ACTIONS, LoopState, Problem, apply_action, initial_state
+from timerl.envs.looptune.kernels import einsum_reference
 from timerl.envs.looptune.measure import AnalyticCostModel, TVMMeasurer
 from timerl.errors import TimeRLError
 
@@ -40,15 +41,20 @@ def random_states(p: Problem, count: int, length: int, seed: int) -> list[LoopSt
 
 
 def compiled_result(state: LoopState, target: object) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled schedule's output and NumPy's (``A @ B`` for matmul; for other kernels
+    the brute-force einsum over the index expressions, independent of the lowering)."""
     p = state.problem
+    k, ext = p.kernel, p.extents
     rng = np.random.default_rng(1)
-    a = rng.uniform(-1, 1, (p.m, p.k)).astype(np.float32)
-    b = rng.uniform(-1, 1, (p.k, p.n)).astype(np.float32)
+    a = rng.uniform(-1, 1, k.lhs.shape(ext)).astype(np.float32)
+    b = rng.uniform(-1, 1, k.rhs.shape(ext)).astype(np.float32)
     dev = tvm.cpu(0)
-    c = tvm.runtime.tensor(np.full((p.m, p.n), np.nan, np.float32), dev)
+    c = tvm.runtime.tensor(np.full(k.out.shape(ext), np.nan, np.float32), dev)
     lib = tvm_lower.build(state, target).jit()
     lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
-    return c.numpy(), a.astype(np.float64) @ b.astype(np.float64)
+    if k.name == "mm":
+        return c.numpy(), a.astype(np.float64) @ b.astype(np.float64)
+    return c.numpy(), einsum_reference(k, a, b, ext)
 
 
 @pytest.mark.parametrize("shape", [(16, 24, 20), (32, 48, 40), (64, 80, 96)])
@@ -144,11 +150,10 @@ def test_measure_failure_is_logged_and_zero(tmp_path: object, monkeypatch, caplo
 
 def test_wrong_result_is_logged_and_zero(tmp_path: object, monkeypatch, caplog) -> None:
     def wrong_reference(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        a = np.ones((p.m, p.k), np.float32)
-        b = np.ones((p.k, p.n), np.float32)
-        return a, b, np.zeros((p.m, p.n))
+        m, n, k = (p.extent(d) for d in "mnk")
+        return np.ones((m, k), np.float32), np.ones((k, n), np.float32), np.zeros((m, n))
 
-    monkeypatch.setattr(measure, "_inputs", wrong_reference)
+    monkeypatch.setattr(measure, "problem_inputs", wrong_reference)
     m = fast_measurer(tmp_path, disk_cache=False)
     with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
         assert m.gflops(initial_state(Problem(16, 16, 16))) == 0.0

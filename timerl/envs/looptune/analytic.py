@@ -6,10 +6,11 @@ numbers are not measurements: constructing it outside pytest logs a warning.
 The model (a nominal core at 3 GHz doing 32 float32 flop/cycle, :attr:`AnalyticCostModel.peak`
 = 96 GFLOPS) adds three costs in cycles:
 
-- **compute**: ``flops / 32`` divided by a vector efficiency (innermost loop over ``n``:
-  ``min(1, lanes / 16)``; over ``m``: 1/16, gathers; over ``k``: 1/48, a scalar
+- **compute**: ``flops / 32`` divided by a vector efficiency (innermost loop over the
+  kernel's vector dim, ``n`` for matmul: ``min(1, lanes / 16)``; over another output dim
+  such as ``m``: 1/16, gathers; over a reduction dim such as ``k``: 1/48, a scalar
   reduction chain) and by a register efficiency (1 when the loops under the innermost
-  ``k`` loop keep at most 256 floats of ``T`` in registers, else 1/2: ``T`` is loaded
+  reduction loop keep at most 256 floats of ``T`` in registers, else 1/2: ``T`` is loaded
   and stored around every FMA), plus 2 cycles per run of the innermost loop and 10 %
   when a compute loop has a tail (predicated iterations);
 - **memory**: for L1 (32 KiB, filled at 32 B/cycle) and L2 (1 MiB, 12 B/cycle), the
@@ -17,7 +18,10 @@ The model (a nominal core at 3 GHz doing 32 float32 flop/cycle, :attr:`AnalyticC
   footprint there, times the trip counts of the loops outside it (LRU, no reuse
   across a loop whose subtree overflows the cache);
 - **write-back and init**: ``T`` streamed once or twice, 4x slower when the write-back's
-  innermost loop is ``m`` (strided).
+  innermost loop is not the vector dim (strided).
+
+Footprints come from the kernel's index expressions (``X[i+r, c]`` over a subtree
+spanning ``i`` and ``r`` touches ``span(i) + span(r) - 1`` rows).
 
 Compute and memory overlap: ``max + 0.2 * min``.
 """
@@ -25,9 +29,11 @@ Compute and memory overlap: ``max + 0.2 * min``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 
-from timerl.envs.looptune.ir import Dim, LoopState, Nest, steps
+from timerl.envs.looptune.ir import LoopState, Nest, steps
+from timerl.envs.looptune.kernels import Kernel
 
 log = logging.getLogger("timerl.envs.looptune")
 
@@ -35,7 +41,6 @@ _FREQ = 3e9
 _FLOP_PER_CYCLE = 32.0
 _LANES = 16
 _CACHES = ((32 * 1024, 32.0), (1024 * 1024, 12.0))  # (bytes, fill bytes/cycle)
-_COMPUTE_DIMS = {"A": (Dim.M, Dim.K), "B": (Dim.K, Dim.N), "T": (Dim.M, Dim.N)}
 
 
 class AnalyticCostModel:
@@ -66,11 +71,15 @@ def _compute_cycles(state: LoopState) -> float:
     st = [steps(state)[i] for i in idx]
     span = [lp.size * s + lp.tail for lp, s in zip(loops, st, strict=True)]  # elements covered
     trips = [sp / s for sp, s in zip(span, st, strict=True)]
+    kern = state.problem.kernel
     inner = loops[-1]
     lanes = inner.size + (1 if inner.tail else 0)
-    vec = {Dim.N: min(1.0, lanes / _LANES), Dim.M: 1.0 / _LANES, Dim.K: 1.0 / 48}[inner.dim]
-    last_k = max(i for i, lp in enumerate(loops) if lp.dim is Dim.K)
-    tile = _footprint(loops, span, last_k + 1, ("T",)) // 4 if last_k + 1 < len(loops) else 1 << 30
+    if inner.dim == kern.vector_dim:
+        vec = min(1.0, lanes / _LANES)
+    else:
+        vec = 1.0 / _LANES if inner.dim in kern.out_dims else 1.0 / 48
+    last_k = max(i for i, lp in enumerate(loops) if lp.dim in kern.reduction_dims)
+    tile = _footprint(kern, loops, span, last_k + 1, (2,)) // 4 if last_k + 1 < len(loops) else 1 << 30
     reg = 1.0 if tile <= 256 else 0.5
     flops = state.problem.flops
     compute = flops / _FLOP_PER_CYCLE / (vec * reg)
@@ -83,31 +92,31 @@ def _compute_cycles(state: LoopState) -> float:
     memory = 0.0
     for cap, bw in _CACHES:
         level = len(loops) - 1
-        while level > 0 and _footprint(loops, span, level - 1, tuple(_COMPUTE_DIMS)) <= cap:
+        while level > 0 and _footprint(kern, loops, span, level - 1, (0, 1, 2)) <= cap:
             level -= 1
         mult = 1.0
         for t in trips[:level]:
             mult *= t
-        memory += _footprint(loops, span, level, tuple(_COMPUTE_DIMS)) * mult / bw
+        memory += _footprint(kern, loops, span, level, (0, 1, 2)) * mult / bw
     return max(compute, memory) + 0.2 * min(compute, memory)
 
 
-def _footprint(loops: list, span: list[int], level: int, tensors: tuple[str, ...]) -> int:
-    """Bytes of ``tensors`` touched by one run of the loops ``level..`` (a subtree)."""
-    ext: dict[Dim, int] = {}
+def _footprint(kern: Kernel, loops: list, span: list[int], level: int, tensors: tuple[int, ...]) -> int:
+    """Bytes of ``tensors`` (indices into :attr:`.Kernel.accesses`: lhs, rhs, accumulator)
+    touched by one run of the loops ``level..`` (a subtree)."""
+    ext: dict[str, int] = {}
     for lp, sp in zip(loops[level:], span[level:], strict=True):
         ext.setdefault(lp.dim, sp)  # the outermost loop of a dim in the subtree spans it
     total = 0
-    for name in tensors:
-        size = 4
-        for d in _COMPUTE_DIMS[name]:
-            size *= ext.get(d, 1)
-        total += size
+    for i in tensors:
+        acc = kern.accesses[i]
+        total += 4 * math.prod(acc.shape({d: ext.get(d, 1) for d in acc.dims}))
     return total
 
 
 def _writeback_cycles(state: LoopState) -> float:
     p = state.problem
     write = state.nest_loops(Nest.WRITE)
-    bw = 16.0 if write[-1].dim is Dim.N else 4.0
-    return 8.0 * p.m * p.n / bw + 4.0 * p.m * p.n / 16.0
+    bw = 16.0 if write[-1].dim == p.kernel.vector_dim else 4.0
+    size = math.prod(p.extent(d) for d in p.kernel.out_dims)
+    return 8.0 * size / bw + 4.0 * size / 16.0

@@ -1,5 +1,9 @@
 """LoopTune as a timerl environment: ``trl.env.make("looptune.mm", num_envs=B, ...)``.
 
+Datasets (:mod:`.dataset`): ``looptune.mm`` (matmul, the paper's), ``looptune.bmm``,
+``looptune.conv1d``, ``looptune.conv2d``; ``problems=[...]`` may mix kernels. The
+observation has the same layout for every kernel, so a policy trained on one runs on all.
+
 Each of the ``B`` envs holds one :class:`~timerl.envs.looptune.ir.LoopState`. Reset
 picks a problem per env and returns the untiled nest's :func:`~.ir.features`, flattened
 to ``(max_loops * 20,)``; ``step(action)`` applies one of the 10 actions per env and
@@ -310,8 +314,6 @@ class LoopTuneEnv(GymEnv):
             raise TimeRLError(f"env {env_id}: episode_len must be >= 1, got {episode_len}")
         if not 0.0 <= noise < 1.0:
             raise TimeRLError(f"env {env_id}: noise must be in [0, 1), got {noise}")
-        if max_loops < 5:
-            raise TimeRLError(f"env {env_id}: max_loops must be >= 5 (the untiled nest has 5 loops)")
         if problems is not None:
             plist = list(problems)
             if not plist:
@@ -319,6 +321,12 @@ class LoopTuneEnv(GymEnv):
         else:
             train, test = ds.split(name, seed=0)
             plist = {"train": train, "test": test, "all": ds.problems(name)}[split]
+        need = max(len(initial_state(p).loops) for p in plist)
+        if max_loops < need:
+            raise TimeRLError(
+                f"env {env_id}: max_loops={max_loops} is less than the {need} loops of an untiled nest "
+                f"of these problems; use max_loops >= {need}"
+            )
         meas = make_measurer(measurer, cache_dir)
         if peak is None:
             peak = meas.peak if isinstance(meas, AnalyticCostModel) else machine_peak(cache_dir)

@@ -51,7 +51,6 @@ from typing import Any
 from timerl.envs.looptune import dataset as ds
 from timerl.envs.looptune.ir import (
     ACTIONS,
-    Dim,
     Loop,
     LoopState,
     Nest,
@@ -330,16 +329,16 @@ def state_from_key(key: str) -> LoopState:
     """Parse :attr:`LoopState.key` (``mm_64x80x96|c:m64,k96,n80|w:m64,n80|@0``) back to a state."""
     try:
         name, compute, write, cursor = key.split("|")
-        m, n, k = (int(x) for x in name.removeprefix("mm_").split("x"))
+        problem = Problem.from_name(name)
         loops = []
         for section, nest in ((compute, Nest.COMPUTE), (write, Nest.WRITE)):
-            tag, body = section.split(":")
+            tag, body = section.split(":", 1)
             if tag != nest.value:
                 raise ValueError(section)
             for text in body.split(","):
                 size, _, tail = text[1:].partition("r")
-                loops.append(Loop(Dim(text[0]), int(size), int(tail or 0), nest))
-        state = LoopState(Problem(m, n, k), tuple(loops), int(cursor.removeprefix("@")))
+                loops.append(Loop(text[0], int(size), int(tail or 0), nest))
+        state = LoopState(problem, tuple(loops), int(cursor.removeprefix("@")))
         check(state)
     except (ValueError, TimeRLError) as exc:
         raise TimeRLError(
@@ -436,14 +435,15 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
     paths = {
         name: out / name for name in ("results.csv", "results.json", "summary.txt", "fig8.png", "fig9.png")
     }
-    header = ["problem", "m", "n", "k", "untuned_gflops", "numpy_gflops"]
+    header = ["problem", "kernel", "sizes", "untuned_gflops", "numpy_gflops"]
     for m in report.methods:
         header += [f"{m}_gflops", f"{m}_seconds"]
     with paths["results.csv"].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
         for r in report.results:
-            row: list[Any] = [r.problem.name, r.problem.m, r.problem.n, r.problem.k, r.untuned, r.numpy]
+            sizes = ",".join(f"{d}={n}" for d, n in r.problem.extents.items())
+            row: list[Any] = [r.problem.name, r.problem.kernel.name, sizes, r.untuned, r.numpy]
             for m in report.methods:
                 row += [r.gflops.get(m, math.nan), r.seconds.get(m, math.nan)]
             w.writerow(row)
@@ -453,9 +453,8 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
         "problems": [
             {
                 "problem": r.problem.name,
-                "m": r.problem.m,
-                "n": r.problem.n,
-                "k": r.problem.k,
+                "kernel": r.problem.kernel.name,
+                "sizes": r.problem.extents,
                 "untuned_gflops": r.untuned,
                 "numpy_gflops": r.numpy,
                 "gflops": dict(r.gflops),
@@ -543,7 +542,8 @@ def _pick_problems(args: argparse.Namespace) -> list[Problem]:
         missing = [n for n in args.problems.split(",") if n not in by_name]
         if missing:
             raise TimeRLError(
-                f"unknown problems {missing}: names look like mm_64x80x96 (sizes 64..256 step 16)"
+                f"unknown problems {missing} in dataset {args.dataset}: names look like mm_64x80x96 "
+                "(mm sizes 64..256 step 16; see timerl.envs.looptune.dataset)"
             )
         return [by_name[n] for n in args.problems.split(",")]
     _, test = ds.split(args.dataset, seed=args.split_seed)

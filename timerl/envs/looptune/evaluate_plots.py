@@ -71,7 +71,9 @@ def plot_gflops_and_time(report: Report, path: str | os.PathLike[str]) -> None:
         bottom.set_xticklabels(
             [r.problem.name.removeprefix("mm_") for r in rows], rotation=60, fontsize="small"
         )
-        bottom.set_xlabel("problem (m x n x k)")
+        kernels = {r.problem.kernel for r in rows}
+        dims = " x ".join(next(iter(kernels)).dims) if len(kernels) == 1 else "sizes"
+        bottom.set_xlabel(f"problem ({dims})")
     else:
         bottom.set_xlabel(f"problem (index of {len(rows)}, in dataset order)")
     fig.savefig(path, dpi=120, bbox_inches="tight")

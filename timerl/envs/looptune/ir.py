@@ -1,10 +1,13 @@
-"""LoopTune's loop-tree IR for matmul: states, the 10 cursor actions, the 20 features.
+"""LoopTune's loop-tree IR: states, the 10 cursor actions, the 20 features.
 
-``C[m, n] = sum_k A[m, k] * B[k, n]`` (float32, row-major) is a tree of two sibling
-nests, as in loop_tool/LoopTune: a **compute** nest that accumulates into a temporary
-``T[m, n]`` (loops over ``m``, ``n``, ``k``; initial order ``m, k, n``) and a
-**write-back** nest that copies ``T`` into ``C`` (loops over ``m``, ``n``). An agent
-cursor sits on one loop of the flattened list (compute loops first, then write-back)::
+A problem is a contraction (:mod:`.kernels`: matmul, batched matmul, 1-D and 2-D
+convolutions) at given sizes. For matmul, ``C[m, n] = sum_k A[m, k] * B[k, n]``
+(float32, row-major) is a tree of two sibling nests, as in loop_tool/LoopTune: a
+**compute** nest that accumulates into a temporary ``T[m, n]`` (loops over ``m``, ``n``,
+``k``; initial order ``m, k, n``: :attr:`.Kernel.order`) and a **write-back** nest that
+copies ``T`` into ``C`` (loops over the output dims ``m``, ``n``). Other kernels have
+more dims (``conv1d``: compute ``i, r, c, o``, write-back ``i, o``). An agent cursor sits
+on one loop of the flattened list (compute loops first, then write-back)::
 
     for m in 64          <- cursor
       for k in 96
@@ -47,6 +50,7 @@ from enum import Enum
 
 import numpy as np
 
+from timerl.envs.looptune.kernels import MM, Kernel, kernel
 from timerl.errors import TimeRLError
 
 ACTIONS: tuple[str, ...] = (
@@ -70,14 +74,6 @@ NUM_STRIDE_BINS = 16
 SIZE_SCALE = 8.0  # features: log2(size) / 8, so sizes up to 256 map into [0, 1]
 
 
-class Dim(Enum):
-    """A matmul iteration dim: ``m`` (rows of A, C), ``n`` (columns of B, C), ``k`` (reduction)."""
-
-    M = "m"
-    N = "n"
-    K = "k"
-
-
 class Nest(Enum):
     """Which nest a loop belongs to."""
 
@@ -85,42 +81,74 @@ class Nest(Enum):
     WRITE = "w"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Problem:
-    """``C[m, n] = sum_k A[m, k] B[k, n]`` in float32."""
+    """A :class:`~.kernels.Kernel` at given sizes, one per dim in ``kernel.dims`` order:
+    ``Problem(64, 80, 96)`` is the matmul ``m=64, n=80, k=96``;
+    ``Problem(112, 64, 3, 32, kernel=CONV1D)`` the 1-D convolution ``i=112, o=64, r=3, c=32``."""
 
-    m: int
-    n: int
-    k: int
+    kernel: Kernel
+    sizes: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        if min(self.m, self.n, self.k) < 1:
-            raise TimeRLError(f"Problem sizes must be >= 1, got m={self.m}, n={self.n}, k={self.k}")
+    def __init__(self, *sizes: int, kernel: Kernel = MM, **named: int) -> None:
+        if named:  # Problem(m=64, n=80, k=96)
+            if sizes or sorted(named) != sorted(kernel.dims):
+                raise TimeRLError(
+                    f"{kernel.name}: give the sizes by position or as {', '.join(f'{d}=' for d in kernel.dims)}; "
+                    f"got {sizes} and {named}"
+                )
+            sizes = tuple(named[d] for d in kernel.dims)
+        sizes = tuple(int(s) for s in sizes)
+        if len(sizes) != len(kernel.dims):
+            raise TimeRLError(
+                f"{kernel.name} ({kernel.text}) needs {len(kernel.dims)} sizes, one per dim "
+                f"{','.join(kernel.dims)}; got {sizes}"
+            )
+        if min(sizes) < 1:
+            raise TimeRLError(f"Problem sizes must be >= 1, got {dict(zip(kernel.dims, sizes, strict=True))}")
+        object.__setattr__(self, "kernel", kernel)
+        object.__setattr__(self, "sizes", sizes)
+
+    def __repr__(self) -> str:
+        return f"Problem({self.name})"
+
+    @classmethod
+    def from_name(cls, name: str) -> Problem:
+        """The problem of :attr:`name` (``mm_64x80x96``, ``conv1d_112x64x3x32``)."""
+        kname, _, sizes = name.rpartition("_")
+        try:
+            return cls(*(int(x) for x in sizes.split("x")), kernel=kernel(kname))
+        except ValueError as exc:
+            raise TimeRLError(f"cannot read problem name {name!r}: expected e.g. mm_64x80x96") from exc
 
     @property
     def name(self) -> str:
-        return f"mm_{self.m}x{self.n}x{self.k}"
+        return f"{self.kernel.name}_{'x'.join(str(s) for s in self.sizes)}"
+
+    @property
+    def extents(self) -> dict[str, int]:
+        return dict(zip(self.kernel.dims, self.sizes, strict=True))
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * math.prod(self.sizes)
 
-    def extent(self, dim: Dim) -> int:
-        return {Dim.M: self.m, Dim.N: self.n, Dim.K: self.k}[dim]
+    def extent(self, dim: str) -> int:
+        return self.extents[dim]
 
 
 @dataclass(frozen=True)
 class Loop:
     """One loop: ``size`` full iterations over its inner loops of ``dim``, then ``tail`` elements."""
 
-    dim: Dim
+    dim: str
     size: int
     tail: int
     nest: Nest
 
     @property
     def text(self) -> str:
-        return f"{self.dim.value}{self.size}" + (f"r{self.tail}" if self.tail else "")
+        return f"{self.dim}{self.size}" + (f"r{self.tail}" if self.tail else "")
 
 
 @dataclass(frozen=True)
@@ -153,17 +181,12 @@ class LoopState:
 
 
 def initial_state(problem: Problem) -> LoopState:
-    """The untiled nest: compute ``m, k, n``, write-back ``m, n``, cursor on the first loop."""
-    p = problem
-    c, w = Nest.COMPUTE, Nest.WRITE
-    loops = (
-        Loop(Dim.M, p.m, 0, c),
-        Loop(Dim.K, p.k, 0, c),
-        Loop(Dim.N, p.n, 0, c),
-        Loop(Dim.M, p.m, 0, w),
-        Loop(Dim.N, p.n, 0, w),
-    )
-    return LoopState(p, loops, 0)
+    """The untiled nest: compute loops in :attr:`.Kernel.order` (``m, k, n``), write-back
+    over the output dims (``m, n``), cursor on the first loop."""
+    k, ext = problem.kernel, problem.extents
+    loops = tuple(Loop(d, ext[d], 0, Nest.COMPUTE) for d in k.order)
+    loops += tuple(Loop(d, ext[d], 0, Nest.WRITE) for d in k.out_dims)
+    return LoopState(problem, loops, 0)
 
 
 def steps(state: LoopState) -> tuple[int, ...]:
@@ -173,7 +196,7 @@ def steps(state: LoopState) -> tuple[int, ...]:
     for i, lp in enumerate(state.loops):
         s = 1
         for inner in state.loops[i + 1 :]:
-            if inner.nest is lp.nest and inner.dim is lp.dim:
+            if inner.nest is lp.nest and inner.dim == lp.dim:
                 s *= inner.size
         out.append(s)
     return tuple(out)
@@ -190,7 +213,7 @@ def canonical(state: LoopState) -> LoopState:
     out: list[tuple[Loop, int]] = []
     cursor = 0
     for i, (lp, s) in enumerate(zip(state.loops, st, strict=True)):
-        if out and out[-1][0].nest is lp.nest and out[-1][0].dim is lp.dim:
+        if out and out[-1][0].nest is lp.nest and out[-1][0].dim == lp.dim:
             prev, ps = out.pop()
             extent = prev.size * ps + prev.tail
             out.append((Loop(lp.dim, extent // s, extent % s, lp.nest), s))
@@ -211,18 +234,16 @@ def check(state: LoopState) -> None:
     if nests != sorted(nests, key=lambda n: n is Nest.WRITE):
         raise TimeRLError(f"{state.key}: compute loops must precede write-back loops")
     st = steps(state)
-    for nest, dims in ((Nest.COMPUTE, (Dim.M, Dim.N, Dim.K)), (Nest.WRITE, (Dim.M, Dim.N))):
-        for d in Dim:
-            idx = [i for i, lp in enumerate(loops) if lp.nest is nest and lp.dim is d]
-            if (d in dims) != bool(idx):
-                raise TimeRLError(f"{state.key}: nest {nest.name} must loop over exactly {dims}")
-            if not idx:
-                continue
+    for nest, dims in ((Nest.COMPUTE, p.kernel.dims), (Nest.WRITE, p.kernel.out_dims)):
+        if {lp.dim for lp in loops if lp.nest is nest} != set(dims):
+            raise TimeRLError(f"{state.key}: nest {nest.name} must loop over exactly {dims}")
+        for d in dims:
+            idx = [i for i, lp in enumerate(loops) if lp.nest is nest and lp.dim == d]
             if any(loops[i].tail for i in idx[1:]):
-                raise TimeRLError(f"{state.key}: only the outermost {d.value} loop may have a tail")
+                raise TimeRLError(f"{state.key}: only the outermost {d} loop may have a tail")
             first = loops[idx[0]]
             if first.size * st[idx[0]] + first.tail != p.extent(d):
-                raise TimeRLError(f"{state.key}: {d.value} loops do not cover extent {p.extent(d)}")
+                raise TimeRLError(f"{state.key}: {d} loops do not cover extent {p.extent(d)}")
 
 
 def _swap_target(state: LoopState, action: str) -> int | None:
@@ -231,7 +252,7 @@ def _swap_target(state: LoopState, action: str) -> int | None:
     if not 0 <= j < len(state.loops):
         return None
     a, b = state.loops[i], state.loops[j]
-    if a.nest is not b.nest or a.dim is b.dim:
+    if a.nest is not b.nest or a.dim == b.dim:
         return None
     return j
 
@@ -282,18 +303,19 @@ def access_strides(state: LoopState) -> list[list[int]]:
     """Per loop, the element strides of the accesses its iterator moves (a tensor that
     does not depend on the loop's dim is not listed: it is reused, stride 0).
 
-    Compute-nest body accesses ``A[m,k]``, ``B[k,n]``, ``T[m,n]``; write-back body
-    ``T[m,n]``, ``C[m,n]``; all row-major. The stride of a loop is its
-    :func:`steps` times the tensor's stride along the dim.
+    The strides come from the kernel's index expressions (:meth:`.Access.stride`): the
+    compute body reads ``lhs`` and ``rhs`` and updates the accumulator ``T`` (indexed as
+    the output), the write-back body reads ``T`` and writes the output; all row-major.
+    For matmul, ``A[m,k]``, ``B[k,n]``, ``T[m,n]`` and ``T[m,n]``, ``C[m,n]``; for
+    ``X[i+r,c]`` both ``i`` and ``r`` move ``X`` by ``C`` elements. The stride of a loop
+    is its :func:`steps` times the access's stride along its dim.
     """
-    p = state.problem
-    tensor_strides = {  # per nest: for each access, the element stride of each dim
-        Nest.COMPUTE: ({Dim.M: p.k, Dim.K: 1}, {Dim.K: p.n, Dim.N: 1}, {Dim.M: p.n, Dim.N: 1}),
-        Nest.WRITE: ({Dim.M: p.n, Dim.N: 1}, {Dim.M: p.n, Dim.N: 1}),
-    }
+    k, ext = state.problem.kernel, state.problem.extents
+    accesses = {Nest.COMPUTE: k.accesses, Nest.WRITE: (k.out, k.out)}
     out = []
     for lp, st in zip(state.loops, steps(state), strict=True):
-        out.append([st * acc[lp.dim] for acc in tensor_strides[lp.nest] if lp.dim in acc])
+        strides = (acc.stride(lp.dim, ext) for acc in accesses[lp.nest])
+        out.append([st * s for s in strides if s])
     return out
 
 
@@ -326,12 +348,12 @@ def features(state: LoopState, max_loops: int = MAX_LOOPS) -> np.ndarray:
 
 def loop_names(state: LoopState) -> tuple[str, ...]:
     """Iterator names: ``m``, ``m'``, ``m''``, ... for the split levels of a dim in a nest."""
-    seen: dict[tuple[Nest, Dim], int] = {}
+    seen: dict[tuple[Nest, str], int] = {}
     names = []
     for lp in state.loops:
         n = seen.get((lp.nest, lp.dim), 0)
         seen[(lp.nest, lp.dim)] = n + 1
-        names.append(lp.dim.value + "'" * n)
+        names.append(lp.dim + "'" * n)
     return tuple(names)
 
 
@@ -340,13 +362,15 @@ def describe(state: LoopState) -> str:
     lines = [f"# {state.problem.name}"]
     names = loop_names(state)
     depth = 0
+    k = state.problem.kernel
+    acc = k.out.text(name="T")
     for i, (lp, name) in enumerate(zip(state.loops, names, strict=True)):
         if i == state.num_compute:
-            lines.append("  " * depth + "T[m,n] += A[m,k] * B[k,n]")
+            lines.append("  " * depth + f"{acc} += {k.lhs.text()} * {k.rhs.text()}")
             depth = 0
         tail = f" r {lp.tail}" if lp.tail else ""
         mark = "    <- cursor" if i == state.cursor else ""
         lines.append("  " * depth + f"for {name} in {lp.size}{tail}{mark}")
         depth += 1
-    lines.append("  " * depth + "C[m,n] = T[m,n]")
+    lines.append("  " * depth + f"{k.out.text()} = {acc}")
     return "\n".join(lines)

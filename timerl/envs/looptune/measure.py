@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -43,6 +44,7 @@ import numpy as np
 from timerl.envs.looptune import tvm_lower
 from timerl.envs.looptune.analytic import AnalyticCostModel
 from timerl.envs.looptune.ir import LoopState, Problem, canonical
+from timerl.envs.looptune.kernels import einsum_reference, has_numpy_baseline, numpy_reference
 from timerl.errors import TimeRLError
 
 __all__ = [
@@ -112,12 +114,22 @@ class _DiskCache:
             log.warning("cannot write the LoopTune cache %s (%s): results stay in memory", self.path, exc)
 
 
-def _inputs(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fixed random ``A``, ``B`` in [-1, 1) and the float64 reference ``A @ B``."""
-    rng = np.random.default_rng([p.m, p.n, p.k])
-    a = rng.uniform(-1.0, 1.0, (p.m, p.k)).astype(np.float32)
-    b = rng.uniform(-1.0, 1.0, (p.k, p.n)).astype(np.float32)
-    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+def problem_inputs(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fixed random operands in [-1, 1) (float32, seeded by the problem) and the float64
+    NumPy reference result (:func:`.kernels.numpy_reference`, ``A @ B`` for matmul; the
+    brute-force :func:`.kernels.einsum_reference` for kernels defined by the user)."""
+    k, ext = p.kernel, p.extents
+    rng = np.random.default_rng([*p.sizes, sum(map(ord, k.name))])
+    a = rng.uniform(-1.0, 1.0, k.lhs.shape(ext)).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, k.rhs.shape(ext)).astype(np.float32)
+    if not has_numpy_baseline(k):
+        return a, b, einsum_reference(k, a, b, ext)
+    return a, b, numpy_reference(k)(a.astype(np.float64), b.astype(np.float64))
+
+
+def reduction_size(p: Problem) -> int:
+    """Products summed into each output element (the check's tolerance grows with it)."""
+    return math.prod(p.extent(d) for d in p.kernel.reduction_dims)
 
 
 class TVMMeasurer:
@@ -191,7 +203,7 @@ class TVMMeasurer:
 
     def _arrays(self, p: Problem) -> tuple[Any, Any, np.ndarray]:
         if p not in self._inputs:
-            a, b, ref = _inputs(p)
+            a, b, ref = problem_inputs(p)
             rt = self.tvm.runtime
             self._inputs[p] = (rt.tensor(a, self.dev), rt.tensor(b, self.dev), ref)
         return self._inputs[p]
@@ -203,12 +215,12 @@ class TVMMeasurer:
         fn = lib["main"]  # LLVM's machine-code generation (the JIT) happens here
         t1 = time.perf_counter()
         a, b, ref = self._arrays(p)
-        c = self.tvm.runtime.tensor(np.full((p.m, p.n), np.nan, np.float32), self.dev)
+        c = self.tvm.runtime.tensor(np.full(ref.shape, np.nan, np.float32), self.dev)
         t2 = time.perf_counter()
         fn(a, b, c)  # the check run also warms the caches
         once = time.perf_counter() - t2
         out = c.numpy()
-        if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * p.k):
+        if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction_size(p)):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g}): a lowering bug, please report it")
         if once * 1e3 < self.repeat_ms:
@@ -257,30 +269,43 @@ def make_measurer(spec: str | Measurer, cache_dir: str | os.PathLike[str] | None
 _NUMPY_SCRIPT = """
 import json, sys, time
 import numpy as np
+from timerl.envs.looptune.kernels import kernel, numpy_reference
 out = []
-for m, n, k, repeats in json.loads(sys.argv[1]):
+for name, sizes, repeats in json.loads(sys.argv[1]):
+    k = kernel(name)
+    ext = dict(zip(k.dims, sizes))
     rng = np.random.default_rng(0)
-    a = rng.random((m, k), dtype=np.float32); b = rng.random((k, n), dtype=np.float32)
-    c = a @ b
-    t = time.perf_counter(); c = a @ b; once = time.perf_counter() - t
+    a = rng.random(k.lhs.shape(ext), dtype=np.float32); b = rng.random(k.rhs.shape(ext), dtype=np.float32)
+    fn = numpy_reference(k)
+    if name in ("mm", "bmm"):  # into a preallocated output, as a tuned kernel writes C
+        c = fn(a, b)
+        run = lambda: np.matmul(a, b, out=c)
+    else:
+        run = lambda: fn(a, b)
+    run()
+    t = time.perf_counter(); run(); once = time.perf_counter() - t
     number = max(1, int(0.001 / max(once, 1e-7)))
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
         for _ in range(number):
-            np.matmul(a, b, out=c)
+            run()
         best = min(best, (time.perf_counter() - t) / number)
-    out.append(2.0 * m * n * k / best / 1e9)
+    flops = 2.0
+    for s in sizes:
+        flops *= s
+    out.append(flops / best / 1e9)
 print(json.dumps(out))
 """
 
 
-def _numpy_child(shapes: list[tuple[int, int, int]], repeats: int) -> list[float]:
-    """GFLOPS of ``a @ b`` for each ``(m, n, k)``, timed in a child Python whose OpenBLAS
-    is limited to one thread (the variable only works before NumPy loads, and this
-    process's NumPy is loaded already)."""
+def _numpy_child(problems: list[Problem], repeats: int) -> list[float]:
+    """GFLOPS of each problem's NumPy baseline (:func:`.kernels.numpy_reference`), timed
+    in a child Python whose OpenBLAS is limited to one thread (the variable only works
+    before NumPy loads, and this process's NumPy is loaded already)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    arg = json.dumps([[m, n, k, repeats] for m, n, k in shapes])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the child imports .kernels
+    arg = json.dumps([[p.kernel.name, list(p.sizes), repeats] for p in problems])
     try:
         res = subprocess.run(
             [sys.executable, "-c", _NUMPY_SCRIPT, arg], env=env, capture_output=True, text=True, check=True
@@ -293,13 +318,14 @@ def _numpy_child(shapes: list[tuple[int, int, int]], repeats: int) -> list[float
 def numpy_gflops(problem: Problem, repeats: int = 20) -> float:
     """Single-threaded NumPy (OpenBLAS) GFLOPS of ``problem``: best of ``repeats`` repeats
     of ~1 ms each (short repeats: the best one is more likely undisturbed on a shared
-    machine), in a child process with ``OPENBLAS_NUM_THREADS=1``."""
-    return _numpy_child([(problem.m, problem.n, problem.k)], repeats)[0]
+    machine), in a child process with ``OPENBLAS_NUM_THREADS=1``. Matmuls write into a
+    preallocated output; convolutions time im2col plus the matmul."""
+    return _numpy_child([problem], repeats)[0]
 
 
 def numpy_gflops_batch(problems: list[Problem], repeats: int = 20) -> list[float]:
     """:func:`numpy_gflops` of many problems in one child process (one start-up cost)."""
-    return _numpy_child([(p.m, p.n, p.k) for p in problems], repeats) if problems else []
+    return _numpy_child(list(problems), repeats) if problems else []
 
 
 def _peak_kernel_gflops(measurer: TVMMeasurer) -> float:
@@ -334,7 +360,7 @@ def machine_peak(cache_dir: str | os.PathLike[str] | None = None, refresh: bool 
     if cpu in known and not refresh:
         return known[cpu]
     log.info("LoopTune: measuring this machine's single-thread peak (once, cached in %s)", path)
-    np_best = max(_numpy_child([(256, 256, 256), (512, 512, 512), (1024, 1024, 1024)], 20))
+    np_best = max(_numpy_child([Problem(n, n, n) for n in (256, 512, 1024)], 20))
     tvm_best = _peak_kernel_gflops(TVMMeasurer(disk_cache=False, repeats=50))
     best = max(np_best, tvm_best)
     log.info("LoopTune: NumPy best %.1f GFLOPS, TVM kernels best %.1f GFLOPS", np_best, tvm_best)

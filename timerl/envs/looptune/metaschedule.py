@@ -50,6 +50,7 @@ import numpy as np
 
 from timerl.envs.looptune import tvm_lower
 from timerl.envs.looptune.ir import Problem
+from timerl.envs.looptune.measure import problem_inputs, reduction_size
 from timerl.errors import TimeRLError
 
 __all__ = ["MetaScheduleResult", "metaschedule_tuner", "tune"]
@@ -132,11 +133,13 @@ def matmul_module(problem: Problem) -> Any:
     tvm = tvm_lower.import_tvm()
     from tvm import te
 
-    p = problem
-    a = te.placeholder((p.m, p.k), "float32", name="A")
-    b = te.placeholder((p.k, p.n), "float32", name="B")
-    r = te.reduce_axis((0, p.k), name="k")
-    c = te.compute((p.m, p.n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    if problem.kernel.name != "mm":
+        raise TimeRLError(f"MetaSchedule is only wired up for matmul here, not {problem.kernel.name}")
+    m, n, k = (problem.extent(d) for d in "mnk")
+    a = te.placeholder((m, k), "float32", name="A")
+    b = te.placeholder((k, n), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
@@ -160,16 +163,13 @@ def _time_module(mod: Any, problem: Problem, target: Any) -> float:
     try:
         lib = tvm.compile(mod, target=target).jit()
         dev = tvm.cpu(0)
-        rng = np.random.default_rng([p.m, p.n, p.k])
-        a = rng.uniform(-1.0, 1.0, (p.m, p.k)).astype(np.float32)
-        b = rng.uniform(-1.0, 1.0, (p.k, p.n)).astype(np.float32)
+        a, b, ref = problem_inputs(p)
         ta, tb = tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev)
-        tc = tvm.runtime.tensor(np.full((p.m, p.n), np.nan, np.float32), dev)
+        tc = tvm.runtime.tensor(np.full(ref.shape, np.nan, np.float32), dev)
         start = time.perf_counter()
         lib["main"](ta, tb, tc)
         once = time.perf_counter() - start
-        ref = a.astype(np.float64) @ b.astype(np.float64)
-        if not np.allclose(tc.numpy(), ref, rtol=1e-4, atol=1e-5 * p.k):
+        if not np.allclose(tc.numpy(), ref, rtol=1e-4, atol=1e-5 * reduction_size(p)):
             log.warning("MetaSchedule candidate for %s computes a wrong result; skipped", p.name)
             return 0.0
         if once >= _REPEAT_S:

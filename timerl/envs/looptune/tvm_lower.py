@@ -3,8 +3,10 @@
 The only module of the package that imports ``tvm`` (lazily: ``import tvm`` costs 1-7 s).
 TVM 0.27 names: ``tvm.script`` with the ``tirx`` dialect, JSON-dict targets, ``tvm.compile``.
 
-The function computes ``T = A @ B`` (the compute nest, after ``T = 0``) and then
-``C = T`` (the write-back nest). Each nest is written out loop by loop, as LoopNest runs
+The function ``main(A, B, C)`` takes the kernel's ``lhs``, ``rhs`` and output
+(:mod:`.kernels`; for matmul ``T = A @ B``): it zeroes an accumulator ``T`` shaped like
+the output, runs the compute nest, then copies ``T`` into ``C`` (the write-back nest).
+Index expressions come from the kernel (``X[i+r, c]`` reads ``A[i0*8 + i1 + r0, c0]``). Each nest is written out loop by loop, as LoopNest runs
 it: a loop ``for n in 3 r 16`` over a region of its dim runs ``3`` full iterations of
 its inner loops (a **main loop**), then the ``16`` leftover elements once through a
 copy of the inner loops restricted to them (the **remainder**), where the next loop of
@@ -19,9 +21,10 @@ the remainder alike::
       for n' in vectorized(16): T[m, n' + 96] += A[m, k] * B[k, n' + 96]
 
 Loops of one iteration are not emitted (their offset is a constant). As LoopNest does,
-an innermost loop over ``n`` (unit stride in ``B``, ``T`` and ``C``) at most
-``max_lanes`` wide is vectorized; wider ones are left to LLVM's own vectorizer. An
-innermost ``m`` or ``k`` loop is not vectorized: 64-lane gathers and scatters cost LLVM
+an innermost loop over the kernel's :attr:`~.Kernel.vector_dim` (the output's last dim:
+unit stride in ``T`` and ``C``; ``n`` for matmul) at most ``max_lanes`` wide is
+vectorized; wider ones are left to LLVM's own vectorizer. An innermost loop over another
+dim (``m`` or ``k``) is not vectorized: 64-lane gathers and scatters cost LLVM
 1-3 s per state and run no faster. Explicit unrolling (``pragma_auto_unroll_max_step``
 on the outermost loop of each nest) is off by default and capped at
 :data:`MAX_UNROLL_STEP`: full unrolls of big loops cost seconds of LLVM time, and LLVM's
@@ -32,10 +35,12 @@ single-threaded whatever ``TVM_NUM_THREADS`` says.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from timerl.envs.looptune.ir import Dim, Loop, LoopState, Nest, check, steps
+from timerl.envs.looptune.ir import Loop, LoopState, Nest, check, steps
+from timerl.envs.looptune.kernels import Access
 from timerl.errors import TimeRLError
 
 MAX_UNROLL_STEP = 64
@@ -94,28 +99,33 @@ class _Emitter:
     """Writes one nest as TVMScript lines (see the module doc)."""
 
     def __init__(
-        self, loops: tuple[Loop, ...], steps_: tuple[int, ...], body: str, max_lanes: int, unroll: int
+        self,
+        loops: tuple[Loop, ...],
+        steps_: tuple[int, ...],
+        body: Callable[[dict[str, str]], str],
+        vector_dim: str,
+        max_lanes: int,
+        unroll: int,
     ):
         self.loops, self.steps, self.body = loops, steps_, body
-        self.max_lanes, self.unroll = max_lanes, unroll
+        self.vector_dim, self.max_lanes, self.unroll = vector_dim, max_lanes, unroll
         self.lines: list[str] = []
         self.names: list[str] = []
-        seen: dict[Dim, int] = {}
+        seen: dict[str, int] = {}
         for lp in loops:
             seen[lp.dim] = seen.get(lp.dim, -1) + 1
-            self.names.append(f"{lp.dim.value}{seen[lp.dim]}")
+            self.names.append(f"{lp.dim}{seen[lp.dim]}")
 
-    def emit(self, i: int, regions: dict[Dim, _Region], depth: int) -> None:
+    def emit(self, i: int, regions: dict[str, _Region], depth: int) -> None:
         """Loops ``i..`` (and the body) over ``regions``, indented ``depth`` levels."""
         pad = "    " * depth
         if i == len(self.loops):
-            idx = {d.value: r.offset for d, r in regions.items()}
-            self.lines.append(pad + self.body.format(**idx))
+            self.lines.append(pad + self.body({d: r.offset for d, r in regions.items()}))
             return
         lp, step = self.loops[i], self.steps[i]
         reg = regions[lp.dim]
         full, rem = divmod(reg.extent, step)
-        innermost_n = i == len(self.loops) - 1 and lp.dim is Dim.N
+        innermost_n = i == len(self.loops) - 1 and lp.dim == self.vector_dim
         if innermost_n and 1 < full <= self.max_lanes and full & (full - 1):
             # TVM's vectors of 48 or 112 lanes run 3-5x slower than LLVM's own loop:
             # vectorize the power-of-two pieces (48 = 32 + 16) one after the other.
@@ -143,7 +153,7 @@ class _Emitter:
         if rem:
             self.emit(i + 1, {**regions, lp.dim: reg.at(None, full * step, rem)}, depth)
 
-    def _loop(self, i: int, regions: dict[Dim, _Region], depth: int, start: int, rng: str) -> None:
+    def _loop(self, i: int, regions: dict[str, _Region], depth: int, start: int, rng: str) -> None:
         """``for var in rng`` (loop ``i``, from ``start`` elements into its region) and its body."""
         lp, step, var = self.loops[i], self.steps[i], self.names[i]
         self.lines.append("    " * depth + f"for {var} in {rng}:")
@@ -160,24 +170,38 @@ def script(state: LoopState, max_lanes: int = 64, unroll_max_step: int = 0) -> s
         )
     check(state)
     p = state.problem
+    k, ext = p.kernel, p.extents
     st = steps(state)
+
+    def shape(acc: Access) -> str:
+        return "(" + ", ".join(str(n) for n in acc.shape(ext)) + ",)"
+
+    out_shape = shape(k.out)
+    zs = [f"z{a}" for a in range(len(k.out.axes))]
     lines = [
         "@T.prim_func",
-        f'def main(A: T.Buffer(({p.m}, {p.k}), "float32"), B: T.Buffer(({p.k}, {p.n}), "float32"), '
-        f'C: T.Buffer(({p.m}, {p.n}), "float32")):',
+        f'def main(A: T.Buffer({shape(k.lhs)}, "float32"), B: T.Buffer({shape(k.rhs)}, "float32"), '
+        f'C: T.Buffer({out_shape}, "float32")):',
         '    T.func_attr({"tirx.noalias": True, "global_symbol": "main"})',
-        f'    Tt = T.decl_buffer(({p.m}, {p.n}), "float32")',
-        f"    for i, j in T.grid({p.m}, {p.n}):",
-        "        Tt[i, j] = T.float32(0.0)",
+        f'    Tt = T.decl_buffer({out_shape}, "float32")',
+        f"    for {', '.join(zs)} in T.grid{out_shape}:",
+        f"        Tt[{', '.join(zs)}] = T.float32(0.0)",
     ]
-    bodies = {
-        Nest.COMPUTE: "Tt[{m}, {n}] = Tt[{m}, {n}] + A[{m}, {k}] * B[{k}, {n}]",
-        Nest.WRITE: "C[{m}, {n}] = Tt[{m}, {n}]",
-    }
+
+    def compute(idx: dict[str, str]) -> str:
+        acc = k.out.text(idx, "Tt")
+        return f"{acc} = {acc} + {k.lhs.text(idx, 'A')} * {k.rhs.text(idx, 'B')}"
+
+    def write(idx: dict[str, str]) -> str:
+        return f"{k.out.text(idx, 'C')} = {k.out.text(idx, 'Tt')}"
+
+    bodies = {Nest.COMPUTE: compute, Nest.WRITE: write}
     for nest in (Nest.COMPUTE, Nest.WRITE):
         idx = [i for i, lp in enumerate(state.loops) if lp.nest is nest]
         loops = tuple(state.loops[i] for i in idx)
-        em = _Emitter(loops, tuple(st[i] for i in idx), bodies[nest], max_lanes, unroll_max_step)
+        em = _Emitter(
+            loops, tuple(st[i] for i in idx), bodies[nest], k.vector_dim, max_lanes, unroll_max_step
+        )
         regions = {lp.dim: _Region((), 0, p.extent(lp.dim)) for lp in loops}
         em.emit(0, regions, 1)
         lines.extend(em.lines)
