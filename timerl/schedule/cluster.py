@@ -95,6 +95,9 @@ class _Clusterer:
         self.members: dict[int, list[int]] = {n: [n] for n in pdg.nodes}
         self._aligned_cache: dict[tuple[Sym, ...], list[tuple[_Step, ...]]] = {}
         self._never_forward_cache: dict[Sym, bool] = {}
+        # per cluster, (dims, state) -> where one step from the cluster in that state
+        # leads (see :meth:`_successors`); dropped when the cluster changes
+        self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], Vec], tuple[tuple[int, Vec], ...]]] = {}
 
     def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[_Step, ...]]:
         """Per edge, how it moves a path's distance along each of ``dims`` (see :func:`_step`),
@@ -136,6 +139,43 @@ class _Clusterer:
         steps = self._aligned(dims)[k][: len(dims)]
         return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
 
+    def _successors(self, cl: int, dims: tuple[Sym, ...], vec: Vec) -> tuple[tuple[int, Vec], ...]:
+        """The (sink node, state) pairs one edge leads to from cluster ``cl`` (outside the
+        merge candidate) in state ``vec``, in the order of its members and their edges.
+
+        Left out: edges no point can take, edges inside ``cl`` that leave the state as it
+        is (they reach a state ``cl`` already has), and a pair whose sink's cluster and
+        state a later pair repeats (the later one reaches that state first on the
+        work stack of :meth:`_paths_ok`, which makes the earlier one a no-op). Clusters
+        only grow, so sinks in one cluster stay in one; the entry is dropped when ``cl``
+        changes.
+        """
+        per = self._succ_cache.setdefault(cl, {})
+        key = (dims, vec)
+        got = per.get(key)
+        if got is not None:
+            return got
+        edges, cluster_of = self.pdg.edges, self.cluster_of
+        items: list[tuple[int, Vec]] = []
+        for node in self.members[cl]:
+            for k in self.out[node]:
+                sink = edges[k].sink
+                nv = self._walk(k, dims, vec)
+                if nv is None:
+                    continue
+                if sink != node and nv == vec and cluster_of[sink] == cl:
+                    continue
+                items.append((sink, nv))
+        seen: set[tuple[int, Vec]] = set()
+        kept: list[tuple[int, Vec]] = []
+        for sink, nv in reversed(items):
+            tag = (cluster_of[sink], nv)
+            if tag not in seen:
+                seen.add(tag)
+                kept.append((sink, nv))
+        got = per[key] = tuple(reversed(kept))
+        return got
+
     def _paths_ok(self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]) -> bool:
         """Whether, for one of the loop directions ``signs_ok``, every path from ``inside``
         back to ``inside`` through other statements reads strictly earlier points.
@@ -155,41 +195,45 @@ class _Clusterer:
         nd = len(dims)
         zero = self._start(dims)
         back = self._reaching(inside)
+        cluster_of = self.cluster_of
+        in_reps = {cluster_of[m] for m in inside}
         states: dict[int, list[Vec]] = defaultdict(list)
+        # every state ever added to a cluster's boxes: one of its boxes still contains it
+        added: set[tuple[int, Vec]] = set()
         work: list[tuple[int, Vec]] = []
         for m in inside:
             for k in self.out[m]:
                 sink = self.pdg.edges[k].sink
-                if sink not in inside and self.cluster_of[sink] in back:
+                if sink not in inside and cluster_of[sink] in back:
                     nv = self._walk(k, dims, zero)
                     if nv is not None:
-                        work.append((self.cluster_of[sink], nv))
+                        work.append((cluster_of[sink], nv))
         while work:
-            cl, vec = work.pop()
-            if not _insert(states[cl], vec):
+            item = work.pop()
+            if item in added:
                 continue
-            if len(states[cl]) > _MAX_VECS:
-                h = states[cl][0]
-                for v in states[cl][1:]:
+            cl, vec = item
+            boxes = states[cl]
+            if not _insert(boxes, vec):
+                continue
+            added.add(item)
+            if len(boxes) > _MAX_VECS:
+                h = boxes[0]
+                for v in boxes[1:]:
                     h = tuple(hull(a, b) for a, b in zip(h, v, strict=True))
-                states[cl][:] = [h]
+                boxes[:] = [h]
                 vec = h
+                added.add((cl, h))
             if prune and vec[0][1] < 0:
                 continue
-            for node in self.members[cl]:
-                for k in self.out[node]:
-                    sink = self.pdg.edges[k].sink
-                    nv = self._walk(k, dims, vec)
-                    if nv is None:
-                        continue
-                    if sink in inside:
-                        viable = [sg for sg in viable if lex_nonpositive(nv[:nd], sg, strict=True)]
-                        if not viable:
-                            return False
-                        continue
-                    scl = self.cluster_of[sink]
-                    if scl in back and (scl != cl or sink == node or nv != vec):
-                        work.append((scl, nv))
+            for sink, nv in self._successors(cl, dims, vec):
+                scl = cluster_of[sink]
+                if scl in in_reps:
+                    viable = [sg for sg in viable if lex_nonpositive(nv[:nd], sg, strict=True)]
+                    if not viable:
+                        return False
+                elif scl in back:
+                    work.append((scl, nv))
         return True
 
     def _reaching(self, inside: set[int]) -> set[int]:
@@ -251,6 +295,8 @@ class _Clusterer:
             return False
         for m in inside:
             self.cluster_of[m] = reps[0]
+        for r in reps:
+            self._succ_cache.pop(r, None)
         self.members[reps[0]] = order
         for r in reps[1:]:
             del self.members[r]
