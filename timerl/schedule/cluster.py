@@ -41,7 +41,6 @@ from timerl.schedule.distance import (
     INF,
     Interval,
     add,
-    contains,
     edge_offsets,
     hull,
     lex_nonpositive,
@@ -95,6 +94,10 @@ class _Clusterer:
         self.members: dict[int, list[int]] = {n: [n] for n in pdg.nodes}
         self._aligned_cache: dict[tuple[Sym, ...], list[tuple[_Step, ...]]] = {}
         self._never_forward_cache: dict[Sym, bool] = {}
+        # statements refused before: clusters only grow, which adds paths (a path reaching one
+        # member reaches all of it) and never removes one, so they stay refused
+        self._refused: set[frozenset[int]] = set()
+        self._lex_safe_cache: dict[tuple[Sym, ...], dict[tuple[int, ...], int]] = {}
         # per cluster, (dims, state) -> where one step from the cluster in that state
         # leads (see :meth:`_successors`); dropped when the cluster changes
         self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], Vec], tuple[tuple[int, Vec], ...]]] = {}
@@ -190,11 +193,31 @@ class _Clusterer:
         safe whatever follows and is not followed further.
         """
         outer_forward = bool(dims) and all(sg[0] == 1 for sg in signs_ok)
-        viable = list(signs_ok)
         prune = outer_forward and self._never_forward(dims[0])
+        back = self._reaching(inside)
+        safe = self._lex_safe(dims)
+        # The answer is whether some direction allows every path, so the directions can be
+        # tried in groups: first each one along which no edge makes a distance later
+        # (there a path already strictly negative is not followed, see
+        # :func:`_settled_negative`), then the rest together.
+        nd = len(dims)
+        firm = [sg for sg in signs_ok if safe[sg] == nd]
+        rest = [sg for sg in signs_ok if safe[sg] != nd]
+        groups = [[sg] for sg in firm] + ([rest] if rest else [])
+        return any(self._paths_ok_for(inside, dims, g, prune, back, safe) for g in groups)
+
+    def _paths_ok_for(
+        self,
+        inside: set[int],
+        dims: tuple[Sym, ...],
+        viable: list[tuple[int, ...]],
+        prune: bool,
+        back: set[int],
+        safe: dict[tuple[int, ...], int],
+    ) -> bool:
+        """:meth:`_paths_ok` for the directions ``viable``, ``prune`` and ``back`` given."""
         nd = len(dims)
         zero = self._start(dims)
-        back = self._reaching(inside)
         cluster_of = self.cluster_of
         in_reps = {cluster_of[m] for m in inside}
         states: dict[int, list[Vec]] = defaultdict(list)
@@ -226,6 +249,8 @@ class _Clusterer:
                 added.add((cl, h))
             if prune and vec[0][1] < 0:
                 continue
+            if _settled_negative(vec, viable, safe):
+                continue
             for sink, nv in self._successors(cl, dims, vec):
                 scl = cluster_of[sink]
                 if scl in in_reps:
@@ -255,6 +280,39 @@ class _Clusterer:
                         stack.append(m)
         return out
 
+    def _lex_safe(self, dims: tuple[Sym, ...]) -> dict[tuple[int, ...], int]:
+        """Per loop direction ``signs`` over ``dims``: the longest prefix of dims along which
+        no edge can make a path's distance lexicographically later.
+
+        An edge moves the top of a path's distance along dim ``j`` (its upper end when
+        ``signs[j] = 1``, minus its lower end when ``-1``) by at most ``delta[j]``: the
+        offset's end for a read (``tied``), the position's end for a ``drop``, 0 for
+        ``none`` and a ``bcast`` upwards, unbounded for a ``bcast`` downwards. Where every
+        edge's ``delta`` is lexicographically ``<= 0`` on the prefix, a path whose
+        distance is strictly negative (:func:`~timerl.schedule.distance.lex_nonpositive`)
+        on it stays so however it goes on (clamping keeps each top's sign).
+        """
+        got = self._lex_safe_cache.get(dims)
+        if got is None:
+            nd = len(dims)
+            steps = [st[:nd] for st in self._aligned(dims)]
+            got = {}
+            for signs in itertools.product((1, -1), repeat=nd):
+                k = nd
+                for st in steps:
+                    for j in range(k):
+                        x = _top_move(st[j], signs[j])
+                        if x < 0:
+                            break
+                        if x > 0:
+                            k = j
+                            break
+                    if k == 0:
+                        break
+                got[signs] = k
+            self._lex_safe_cache[dims] = got
+        return got
+
     def _never_forward(self, d: Sym) -> bool:
         """Whether no edge reads a later point along ``d`` (every offset's upper end <= 0)."""
         got = self._never_forward_cache.get(d)
@@ -276,6 +334,9 @@ class _Clusterer:
             return False
         dims = first.domain
         inside = {m for r in reps for m in self.members[r]}
+        key = frozenset(inside)
+        if key in self._refused:
+            return False
         intra: list[tuple[int, Vec]] = []
         for m in inside:
             for k in self.out[m]:
@@ -292,6 +353,7 @@ class _Clusterer:
         if order is None:
             return False
         if not self._paths_ok(inside, dims, signs_ok):
+            self._refused.add(key)
             return False
         for m in inside:
             self.cluster_of[m] = reps[0]
@@ -394,13 +456,50 @@ def _move(step: _Step, v: Interval) -> Interval:
     return v
 
 
+def _top_move(step: _Step, sign: int) -> float:
+    """How far one edge can raise the top of a path's distance along one dim (see
+    :meth:`_Clusterer._lex_safe`)."""
+    kind = step[0]
+    if kind in ("tied", "drop"):
+        return step[1][1] if sign > 0 else -step[1][0]
+    if kind == "bcast":
+        return 0 if sign > 0 else INF
+    return 0
+
+
+def _settled_negative(vec: Vec, viable: list[tuple[int, ...]], safe: dict[tuple[int, ...], int]) -> bool:
+    """Whether every path continuing from ``vec`` returns strictly lexicographically
+    negative under every direction in ``viable``: ``vec`` is so already on a prefix of
+    dims along which no edge makes a distance later (see :meth:`_Clusterer._lex_safe`)."""
+    for signs in viable:
+        for j in range(safe[signs]):
+            lo, hi = vec[j]
+            top = hi if signs[j] > 0 else -lo
+            if top < 0:
+                break
+            if top > 0:
+                return False
+        else:
+            return False
+    return True
+
+
 def _insert(vecs: list[Vec], v: Vec) -> bool:
     """Add ``v`` to a list of boxes unless one contains it; drop boxes it contains."""
     for w in vecs:
-        if all(contains(x, y) for x, y in zip(w, v, strict=True)):
-            return False
-    vecs[:] = [w for w in vecs if not all(contains(y, x) for x, y in zip(w, v, strict=True))]
-    vecs.append(v)
+        for (a, b), (c, d) in zip(w, v, strict=True):
+            if a > c or d > b:
+                break
+        else:
+            return False  # w contains v
+    keep = []
+    for w in vecs:
+        for (a, b), (c, d) in zip(v, w, strict=True):
+            if a > c or d > b:
+                keep.append(w)  # v does not contain w
+                break
+    keep.append(v)
+    vecs[:] = keep
     return True
 
 
