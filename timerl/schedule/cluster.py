@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
@@ -46,6 +47,8 @@ from timerl.schedule.distance import (
     lex_nonpositive,
 )
 from timerl.symbolic import TRUE, Const, Slice, Sym, index_symbols, substitute
+
+log = logging.getLogger(__name__)
 
 Vec = tuple[Interval, ...]
 _CLAMP = 2  # offsets beyond +-_CLAMP widen to infinity, so path analysis terminates
@@ -98,6 +101,10 @@ class _Clusterer:
         # member reaches all of it) and never removes one, so they stay refused
         self._refused: set[frozenset[int]] = set()
         self._lex_safe_cache: dict[tuple[Sym, ...], dict[tuple[int, ...], int]] = {}
+        self.checks = 0  # path analyses run (one per loop direction group tried)
+        self.visits = 0  # path states taken off the work stack
+        self.walks = 0  # edge steps computed (the rest come from the per-cluster cache)
+        self._flat_cache: dict[tuple[tuple[Sym, ...], tuple[int, ...]], frozenset[int]] = {}
         # per cluster, (dims, state) -> where one step from the cluster in that state
         # leads (see :meth:`_successors`); dropped when the cluster changes
         self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], Vec], tuple[tuple[int, Vec], ...]]] = {}
@@ -108,7 +115,7 @@ class _Clusterer:
         got = self._aligned_cache.get(dims)
         if got is None:
             pdg = self.pdg
-            extra = [s for s, _ in pdg.dims if s not in dims]
+            extra = [s for s, _ in pdg.dims if _pos(dims, s) < 0]
             got = self._aligned_cache[dims] = [
                 tuple(_step(e, pdg, off, d) for d in dims) + tuple(_abs_step(e, pdg, off, x) for x in extra)
                 for e, off in zip(pdg.edges, self.offs, strict=True)
@@ -117,11 +124,12 @@ class _Clusterer:
 
     def _start(self, dims: tuple[Sym, ...]) -> Vec:
         """A path's state at a cluster member: distance 0, no position along other dims."""
-        return tuple((0, 0) for _ in dims) + tuple(FULL for s, _ in self.pdg.dims if s not in dims)
+        return tuple((0, 0) for _ in dims) + tuple(FULL for s, _ in self.pdg.dims if _pos(dims, s) < 0)
 
     def _walk(self, k: int, dims: tuple[Sym, ...], state: Vec) -> Vec | None:
         """A path's state after edge ``k``: distances along ``dims`` (see :meth:`_vec`), then
         absolute positions along the other dims; None when no point of the path can take it."""
+        self.walks += 1
         steps = self._aligned(dims)[k]
         n = len(dims)
         out = [_clamp(_move(st, v)) for st, v in zip(steps[:n], state[:n], strict=True)]
@@ -194,17 +202,22 @@ class _Clusterer:
         """
         outer_forward = bool(dims) and all(sg[0] == 1 for sg in signs_ok)
         prune = outer_forward and self._never_forward(dims[0])
-        back = self._reaching(inside)
         safe = self._lex_safe(dims)
         # The answer is whether some direction allows every path, so the directions can be
-        # tried in groups: first each one along which no edge makes a distance later
-        # (there a path already strictly negative is not followed, see
-        # :func:`_settled_negative`), then the rest together.
-        nd = len(dims)
-        firm = [sg for sg in signs_ok if safe[sg] == nd]
-        rest = [sg for sg in signs_ok if safe[sg] != nd]
-        groups = [[sg] for sg in firm] + ([rest] if rest else [])
-        return any(self._paths_ok_for(inside, dims, g, prune, back, safe) for g in groups)
+        # tried one by one, those along which no edge makes a distance later on the longest
+        # prefix of dims first (see :meth:`_lex_safe`), the rest together. For one such
+        # direction, a path already strictly negative on the prefix stays so (it is not
+        # followed, see :func:`_settled_negative`), so only paths along edges that keep
+        # the prefix at 0 (:meth:`_flat`) can return too early: only clusters reaching
+        # ``inside`` along those are followed.
+        firm = sorted((sg for sg in signs_ok if safe[sg] > 0), key=lambda sg: -safe[sg])
+        for sg in firm:
+            if self._paths_ok_for(
+                inside, dims, [sg], prune, self._reaching(inside, self._flat(dims, sg)), safe
+            ):
+                return True
+        rest = [sg for sg in signs_ok if safe[sg] == 0]
+        return bool(rest) and self._paths_ok_for(inside, dims, rest, prune, self._reaching(inside), safe)
 
     def _paths_ok_for(
         self,
@@ -231,8 +244,10 @@ class _Clusterer:
                     nv = self._walk(k, dims, zero)
                     if nv is not None:
                         work.append((cluster_of[sink], nv))
+        self.checks += 1
         while work:
             item = work.pop()
+            self.visits += 1
             if item in added:
                 continue
             cl, vec = item
@@ -261,14 +276,17 @@ class _Clusterer:
                     work.append((scl, nv))
         return True
 
-    def _reaching(self, inside: set[int]) -> set[int]:
-        """Clusters (outside ``inside``) from which some path leads into ``inside``."""
+    def _reaching(self, inside: set[int], edges: frozenset[int] | None = None) -> set[int]:
+        """Clusters (outside ``inside``) from which some path (along ``edges`` only, when
+        given) leads into ``inside``."""
         out: set[int] = set()
         stack = list(inside)
         seen_nodes = set(inside)
         while stack:
             n = stack.pop()
             for k in self.inn[n]:
+                if edges is not None and k not in edges:
+                    continue
                 src = self.pdg.edges[k].src
                 if src in seen_nodes:
                     continue
@@ -311,6 +329,21 @@ class _Clusterer:
                         break
                 got[signs] = k
             self._lex_safe_cache[dims] = got
+        return got
+
+    def _flat(self, dims: tuple[Sym, ...], signs: tuple[int, ...]) -> frozenset[int]:
+        """The edges that leave the top of a path's distance as it is along the first
+        ``self._lex_safe(dims)[signs]`` dims (every other edge makes it strictly negative
+        there, see :meth:`_lex_safe`)."""
+        key = (dims, signs)
+        got = self._flat_cache.get(key)
+        if got is None:
+            k = self._lex_safe(dims)[signs]
+            got = self._flat_cache[key] = frozenset(
+                e
+                for e, st in enumerate(self._aligned(dims))
+                if all(_top_move(st[j], signs[j]) == 0 for j in range(k))
+            )
         return got
 
     def _never_forward(self, d: Sym) -> bool:
@@ -371,14 +404,23 @@ class _Clusterer:
 _Step = tuple
 
 
+def _pos(dims: tuple[Sym, ...], d: Sym) -> int:
+    """Index of ``d`` in ``dims`` (-1 if absent); symbols are interned, so by identity
+    (``==`` on symbols builds a symbolic comparison)."""
+    for j, x in enumerate(dims):
+        if x is d:
+            return j
+    return -1
+
+
 def _step(e: Edge, pdg: PDG, off: dict[Sym, Interval], d: Sym) -> _Step:
     if d in off:
         return ("tied", off[d])
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
-    if d in src.domain:
-        comp = e.phi[src.domain.index(d)]
-        return ("drop", _position(comp))
-    if d in sink.domain:
+    j = _pos(src.domain, d)
+    if j >= 0:
+        return ("drop", _position(e.phi[j]))
+    if _pos(sink.domain, d) >= 0:
         return ("bcast",)
     return ("none",)
 
@@ -394,13 +436,13 @@ def _abs_step(e: Edge, pdg: PDG, off: dict[Sym, Interval], x: Sym) -> _Step:
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
     b = pdg.static_bounds.get(pdg.bound_of(x))
     box: Interval = (0, INF if b is None else b - 1)
-    if x in src.domain:
-        comp = e.phi[src.domain.index(x)]
-        read = _read_positions(comp, pdg, sink.domain)
-        if x in sink.domain:
+    j = _pos(src.domain, x)
+    if j >= 0:
+        read = _read_positions(e.phi[j], pdg, sink.domain)
+        if _pos(sink.domain, x) >= 0:
             return ("tied", off[x], read, box)
         return ("drop", read)
-    if x in sink.domain:
+    if _pos(sink.domain, x) >= 0:
         return ("bcast", box)
     return ("none",)
 
@@ -528,6 +570,21 @@ def _member_order(inside: set[int], intra: list[tuple[Edge, Vec]]) -> list[int] 
 
 def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
     """Merge nodes into statements; return (cluster PDG, representative -> members in order)."""
+    c = _merge_all(pdg)
+    members = {order[0]: order for order in c.members.values()}
+    rep = {nid: order[0] for order in members.values() for nid in order}
+    edges = []
+    for e in pdg.edges:
+        a, b = rep[e.src], rep[e.sink]
+        if a == b and _is_identity(e, pdg):
+            continue
+        edges.append(replace(e, src=a, sink=b))
+    nodes = {r: pdg.nodes[r] for r in members}
+    return pdg.with_(nodes=nodes, edges=tuple(edges)), members
+
+
+def _merge_all(pdg: PDG) -> _Clusterer:
+    """The greedy merges of :func:`cluster_pdg` (the clusterer keeps its work counts)."""
     c = _Clusterer(pdg)
     # Whole groups of nodes linked by data edges within one domain first (one path analysis
     # each; most of them merge), then along data edges one at a time (producer-consumer
@@ -545,16 +602,11 @@ def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
     for reps in groups.values():
         for x, y in itertools.combinations(reps, 2):
             c.try_merge(x, y)
-    members = {order[0]: order for order in c.members.values()}
-    rep = {nid: order[0] for order in members.values() for nid in order}
-    edges = []
-    for e in pdg.edges:
-        a, b = rep[e.src], rep[e.sink]
-        if a == b and _is_identity(e, pdg):
-            continue
-        edges.append(replace(e, src=a, sink=b))
-    nodes = {r: pdg.nodes[r] for r in members}
-    return pdg.with_(nodes=nodes, edges=tuple(edges)), members
+    log.debug(
+        "clustered %d nodes into %d statements: %d merge checks, %d path states, %d edge steps",
+        len(pdg.nodes), len(c.members), c.checks, c.visits, c.walks,
+    )  # fmt: skip
+    return c
 
 
 def _linked_groups(pdg: PDG) -> list[list[int]]:
