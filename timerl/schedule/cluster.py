@@ -104,6 +104,8 @@ class _Clusterer:
         self.checks = 0  # path analyses run (one per loop direction group tried)
         self.visits = 0  # path states taken off the work stack
         self.walks = 0  # edge steps computed (the rest come from the per-cluster cache)
+        self._intra: dict[int, list[tuple[int, Vec]]] = {}  # see :meth:`_intra_of`
+        self._signs: dict[int, tuple[tuple[int, ...], ...]] = {}  # see :meth:`_signs_of`
         self._flat_cache: dict[tuple[tuple[Sym, ...], tuple[int, ...]], frozenset[int]] = {}
         # per cluster, (dims, state) -> where one step from the cluster in that state
         # leads (see :meth:`_successors`); dropped when the cluster changes
@@ -353,6 +355,46 @@ class _Clusterer:
             got = self._never_forward_cache[d] = all(off[d][1] <= 0 for off in self.offs if d in off)
         return got
 
+    def _intra_of(self, r: int, dims: tuple[Sym, ...]) -> list[tuple[int, Vec]]:
+        """(edge, distance) for the edges inside cluster ``r``."""
+        got = self._intra.get(r)
+        if got is None:  # a single node: its self-edges
+            got = self._intra[r] = [
+                (k, self._vec(k, dims)) for k in self.out[r] if self.pdg.edges[k].sink == r
+            ]
+        return got
+
+    def _signs_of(self, r: int, dims: tuple[Sym, ...]) -> tuple[tuple[int, ...], ...]:
+        """The loop directions the edges inside cluster ``r`` allow (in a fixed order)."""
+        got = self._signs.get(r)
+        if got is None:
+            edges, intra = self.pdg.edges, self._intra_of(r, dims)
+            got = self._signs[r] = tuple(
+                signs
+                for signs in itertools.product((1, -1), repeat=len(dims))
+                if all(lex_nonpositive(v, signs, strict=edges[k].src == edges[k].sink) for k, v in intra)
+            )
+        return got
+
+    def _cross_edges(self, reps: list[int]) -> list[int]:
+        """The edges between two different clusters of ``reps`` (found from all but the largest)."""
+        big = max(reps, key=lambda r: len(self.members[r]))
+        rset = set(reps)
+        edges, cluster_of = self.pdg.edges, self.cluster_of
+        out: list[int] = []
+        for r in reps:
+            if r == big:
+                continue
+            for m in self.members[r]:
+                for k in self.out[m]:
+                    c = cluster_of[edges[k].sink]
+                    if c != r and c in rset:
+                        out.append(k)
+                for k in self.inn[m]:
+                    if cluster_of[edges[k].src] == big:
+                        out.append(k)
+        return out
+
     def try_merge(self, a: int, b: int) -> bool:
         return self.try_merge_many([a, b])
 
@@ -363,22 +405,26 @@ class _Clusterer:
         if len(reps) < 2:
             return False
         first = pdg.nodes[reps[0]]
-        if any(pdg.nodes[r].domain != first.domain or pdg.nodes[r].cond is not first.cond for r in reps[1:]):
-            return False
         dims = first.domain
+        if any(
+            not _same_dims(pdg.nodes[r].domain, dims) or pdg.nodes[r].cond is not first.cond for r in reps[1:]
+        ):
+            return False
         inside = {m for r in reps for m in self.members[r]}
         key = frozenset(inside)
         if key in self._refused:
             return False
-        intra: list[tuple[int, Vec]] = []
-        for m in inside:
-            for k in self.out[m]:
-                if pdg.edges[k].sink in inside:
-                    intra.append((k, self._vec(k, dims)))
+        # the edges inside each cluster and the loop directions they allow are kept per
+        # cluster; only the edges between the clusters are new
+        cross = self._cross_edges(reps)
+        intra = [kv for r in reps for kv in self._intra_of(r, dims)]
+        intra += [(k, self._vec(k, dims)) for k in cross]
+        allowed = [set(self._signs_of(r, dims)) for r in reps[1:]]
         signs_ok = [
             signs
-            for signs in itertools.product((1, -1), repeat=len(dims))
-            if all(lex_nonpositive(v, signs, strict=pdg.edges[k].src == pdg.edges[k].sink) for k, v in intra)
+            for signs in self._signs_of(reps[0], dims)
+            if all(signs in a for a in allowed)
+            and all(lex_nonpositive(self._vec(k, dims), signs, strict=False) for k in cross)
         ]
         if not signs_ok:
             return False
@@ -392,6 +438,10 @@ class _Clusterer:
             self.cluster_of[m] = reps[0]
         for r in reps:
             self._succ_cache.pop(r, None)
+            self._intra.pop(r, None)
+            self._signs.pop(r, None)
+        self._intra[reps[0]] = intra
+        self._signs[reps[0]] = tuple(signs_ok)
         self.members[reps[0]] = order
         for r in reps[1:]:
             del self.members[r]
@@ -402,6 +452,10 @@ class _Clusterer:
 # the dim; ("drop", position) when only the source has it (the sink reads it at that
 # absolute position); ("bcast",) when only the sink has it; ("none",) when neither has it.
 _Step = tuple
+
+
+def _same_dims(a: tuple[Sym, ...], b: tuple[Sym, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _pos(dims: tuple[Sym, ...], d: Sym) -> int:
