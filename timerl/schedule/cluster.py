@@ -21,6 +21,18 @@ running forwards (``x[t - 1]``) and backwards (``x[t + 1]``) never share a clust
 n-step learning (reading ``r[t:t + n]``) stays apart from acting, so isl can still
 interleave them.
 
+Cost: the path check is a fixpoint over (cluster, distance box) states, run for every
+candidate merge, so it is kept from growing with the program (issues 10 and 15). The
+answer does not depend on the order states are explored in (as long as no cluster
+collects more than ``_MAX_VECS`` boxes, when their hull is taken), which allows:
+one step from a cluster in a given state is computed once and reused by later checks
+until that cluster changes; loop directions are tried one at a time where no edge can
+make a distance lexicographically later on a prefix of dims (there a path already
+strictly negative on the prefix is not followed, and only clusters that reach the merge
+along edges keeping the prefix at 0 are); a refused merge of the same members is not
+checked again (clusters only grow, which only adds paths). These skip only paths that
+cannot change the answer, so the merges made are the same as without them.
+
 Postcondition: the cluster PDG has one node per cluster (the representative, its first
 member in the member order) carrying every edge that is not an identity edge inside a
 cluster; :func:`expand_ast` turns ``Exec(cluster)`` back into member ``Exec``s.
