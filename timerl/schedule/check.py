@@ -22,11 +22,11 @@ import logging
 from collections.abc import Iterator, Mapping
 
 from timerl.errors import ScheduleError, SymbolicError, UndefinedPointError
-from timerl.pdg.ir import PDG, Node
+from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.schedule.isl import IslProgram
-from timerl.symbolic import Const, Sym, evaluate
+from timerl.symbolic import Const, Slice, Sym, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def check_reads_defined(pdg: PDG) -> None:
         if e.order_only:
             continue
         sink, src = pdg.nodes[e.sink], pdg.nodes[e.src]
-        if sink.op.kind is OpKind.MERGE:
+        if sink.op.kind is OpKind.MERGE or _reads_in_box(pdg, e):
             continue
         reads = prog.edge_map(e).range()
         bad = reads.subtract(defined_set(e.src)).intersect_params(context)
@@ -72,6 +72,34 @@ def check_reads_defined(pdg: PDG) -> None:
             f"(such as {example.split(' ')[0]} = ...), or guard the read with a condition."
         )
     log.debug("check_reads_defined: %d edges OK", len(pdg.edges))
+
+
+def _reads_in_box(pdg: PDG, e: Edge) -> bool:
+    """Whether ``e`` evidently reads only points of its source's domain, which is the whole
+    box ``0 <= d < D`` (no condition, not a ``MERGE``): every index is a dim of the reader
+    with the same bound, the whole range ``0:D``, or a constant below a static ``D``. Every
+    other edge is left to isl."""
+    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+    if src.op.kind is OpKind.MERGE or not (isinstance(src.cond, Const) and src.cond.value is True):
+        return False
+    try:
+        for d, comp in zip(src.domain, e.phi, strict=True):
+            bound = pdg.bound_of(d)
+            if isinstance(comp, Sym):
+                if not (any(x is comp for x in sink.domain) and pdg.bound_of(comp) is bound):
+                    return False
+            elif isinstance(comp, Slice):
+                if not (isinstance(comp.start, Const) and comp.start.value == 0 and comp.stop is bound):
+                    return False
+            elif isinstance(comp, Const):
+                size = pdg.static_bounds.get(bound)
+                if size is None or not 0 <= comp.value < size:
+                    return False
+            else:
+                return False
+    except (KeyError, ValueError):  # malformed: isl's check reports it
+        return False
+    return True
 
 
 # -- brute-force AST verification -------------------------------------------------------

@@ -21,6 +21,18 @@ running forwards (``x[t - 1]``) and backwards (``x[t + 1]``) never share a clust
 n-step learning (reading ``r[t:t + n]``) stays apart from acting, so isl can still
 interleave them.
 
+Cost: the path check is a fixpoint over (cluster, distance box) states, run for every
+candidate merge, so it is kept from growing with the program (issues 10 and 15). The
+answer does not depend on the order states are explored in (as long as no cluster
+collects more than ``_MAX_VECS`` boxes, when their hull is taken), which allows:
+one step from a cluster in a given state is computed once and reused by later checks
+until that cluster changes; loop directions are tried one at a time where no edge can
+make a distance lexicographically later on a prefix of dims (there a path already
+strictly negative on the prefix is not followed, and only clusters that reach the merge
+along edges keeping the prefix at 0 are); a refused merge of the same members is not
+checked again (clusters only grow, which only adds paths). These skip only paths that
+cannot change the answer, so the merges made are the same as without them.
+
 Postcondition: the cluster PDG has one node per cluster (the representative, its first
 member in the member order) carrying every edge that is not an identity edge inside a
 cluster; :func:`expand_ast` turns ``Exec(cluster)`` back into member ``Exec``s.
@@ -30,6 +42,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
@@ -41,12 +54,13 @@ from timerl.schedule.distance import (
     INF,
     Interval,
     add,
-    contains,
     edge_offsets,
     hull,
     lex_nonpositive,
 )
 from timerl.symbolic import TRUE, Const, Slice, Sym, index_symbols, substitute
+
+log = logging.getLogger(__name__)
 
 Vec = tuple[Interval, ...]
 _CLAMP = 2  # offsets beyond +-_CLAMP widen to infinity, so path analysis terminates
@@ -95,6 +109,19 @@ class _Clusterer:
         self.members: dict[int, list[int]] = {n: [n] for n in pdg.nodes}
         self._aligned_cache: dict[tuple[Sym, ...], list[tuple[_Step, ...]]] = {}
         self._never_forward_cache: dict[Sym, bool] = {}
+        # statements refused before: clusters only grow, which adds paths (a path reaching one
+        # member reaches all of it) and never removes one, so they stay refused
+        self._refused: set[frozenset[int]] = set()
+        self._lex_safe_cache: dict[tuple[Sym, ...], dict[tuple[int, ...], int]] = {}
+        self.checks = 0  # path analyses run (one per loop direction group tried)
+        self.visits = 0  # path states taken off the work stack
+        self.walks = 0  # edge steps computed (the rest come from the per-cluster cache)
+        self._intra: dict[int, list[tuple[int, Vec]]] = {}  # see :meth:`_intra_of`
+        self._signs: dict[int, tuple[tuple[int, ...], ...]] = {}  # see :meth:`_signs_of`
+        self._flat_cache: dict[tuple[tuple[Sym, ...], tuple[int, ...]], frozenset[int]] = {}
+        # per cluster, (dims, state) -> where one step from the cluster in that state
+        # leads (see :meth:`_successors`); dropped when the cluster changes
+        self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], Vec], tuple[tuple[int, Vec], ...]]] = {}
 
     def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[_Step, ...]]:
         """Per edge, how it moves a path's distance along each of ``dims`` (see :func:`_step`),
@@ -102,7 +129,7 @@ class _Clusterer:
         got = self._aligned_cache.get(dims)
         if got is None:
             pdg = self.pdg
-            extra = [s for s, _ in pdg.dims if s not in dims]
+            extra = [s for s, _ in pdg.dims if _pos(dims, s) < 0]
             got = self._aligned_cache[dims] = [
                 tuple(_step(e, pdg, off, d) for d in dims) + tuple(_abs_step(e, pdg, off, x) for x in extra)
                 for e, off in zip(pdg.edges, self.offs, strict=True)
@@ -111,11 +138,12 @@ class _Clusterer:
 
     def _start(self, dims: tuple[Sym, ...]) -> Vec:
         """A path's state at a cluster member: distance 0, no position along other dims."""
-        return tuple((0, 0) for _ in dims) + tuple(FULL for s, _ in self.pdg.dims if s not in dims)
+        return tuple((0, 0) for _ in dims) + tuple(FULL for s, _ in self.pdg.dims if _pos(dims, s) < 0)
 
     def _walk(self, k: int, dims: tuple[Sym, ...], state: Vec) -> Vec | None:
         """A path's state after edge ``k``: distances along ``dims`` (see :meth:`_vec`), then
         absolute positions along the other dims; None when no point of the path can take it."""
+        self.walks += 1
         steps = self._aligned(dims)[k]
         n = len(dims)
         out = [_clamp(_move(st, v)) for st, v in zip(steps[:n], state[:n], strict=True)]
@@ -136,6 +164,43 @@ class _Clusterer:
         steps = self._aligned(dims)[k][: len(dims)]
         return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
 
+    def _successors(self, cl: int, dims: tuple[Sym, ...], vec: Vec) -> tuple[tuple[int, Vec], ...]:
+        """The (sink node, state) pairs one edge leads to from cluster ``cl`` (outside the
+        merge candidate) in state ``vec``, in the order of its members and their edges.
+
+        Left out: edges no point can take, edges inside ``cl`` that leave the state as it
+        is (they reach a state ``cl`` already has), and a pair whose sink's cluster and
+        state a later pair repeats (the later one reaches that state first on the
+        work stack of :meth:`_paths_ok`, which makes the earlier one a no-op). Clusters
+        only grow, so sinks in one cluster stay in one; the entry is dropped when ``cl``
+        changes.
+        """
+        per = self._succ_cache.setdefault(cl, {})
+        key = (dims, vec)
+        got = per.get(key)
+        if got is not None:
+            return got
+        edges, cluster_of = self.pdg.edges, self.cluster_of
+        items: list[tuple[int, Vec]] = []
+        for node in self.members[cl]:
+            for k in self.out[node]:
+                sink = edges[k].sink
+                nv = self._walk(k, dims, vec)
+                if nv is None:
+                    continue
+                if sink != node and nv == vec and cluster_of[sink] == cl:
+                    continue
+                items.append((sink, nv))
+        seen: set[tuple[int, Vec]] = set()
+        kept: list[tuple[int, Vec]] = []
+        for sink, nv in reversed(items):
+            tag = (cluster_of[sink], nv)
+            if tag not in seen:
+                seen.add(tag)
+                kept.append((sink, nv))
+        got = per[key] = tuple(reversed(kept))
+        return got
+
     def _paths_ok(self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]) -> bool:
         """Whether, for one of the loop directions ``signs_ok``, every path from ``inside``
         back to ``inside`` through other statements reads strictly earlier points.
@@ -150,56 +215,92 @@ class _Clusterer:
         safe whatever follows and is not followed further.
         """
         outer_forward = bool(dims) and all(sg[0] == 1 for sg in signs_ok)
-        viable = list(signs_ok)
         prune = outer_forward and self._never_forward(dims[0])
+        safe = self._lex_safe(dims)
+        # The answer is whether some direction allows every path, so the directions can be
+        # tried one by one, those along which no edge makes a distance later on the longest
+        # prefix of dims first (see :meth:`_lex_safe`), the rest together. For one such
+        # direction, a path already strictly negative on the prefix stays so (it is not
+        # followed, see :func:`_settled_negative`), so only paths along edges that keep
+        # the prefix at 0 (:meth:`_flat`) can return too early: only clusters reaching
+        # ``inside`` along those are followed.
+        firm = sorted((sg for sg in signs_ok if safe[sg] > 0), key=lambda sg: -safe[sg])
+        for sg in firm:
+            if self._paths_ok_for(
+                inside, dims, [sg], prune, self._reaching(inside, self._flat(dims, sg)), safe
+            ):
+                return True
+        rest = [sg for sg in signs_ok if safe[sg] == 0]
+        return bool(rest) and self._paths_ok_for(inside, dims, rest, prune, self._reaching(inside), safe)
+
+    def _paths_ok_for(
+        self,
+        inside: set[int],
+        dims: tuple[Sym, ...],
+        viable: list[tuple[int, ...]],
+        prune: bool,
+        back: set[int],
+        safe: dict[tuple[int, ...], int],
+    ) -> bool:
+        """:meth:`_paths_ok` for the directions ``viable``, ``prune`` and ``back`` given."""
         nd = len(dims)
         zero = self._start(dims)
-        back = self._reaching(inside)
+        cluster_of = self.cluster_of
+        in_reps = {cluster_of[m] for m in inside}
         states: dict[int, list[Vec]] = defaultdict(list)
+        # every state ever added to a cluster's boxes: one of its boxes still contains it
+        added: set[tuple[int, Vec]] = set()
         work: list[tuple[int, Vec]] = []
         for m in inside:
             for k in self.out[m]:
                 sink = self.pdg.edges[k].sink
-                if sink not in inside and self.cluster_of[sink] in back:
+                if sink not in inside and cluster_of[sink] in back:
                     nv = self._walk(k, dims, zero)
                     if nv is not None:
-                        work.append((self.cluster_of[sink], nv))
+                        work.append((cluster_of[sink], nv))
+        self.checks += 1
         while work:
-            cl, vec = work.pop()
-            if not _insert(states[cl], vec):
+            item = work.pop()
+            self.visits += 1
+            if item in added:
                 continue
-            if len(states[cl]) > _MAX_VECS:
-                h = states[cl][0]
-                for v in states[cl][1:]:
+            cl, vec = item
+            boxes = states[cl]
+            if not _insert(boxes, vec):
+                continue
+            added.add(item)
+            if len(boxes) > _MAX_VECS:
+                h = boxes[0]
+                for v in boxes[1:]:
                     h = tuple(hull(a, b) for a, b in zip(h, v, strict=True))
-                states[cl][:] = [h]
+                boxes[:] = [h]
                 vec = h
+                added.add((cl, h))
             if prune and vec[0][1] < 0:
                 continue
-            for node in self.members[cl]:
-                for k in self.out[node]:
-                    sink = self.pdg.edges[k].sink
-                    nv = self._walk(k, dims, vec)
-                    if nv is None:
-                        continue
-                    if sink in inside:
-                        viable = [sg for sg in viable if lex_nonpositive(nv[:nd], sg, strict=True)]
-                        if not viable:
-                            return False
-                        continue
-                    scl = self.cluster_of[sink]
-                    if scl in back and (scl != cl or sink == node or nv != vec):
-                        work.append((scl, nv))
+            if _settled_negative(vec, viable, safe):
+                continue
+            for sink, nv in self._successors(cl, dims, vec):
+                scl = cluster_of[sink]
+                if scl in in_reps:
+                    viable = [sg for sg in viable if lex_nonpositive(nv[:nd], sg, strict=True)]
+                    if not viable:
+                        return False
+                elif scl in back:
+                    work.append((scl, nv))
         return True
 
-    def _reaching(self, inside: set[int]) -> set[int]:
-        """Clusters (outside ``inside``) from which some path leads into ``inside``."""
+    def _reaching(self, inside: set[int], edges: frozenset[int] | None = None) -> set[int]:
+        """Clusters (outside ``inside``) from which some path (along ``edges`` only, when
+        given) leads into ``inside``."""
         out: set[int] = set()
         stack = list(inside)
         seen_nodes = set(inside)
         while stack:
             n = stack.pop()
             for k in self.inn[n]:
+                if edges is not None and k not in edges:
+                    continue
                 src = self.pdg.edges[k].src
                 if src in seen_nodes:
                     continue
@@ -211,12 +312,100 @@ class _Clusterer:
                         stack.append(m)
         return out
 
+    def _lex_safe(self, dims: tuple[Sym, ...]) -> dict[tuple[int, ...], int]:
+        """Per loop direction ``signs`` over ``dims``: the longest prefix of dims along which
+        no edge can make a path's distance lexicographically later.
+
+        An edge moves the top of a path's distance along dim ``j`` (its upper end when
+        ``signs[j] = 1``, minus its lower end when ``-1``) by at most ``delta[j]``: the
+        offset's end for a read (``tied``), the position's end for a ``drop``, 0 for
+        ``none`` and a ``bcast`` upwards, unbounded for a ``bcast`` downwards. Where every
+        edge's ``delta`` is lexicographically ``<= 0`` on the prefix, a path whose
+        distance is strictly negative (:func:`~timerl.schedule.distance.lex_nonpositive`)
+        on it stays so however it goes on (clamping keeps each top's sign).
+        """
+        got = self._lex_safe_cache.get(dims)
+        if got is None:
+            nd = len(dims)
+            steps = [st[:nd] for st in self._aligned(dims)]
+            got = {}
+            for signs in itertools.product((1, -1), repeat=nd):
+                k = nd
+                for st in steps:
+                    for j in range(k):
+                        x = _top_move(st[j], signs[j])
+                        if x < 0:
+                            break
+                        if x > 0:
+                            k = j
+                            break
+                    if k == 0:
+                        break
+                got[signs] = k
+            self._lex_safe_cache[dims] = got
+        return got
+
+    def _flat(self, dims: tuple[Sym, ...], signs: tuple[int, ...]) -> frozenset[int]:
+        """The edges that leave the top of a path's distance as it is along the first
+        ``self._lex_safe(dims)[signs]`` dims (every other edge makes it strictly negative
+        there, see :meth:`_lex_safe`)."""
+        key = (dims, signs)
+        got = self._flat_cache.get(key)
+        if got is None:
+            k = self._lex_safe(dims)[signs]
+            got = self._flat_cache[key] = frozenset(
+                e
+                for e, st in enumerate(self._aligned(dims))
+                if all(_top_move(st[j], signs[j]) == 0 for j in range(k))
+            )
+        return got
+
     def _never_forward(self, d: Sym) -> bool:
         """Whether no edge reads a later point along ``d`` (every offset's upper end <= 0)."""
         got = self._never_forward_cache.get(d)
         if got is None:
             got = self._never_forward_cache[d] = all(off[d][1] <= 0 for off in self.offs if d in off)
         return got
+
+    def _intra_of(self, r: int, dims: tuple[Sym, ...]) -> list[tuple[int, Vec]]:
+        """(edge, distance) for the edges inside cluster ``r``."""
+        got = self._intra.get(r)
+        if got is None:  # a single node: its self-edges
+            got = self._intra[r] = [
+                (k, self._vec(k, dims)) for k in self.out[r] if self.pdg.edges[k].sink == r
+            ]
+        return got
+
+    def _signs_of(self, r: int, dims: tuple[Sym, ...]) -> tuple[tuple[int, ...], ...]:
+        """The loop directions the edges inside cluster ``r`` allow (in a fixed order)."""
+        got = self._signs.get(r)
+        if got is None:
+            edges, intra = self.pdg.edges, self._intra_of(r, dims)
+            got = self._signs[r] = tuple(
+                signs
+                for signs in itertools.product((1, -1), repeat=len(dims))
+                if all(lex_nonpositive(v, signs, strict=edges[k].src == edges[k].sink) for k, v in intra)
+            )
+        return got
+
+    def _cross_edges(self, reps: list[int]) -> list[int]:
+        """The edges between two different clusters of ``reps`` (found from all but the largest)."""
+        big = max(reps, key=lambda r: len(self.members[r]))
+        rset = set(reps)
+        edges, cluster_of = self.pdg.edges, self.cluster_of
+        out: list[int] = []
+        for r in reps:
+            if r == big:
+                continue
+            for m in self.members[r]:
+                for k in self.out[m]:
+                    c = cluster_of[edges[k].sink]
+                    if c != r and c in rset:
+                        out.append(k)
+                for k in self.inn[m]:
+                    if cluster_of[edges[k].src] == big:
+                        out.append(k)
+        return out
 
     def try_merge(self, a: int, b: int) -> bool:
         return self.try_merge_many([a, b])
@@ -228,19 +417,26 @@ class _Clusterer:
         if len(reps) < 2:
             return False
         first = pdg.nodes[reps[0]]
-        if any(pdg.nodes[r].domain != first.domain or pdg.nodes[r].cond is not first.cond for r in reps[1:]):
-            return False
         dims = first.domain
+        if any(
+            not _same_dims(pdg.nodes[r].domain, dims) or pdg.nodes[r].cond is not first.cond for r in reps[1:]
+        ):
+            return False
         inside = {m for r in reps for m in self.members[r]}
-        intra: list[tuple[int, Vec]] = []
-        for m in inside:
-            for k in self.out[m]:
-                if pdg.edges[k].sink in inside:
-                    intra.append((k, self._vec(k, dims)))
+        key = frozenset(inside)
+        if key in self._refused:
+            return False
+        # the edges inside each cluster and the loop directions they allow are kept per
+        # cluster; only the edges between the clusters are new
+        cross = self._cross_edges(reps)
+        intra = [kv for r in reps for kv in self._intra_of(r, dims)]
+        intra += [(k, self._vec(k, dims)) for k in cross]
+        allowed = [set(self._signs_of(r, dims)) for r in reps[1:]]
         signs_ok = [
             signs
-            for signs in itertools.product((1, -1), repeat=len(dims))
-            if all(lex_nonpositive(v, signs, strict=pdg.edges[k].src == pdg.edges[k].sink) for k, v in intra)
+            for signs in self._signs_of(reps[0], dims)
+            if all(signs in a for a in allowed)
+            and all(lex_nonpositive(self._vec(k, dims), signs, strict=False) for k in cross)
         ]
         if not signs_ok:
             return False
@@ -248,9 +444,16 @@ class _Clusterer:
         if order is None:
             return False
         if not self._paths_ok(inside, dims, signs_ok):
+            self._refused.add(key)
             return False
         for m in inside:
             self.cluster_of[m] = reps[0]
+        for r in reps:
+            self._succ_cache.pop(r, None)
+            self._intra.pop(r, None)
+            self._signs.pop(r, None)
+        self._intra[reps[0]] = intra
+        self._signs[reps[0]] = tuple(signs_ok)
         self.members[reps[0]] = order
         for r in reps[1:]:
             del self.members[r]
@@ -263,14 +466,27 @@ class _Clusterer:
 _Step = tuple
 
 
+def _same_dims(a: tuple[Sym, ...], b: tuple[Sym, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _pos(dims: tuple[Sym, ...], d: Sym) -> int:
+    """Index of ``d`` in ``dims`` (-1 if absent); symbols are interned, so by identity
+    (``==`` on symbols builds a symbolic comparison)."""
+    for j, x in enumerate(dims):
+        if x is d:
+            return j
+    return -1
+
+
 def _step(e: Edge, pdg: PDG, off: dict[Sym, Interval], d: Sym) -> _Step:
     if d in off:
         return ("tied", off[d])
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
-    if d in src.domain:
-        comp = e.phi[src.domain.index(d)]
-        return ("drop", _position(comp))
-    if d in sink.domain:
+    j = _pos(src.domain, d)
+    if j >= 0:
+        return ("drop", _position(e.phi[j]))
+    if _pos(sink.domain, d) >= 0:
         return ("bcast",)
     return ("none",)
 
@@ -286,13 +502,13 @@ def _abs_step(e: Edge, pdg: PDG, off: dict[Sym, Interval], x: Sym) -> _Step:
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
     b = pdg.static_bounds.get(pdg.bound_of(x))
     box: Interval = (0, INF if b is None else b - 1)
-    if x in src.domain:
-        comp = e.phi[src.domain.index(x)]
-        read = _read_positions(comp, pdg, sink.domain)
-        if x in sink.domain:
+    j = _pos(src.domain, x)
+    if j >= 0:
+        read = _read_positions(e.phi[j], pdg, sink.domain)
+        if _pos(sink.domain, x) >= 0:
             return ("tied", off[x], read, box)
         return ("drop", read)
-    if x in sink.domain:
+    if _pos(sink.domain, x) >= 0:
         return ("bcast", box)
     return ("none",)
 
@@ -348,13 +564,50 @@ def _move(step: _Step, v: Interval) -> Interval:
     return v
 
 
+def _top_move(step: _Step, sign: int) -> float:
+    """How far one edge can raise the top of a path's distance along one dim (see
+    :meth:`_Clusterer._lex_safe`)."""
+    kind = step[0]
+    if kind in ("tied", "drop"):
+        return step[1][1] if sign > 0 else -step[1][0]
+    if kind == "bcast":
+        return 0 if sign > 0 else INF
+    return 0
+
+
+def _settled_negative(vec: Vec, viable: list[tuple[int, ...]], safe: dict[tuple[int, ...], int]) -> bool:
+    """Whether every path continuing from ``vec`` returns strictly lexicographically
+    negative under every direction in ``viable``: ``vec`` is so already on a prefix of
+    dims along which no edge makes a distance later (see :meth:`_Clusterer._lex_safe`)."""
+    for signs in viable:
+        for j in range(safe[signs]):
+            lo, hi = vec[j]
+            top = hi if signs[j] > 0 else -lo
+            if top < 0:
+                break
+            if top > 0:
+                return False
+        else:
+            return False
+    return True
+
+
 def _insert(vecs: list[Vec], v: Vec) -> bool:
     """Add ``v`` to a list of boxes unless one contains it; drop boxes it contains."""
     for w in vecs:
-        if all(contains(x, y) for x, y in zip(w, v, strict=True)):
-            return False
-    vecs[:] = [w for w in vecs if not all(contains(y, x) for x, y in zip(w, v, strict=True))]
-    vecs.append(v)
+        for (a, b), (c, d) in zip(w, v, strict=True):
+            if a > c or d > b:
+                break
+        else:
+            return False  # w contains v
+    keep = []
+    for w in vecs:
+        for (a, b), (c, d) in zip(v, w, strict=True):
+            if a > c or d > b:
+                keep.append(w)  # v does not contain w
+                break
+    keep.append(v)
+    vecs[:] = keep
     return True
 
 
@@ -383,6 +636,21 @@ def _member_order(inside: set[int], intra: list[tuple[Edge, Vec]]) -> list[int] 
 
 def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
     """Merge nodes into statements; return (cluster PDG, representative -> members in order)."""
+    c = _merge_all(pdg)
+    members = {order[0]: order for order in c.members.values()}
+    rep = {nid: order[0] for order in members.values() for nid in order}
+    edges = []
+    for e in pdg.edges:
+        a, b = rep[e.src], rep[e.sink]
+        if a == b and _is_identity(e, pdg):
+            continue
+        edges.append(replace(e, src=a, sink=b))
+    nodes = {r: pdg.nodes[r] for r in members}
+    return pdg.with_(nodes=nodes, edges=tuple(edges)), members
+
+
+def _merge_all(pdg: PDG) -> _Clusterer:
+    """The greedy merges of :func:`cluster_pdg` (the clusterer keeps its work counts)."""
     c = _Clusterer(pdg)
     # Whole groups of nodes linked by data edges within one domain first (one path analysis
     # each; most of them merge), then along data edges one at a time (producer-consumer
@@ -400,16 +668,11 @@ def cluster_pdg(pdg: PDG) -> tuple[PDG, dict[int, list[int]]]:
     for reps in groups.values():
         for x, y in itertools.combinations(reps, 2):
             c.try_merge(x, y)
-    members = {order[0]: order for order in c.members.values()}
-    rep = {nid: order[0] for order in members.values() for nid in order}
-    edges = []
-    for e in pdg.edges:
-        a, b = rep[e.src], rep[e.sink]
-        if a == b and _is_identity(e, pdg):
-            continue
-        edges.append(replace(e, src=a, sink=b))
-    nodes = {r: pdg.nodes[r] for r in members}
-    return pdg.with_(nodes=nodes, edges=tuple(edges)), members
+    log.debug(
+        "clustered %d nodes into %d statements: %d merge checks, %d path states, %d edge steps",
+        len(pdg.nodes), len(c.members), c.checks, c.visits, c.walks,
+    )  # fmt: skip
+    return c
 
 
 def _linked_groups(pdg: PDG) -> list[list[int]]:
