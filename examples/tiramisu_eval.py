@@ -34,6 +34,8 @@ class Args:
     """the training run (its checkpoints/ and train.json); empty: baselines only"""
     budget: int = 0
     """measurements for the searches per benchmark (0: as many as the agent used, at least 2)"""
+    ceiling_budget: int = 0
+    """also run beam and random search with this many measurements (columns beam@N, random@N)"""
     beam_width: int = 4
     """beam search width"""
     remeasure: int = 3
@@ -86,7 +88,7 @@ def plot(rows: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(rows) + ["geomean"]
-    methods = [k for k in ("agent", "beam", "random") if all(k in r for r in rows.values())]
+    methods = list(next(iter(rows.values())))
     fig, ax = plt.subplots(figsize=(10, 3.8))
     w = 0.8 / len(methods)
     for j, meth in enumerate(methods):
@@ -136,13 +138,33 @@ def main(args: Args) -> dict:
         rows[n]["random"] = fresh_speedup(r.best, args.remeasure, threads)
         rows[n]["beam_schedule"], rows[n]["random_schedule"] = b.best.key, r.best.key
         rows[n]["untransformed_ms"] = 1e3 * measurer.base_seconds(tasks[n].program)
+        if args.ceiling_budget > 0:
+            c = args.ceiling_budget
+            bc = beam_search(tasks[n], c, width=args.beam_width)
+            rc = random_search(tasks[n], c, seed=args.seed)
+            rows[n][f"beam@{c}"] = fresh_speedup(bc.best, args.remeasure, threads)
+            rows[n][f"random@{c}"] = fresh_speedup(rc.best, args.remeasure, threads)
+            rows[n][f"beam@{c}_schedule"], rows[n][f"random@{c}_schedule"] = bc.best.key, rc.best.key
         print(
             f"{n}: "
-            + " ".join(f"{k} {rows[n][k]:.2f}x" for k in ("agent", "beam", "random") if k in rows[n]),
+            + " ".join(
+                f"{k} {rows[n][k]:.2f}x"
+                for k in (
+                    "agent",
+                    "beam",
+                    "random",
+                    f"beam@{args.ceiling_budget}",
+                    f"random@{args.ceiling_budget}",
+                )
+                if k in rows[n]
+            ),
             f"(budget {budget})",
             flush=True,
         )
-    methods = [k for k in ("agent", "beam", "random") if all(k in r for r in rows.values())]
+    extra = (
+        [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []
+    )
+    methods = [k for k in ("agent", "beam", "random", *extra) if all(k in r for r in rows.values())]
     geo = {k: geomean([rows[n][k] for n in names]) for k in methods}
     lines = [
         "| benchmark | -O3 ms | measurements | " + " | ".join(methods) + " |",
