@@ -116,7 +116,8 @@ def main(args: Args) -> dict:
     used: dict[str, int] = {}
     t0 = time.perf_counter()
     if args.run_dir and (Path(args.run_dir) / "checkpoints").exists():
-        cfg = json.loads((Path(args.run_dir) / "train.json").read_text())["args"]
+        tj = Path(args.run_dir) / "train.json"  # absent when training was stopped early: defaults
+        cfg = json.loads(tj.read_text())["args"] if tj.exists() else {}
         targs = ppo_tiramisu.Args(
             **{k: v for k, v in cfg.items() if k in ppo_tiramisu.Args.__dataclass_fields__}
         )
