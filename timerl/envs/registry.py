@@ -19,7 +19,11 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
       ``EnvParams`` such as ``max_steps_in_episode``, and gymnax's constructor arguments);
     - ``"looptune.mm"``: LoopTune's loop-nest scheduling of matmul (extra keyword arguments:
       ``split="train"|"test"|"all"``, ``measurer="tvm"|"analytic"``, ``max_loops=16``,
-      ``episode_len=10``, ``problems=None``, ``peak=None``, ``cache_dir=None``).
+      ``episode_len=10``, ``problems=None``, ``peak=None``, ``cache_dir=None``);
+    - ``"tiramisu.benchmarks"`` / ``"tiramisu.random"`` / ``"tiramisu.<benchmark>"``: the
+      Tiramisu-style polyhedral loop-optimisation env (extra keyword arguments:
+      ``split="train"|"test"``, ``episode_len=16``, ``programs=None``, ``num_programs=64``,
+      ``threads=None``, ``cache_dir=None``, ``measurer=None``).
 
     ``num_envs`` is the bound symbol of the batch dim (``B``) or an int.
     """
@@ -40,8 +44,13 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
         from timerl.envs.looptune.env import LoopTuneEnv
 
         return LoopTuneEnv(name, num_envs, seed=seed, **kwargs)
+    if family == "tiramisu" and name:
+        from timerl.envs.tiramisu.env import TiramisuEnv
+
+        return TiramisuEnv(name, num_envs, seed=seed, **kwargs)
     raise TimeRLError(
         f"unknown environment id {env_id!r}: use 'gym.<gymnasium id>' (e.g. 'gym.CartPole-v1') or "
         "'brax.<brax env name>' (e.g. 'brax.inverted_pendulum') or 'gymnax.<gymnax id>' (e.g. "
-        "'gymnax.CartPole-v1') or 'looptune.<dataset>' (e.g. 'looptune.mm')"
+        "'gymnax.CartPole-v1') or 'looptune.<dataset>' (e.g. 'looptune.mm') or 'tiramisu.<set>' "
+        "(e.g. 'tiramisu.benchmarks')"
     )

@@ -1,0 +1,192 @@
+# Evaluation of the Tiramisu-style agent (papers/tiramisu_rl.txt §4.2.2, Fig. 4.4/4.5):
+# per benchmark, the speedup over the untransformed program (both gcc -O3) of the trained
+# policy's greedy schedule, of a beam search with the same number of measurements, and of
+# the best of random schedules with the same number again; geomean table and bar plot.
+# Every reported speedup is measured again by fresh measurers (no cache): the median of
+# --remeasure paired runs against the untransformed binary.
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+import ppo_tiramisu  # noqa: E402
+
+from timerl.envs.tiramisu.actions import NEXT  # noqa: E402
+from timerl.envs.tiramisu.benchmarks import benchmark, benchmark_names  # noqa: E402
+from timerl.envs.tiramisu.env import TiramisuTask  # noqa: E402
+from timerl.envs.tiramisu.measure import Measurer  # noqa: E402
+from timerl.envs.tiramisu.search import beam_search, random_search  # noqa: E402
+
+
+@dataclass
+class Args:
+    run_dir: str = "runs/ppo_tiramisu"
+    """the training run (its checkpoints/ and train.json); empty: baselines only"""
+    budget: int = 0
+    """measurements for the searches per benchmark (0: as many as the agent used, at least 2)"""
+    ceiling_budget: int = 0
+    """also run beam and random search with this many measurements (columns beam@N, random@N)"""
+    beam_width: int = 4
+    """beam search width"""
+    remeasure: int = 3
+    """fresh paired measurements per reported speedup (median)"""
+    benchmarks: str = ""
+    """comma-separated subset (default: all 8)"""
+    threads: int = 0
+    """OpenMP threads (0: the CPU count)"""
+    seed: int = 0
+    """seed of the random search"""
+    out_dir: str = ""
+    """where results.json, results.md and speedups.png go (default: run_dir)"""
+
+
+def replay(task: TiramisuTask, actions: tuple[int, ...]):
+    """The schedule at the end of an episode and the distinct schedules it measured."""
+    s, br, seen = task.initial, 0, {task.initial.key}
+    for a in actions:
+        if a == NEXT:
+            br += 1
+            if br >= len(task.program.branches):
+                break
+            continue
+        new = task.try_action(s, br, a)
+        if new is not None and math.isfinite(task.seconds(new)):
+            seen.add(new.key)
+            s = new
+    return s, len(seen)
+
+
+def fresh_speedup(sched, n: int, threads: int | None) -> float:
+    """Median over ``n`` fresh measurers of untransformed / transformed seconds."""
+    vals = []
+    for _ in range(n):
+        m = Measurer(disk_cache=False, threads=threads)
+        t = m.seconds(sched)
+        vals.append(m.base_seconds(sched.program) / t if math.isfinite(t) else 0.0)
+    return float(np.median(vals))
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x > 0]
+    return float(math.exp(np.mean(np.log(xs)))) if xs else 0.0
+
+
+def plot(rows: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows) + ["geomean"]
+    methods = list(next(iter(rows.values())))
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    w = 0.8 / len(methods)
+    for j, meth in enumerate(methods):
+        vals = [rows[n][meth] for n in rows] + [geomean([rows[n][meth] for n in rows])]
+        ax.bar(np.arange(len(names)) + (j - (len(methods) - 1) / 2) * w, vals, w, label=meth)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)), names, rotation=20)
+    ax.set_ylabel("speedup over -O3 untransformed")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(args: Args) -> dict:
+    logging.basicConfig(level=logging.WARNING)
+    names = [n for n in args.benchmarks.split(",") if n] or benchmark_names()
+    programs = [benchmark(n) for n in names]
+    out = Path(args.out_dir or args.run_dir or "runs/tiramisu_eval")
+    out.mkdir(parents=True, exist_ok=True)
+    threads = args.threads or None
+    measurer = Measurer(threads=threads)  # shared, cached: what the agent and searches see
+    tasks = {p.name: TiramisuTask(p, measurer) for p in programs}
+    rows: dict[str, dict] = {n: {} for n in names}
+    used: dict[str, int] = {}
+    t0 = time.perf_counter()
+    if args.run_dir and (Path(args.run_dir) / "checkpoints").exists():
+        tj = Path(args.run_dir) / "train.json"  # absent when training was stopped early: defaults
+        cfg = json.loads(tj.read_text())["args"] if tj.exists() else {}
+        targs = ppo_tiramisu.Args(
+            **{k: v for k, v in cfg.items() if k in ppo_tiramisu.Args.__dataclass_fields__}
+        )
+        weights = ppo_tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
+        recs = ppo_tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
+        for rec, p in zip(recs, programs, strict=True):
+            sched, n = replay(tasks[p.name], rec.actions)
+            used[p.name] = n
+            rows[p.name]["agent"] = fresh_speedup(sched, args.remeasure, threads)
+            rows[p.name]["agent_schedule"] = sched.key
+            rows[p.name]["agent_actions"] = list(rec.actions)
+    agent_s = time.perf_counter() - t0
+    for n in names:
+        budget = args.budget or max(2, used.get(n, 2))
+        b = beam_search(tasks[n], budget, width=args.beam_width)
+        r = random_search(tasks[n], budget, seed=args.seed)
+        rows[n]["budget"] = budget
+        rows[n]["beam"] = fresh_speedup(b.best, args.remeasure, threads)
+        rows[n]["random"] = fresh_speedup(r.best, args.remeasure, threads)
+        rows[n]["beam_schedule"], rows[n]["random_schedule"] = b.best.key, r.best.key
+        rows[n]["untransformed_ms"] = 1e3 * measurer.base_seconds(tasks[n].program)
+        if args.ceiling_budget > 0:
+            c = args.ceiling_budget
+            bc = beam_search(tasks[n], c, width=args.beam_width)
+            rc = random_search(tasks[n], c, seed=args.seed)
+            rows[n][f"beam@{c}"] = fresh_speedup(bc.best, args.remeasure, threads)
+            rows[n][f"random@{c}"] = fresh_speedup(rc.best, args.remeasure, threads)
+            rows[n][f"beam@{c}_schedule"], rows[n][f"random@{c}_schedule"] = bc.best.key, rc.best.key
+        print(
+            f"{n}: "
+            + " ".join(
+                f"{k} {rows[n][k]:.2f}x"
+                for k in (
+                    "agent",
+                    "beam",
+                    "random",
+                    f"beam@{args.ceiling_budget}",
+                    f"random@{args.ceiling_budget}",
+                )
+                if k in rows[n]
+            ),
+            f"(budget {budget})",
+            flush=True,
+        )
+    extra = (
+        [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []
+    )
+    methods = [k for k in ("agent", "beam", "random", *extra) if all(k in r for r in rows.values())]
+    geo = {k: geomean([rows[n][k] for n in names]) for k in methods}
+    lines = [
+        "| benchmark | -O3 ms | measurements | " + " | ".join(methods) + " |",
+        "|---|---|---|" + "---|" * len(methods),
+    ]
+    for n in names:
+        lines.append(
+            f"| {n} | {rows[n]['untransformed_ms']:.1f} | {rows[n]['budget']} | "
+            + " | ".join(f"{rows[n][k]:.2f}x" for k in methods)
+            + " |"
+        )
+    lines.append("| **geomean** | | | " + " | ".join(f"**{geo[k]:.2f}x**" for k in methods) + " |")
+    table = "\n".join(lines)
+    (out / "results.md").write_text(table + "\n")
+    res = {"rows": rows, "geomean": geo, "agent_seconds": agent_s, "total_seconds": time.perf_counter() - t0}
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    plot({n: {k: rows[n][k] for k in methods} for n in names}, out / "speedups.png")
+    print(table)
+    print(f"written {out / 'results.md'}, {out / 'results.json'}, {out / 'speedups.png'}")
+    return res
+
+
+if __name__ == "__main__":
+    main(_common.parse_args(Args, None, "Evaluate the Tiramisu agent against beam and random search"))

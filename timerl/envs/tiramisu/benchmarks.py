@@ -1,0 +1,244 @@
+"""The paper's eight benchmark functions (§4.1.2) as polyhedral programs, at sizes where
+one untransformed ``-O3`` run takes ~1-50 ms on the project machine.
+
+Each is written as its PolyBench / Tiramisu-benchmark reference loop nest (stencil
+statements inside a shared time loop, doitgen's ``sum`` initialisation in its own
+``p`` loop); nothing is deliberately de-optimised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from timerl.envs.tiramisu.program import Access, Array, Program, Statement
+from timerl.errors import TimeRLError
+
+__all__ = ["BENCHMARKS", "benchmark", "benchmark_names"]
+
+
+def _acc(a: str, *idx: str) -> Access:
+    return Access(a, tuple(idx))
+
+
+def mvt(n: int = 2000) -> Program:
+    dom = f"0 <= i < {n} and 0 <= j < {n}"
+    return Program(
+        "mvt",
+        (
+            Array("A", (n, n)),
+            Array("x1", (n,), True),
+            Array("x2", (n,), True),
+            Array("y1", (n,)),
+            Array("y2", (n,)),
+        ),
+        (
+            Statement(
+                "S0",
+                ("i", "j"),
+                dom,
+                _acc("x1", "i"),
+                (_acc("x1", "i"), _acc("A", "i", "j"), _acc("y1", "j")),
+                "{0} + {1} * {2}",
+                (0, 0, 0),
+            ),
+            Statement(
+                "S1",
+                ("i", "j"),
+                dom,
+                _acc("x2", "i"),
+                (_acc("x2", "i"), _acc("A", "j", "i"), _acc("y2", "j")),
+                "{0} + {1} * {2}",
+                (1, 0, 0),
+            ),
+        ),
+    )
+
+
+def doitgen(nr: int = 128, nq: int = 128, np_: int = 128) -> Program:
+    """PolyBench doitgen with ``sum`` expanded over ``(r, q)`` (Tiramisu's buffer per
+    computation instance), so that the ``r`` and ``q`` loops carry no false dependence."""
+    rq = f"0 <= r < {nr} and 0 <= q < {nq}"
+    return Program(
+        "doitgen",
+        (Array("A", (nr, nq, np_), True), Array("C4", (np_, np_)), Array("sum", (nr, nq, np_))),
+        (
+            Statement(
+                "S0",
+                ("r", "q", "p"),
+                f"{rq} and 0 <= p < {np_}",
+                _acc("sum", "r", "q", "p"),
+                (),
+                "0.0f",
+                (0, 0, 0, 0),
+            ),
+            Statement(
+                "S1",
+                ("r", "q", "p", "s"),
+                f"{rq} and 0 <= p < {np_} and 0 <= s < {np_}",
+                _acc("sum", "r", "q", "p"),
+                (_acc("sum", "r", "q", "p"), _acc("A", "r", "q", "s"), _acc("C4", "s", "p")),
+                "{0} + {1} * {2}",
+                (0, 0, 1, 0, 0),
+            ),
+            Statement(
+                "S2",
+                ("r", "q", "p"),
+                f"{rq} and 0 <= p < {np_}",
+                _acc("A", "r", "q", "p"),
+                (_acc("sum", "r", "q", "p"),),
+                "{0}",
+                (0, 0, 2, 0),
+            ),
+        ),
+    )
+
+
+def blur(h: int = 2048, w: int = 2048) -> Program:
+    return Program(
+        "blur",
+        (Array("inp", (h + 2, w + 2)), Array("bx", (h + 2, w)), Array("by", (h, w), True)),
+        (
+            Statement(
+                "S0",
+                ("i", "j"),
+                f"0 <= i < {h + 2} and 0 <= j < {w}",
+                _acc("bx", "i", "j"),
+                (_acc("inp", "i", "j"), _acc("inp", "i", "j + 1"), _acc("inp", "i", "j + 2")),
+                "({0} + {1} + {2}) / 3.0f",
+                (0, 0, 0),
+            ),
+            Statement(
+                "S1",
+                ("i", "j"),
+                f"0 <= i < {h} and 0 <= j < {w}",
+                _acc("by", "i", "j"),
+                (_acc("bx", "i", "j"), _acc("bx", "i + 1", "j"), _acc("bx", "i + 2", "j")),
+                "({0} + {1} + {2}) / 3.0f",
+                (1, 0, 0),
+            ),
+        ),
+    )
+
+
+def seidel2d(t: int = 8, n: int = 400) -> Program:
+    reads = tuple(_acc("A", f"i + {di}", f"j + {dj}") for di in (-1, 0, 1) for dj in (-1, 0, 1))
+    return Program(
+        "seidel2d",
+        (Array("A", (n, n), True),),
+        (
+            Statement(
+                "S0",
+                ("t", "i", "j"),
+                f"0 <= t < {t} and 1 <= i < {n - 1} and 1 <= j < {n - 1}",
+                _acc("A", "i", "j"),
+                reads,
+                "(" + " + ".join(f"{{{k}}}" for k in range(9)) + ") / 9.0f",
+                (0, 0, 0, 0),
+            ),
+        ),
+    )
+
+
+def _stencil2d(name: str, t: int, n: int, body: str) -> Program:
+    dom = f"0 <= t < {t} and 1 <= i < {n - 1} and 1 <= j < {n - 1}"
+
+    def reads(a: str) -> tuple[Access, ...]:
+        return (
+            _acc(a, "i", "j"),
+            _acc(a, "i", "j - 1"),
+            _acc(a, "i", "j + 1"),
+            _acc(a, "i + 1", "j"),
+            _acc(a, "i - 1", "j"),
+        )
+
+    return Program(
+        name,
+        (Array("A", (n, n), True), Array("B", (n, n))),
+        (
+            Statement("S0", ("t", "i", "j"), dom, _acc("B", "i", "j"), reads("A"), body, (0, 0, 0, 0)),
+            Statement("S1", ("t", "i", "j"), dom, _acc("A", "i", "j"), reads("B"), body, (0, 1, 0, 0)),
+        ),
+    )
+
+
+def jacobi2d(t: int = 20, n: int = 600) -> Program:
+    return _stencil2d("jacobi2d", t, n, "0.2f * ({0} + {1} + {2} + {3} + {4})")
+
+
+def heat2d(t: int = 20, n: int = 600) -> Program:
+    return _stencil2d(
+        "heat2d", t, n, "{0} + 0.125f * ({3} - 2.0f * {0} + {4}) + 0.125f * ({2} - 2.0f * {0} + {1})"
+    )
+
+
+def heat3d(t: int = 10, n: int = 80) -> Program:
+    dom = f"0 <= t < {t} and 1 <= i < {n - 1} and 1 <= j < {n - 1} and 1 <= k < {n - 1}"
+
+    def reads(a: str) -> tuple[Access, ...]:
+        return (
+            _acc(a, "i", "j", "k"),
+            _acc(a, "i + 1", "j", "k"),
+            _acc(a, "i - 1", "j", "k"),
+            _acc(a, "i", "j + 1", "k"),
+            _acc(a, "i", "j - 1", "k"),
+            _acc(a, "i", "j", "k + 1"),
+            _acc(a, "i", "j", "k - 1"),
+        )
+
+    body = (
+        "0.125f * ({1} - 2.0f * {0} + {2}) + 0.125f * ({3} - 2.0f * {0} + {4}) "
+        "+ 0.125f * ({5} - 2.0f * {0} + {6}) + {0}"
+    )
+    return Program(
+        "heat3d",
+        (Array("A", (n, n, n), True), Array("B", (n, n, n))),
+        (
+            Statement(
+                "S0", ("t", "i", "j", "k"), dom, _acc("B", "i", "j", "k"), reads("A"), body, (0, 0, 0, 0, 0)
+            ),
+            Statement(
+                "S1", ("t", "i", "j", "k"), dom, _acc("A", "i", "j", "k"), reads("B"), body, (0, 1, 0, 0, 0)
+            ),
+        ),
+    )
+
+
+def cvtcolor(h: int = 2048, w: int = 2048) -> Program:
+    return Program(
+        "cvtcolor",
+        (Array("rgb", (3, h, w)), Array("gray", (h, w), True)),
+        (
+            Statement(
+                "S0",
+                ("i", "j"),
+                f"0 <= i < {h} and 0 <= j < {w}",
+                _acc("gray", "i", "j"),
+                (_acc("rgb", "0", "i", "j"), _acc("rgb", "1", "i", "j"), _acc("rgb", "2", "i", "j")),
+                "0.299f * {0} + 0.587f * {1} + 0.114f * {2}",
+                (0, 0, 0),
+            ),
+        ),
+    )
+
+
+BENCHMARKS: dict[str, Callable[[], Program]] = {
+    "mvt": mvt,
+    "doitgen": doitgen,
+    "blur": blur,
+    "seidel2d": seidel2d,
+    "jacobi2d": jacobi2d,
+    "heat2d": heat2d,
+    "heat3d": heat3d,
+    "cvtcolor": cvtcolor,
+}
+
+
+def benchmark_names() -> list[str]:
+    return list(BENCHMARKS)
+
+
+def benchmark(name: str) -> Program:
+    """The benchmark ``name`` at its default size."""
+    if name not in BENCHMARKS:
+        raise TimeRLError(f"unknown Tiramisu benchmark {name!r}; one of {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[name]()

@@ -1,0 +1,339 @@
+"""The Tiramisu-style environment: ``trl.env.make("tiramisu.<set>", num_envs=B, ...)``.
+
+Each of the ``B`` envs holds one program and its current :class:`~.schedule.Schedule`
+with a focused branch. Reset picks a program per env (see ``sets``) and returns the
+untransformed program's graph (:mod:`.features`, flattened to ``OBS_SIZE``). ``step(a)``
+applies one of the 56 actions (:mod:`.actions`) to the focused branch:
+
+- a transformation that applies, is legal (exact isl dependences) and compiles to a
+  correct program: reward ``log4(t_prev / t_new)`` (the speedup over the previous state);
+- ``next``: the focus moves to the next branch, reward ``log4(0.9)``; after the last
+  branch the episode is done;
+- an action that does not apply, is illegal, or whose program fails to compile or
+  computes a wrong result: a logged no-op with reward ``log4(0.9)``. Illegal schedules
+  never reach the compiler.
+
+An episode also ends after ``episode_len`` actions; a done env stays done (reward 0,
+last observation) until the next reset, as in ``GymEnv``, so ``T: d`` works.
+
+Sets: ``tiramisu.benchmarks`` (the 8 functions of §4.1.2; ``split="test"`` or default
+walk them in order per env, ``split="train"`` draws them), ``tiramisu.random`` (generated
+programs, ``num_programs`` of stream ``seed``), or one benchmark by name
+(``tiramisu.mvt``). ``programs=[...]`` replaces the set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from timerl.envs.gym_env import GymEnv
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS, apply_action
+from timerl.envs.tiramisu.benchmarks import BENCHMARKS, benchmark
+from timerl.envs.tiramisu.features import OBS_SIZE, check_representable, flatten, graph
+from timerl.envs.tiramisu.generator import random_programs
+from timerl.envs.tiramisu.legality import LegalityChecker
+from timerl.envs.tiramisu.measure import Measurer
+from timerl.envs.tiramisu.program import Program
+from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
+from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.pdg.ops import DType
+from timerl.rt.tensor import RecurrentTensor
+from timerl.rt.udf import UDFFn, udf
+from timerl.symbolic import Sym
+
+__all__ = ["PENALTY", "EpisodeRecord", "TiramisuEnv", "TiramisuTask", "programs_of"]
+
+log = logging.getLogger("timerl.envs.tiramisu")
+
+PENALTY = math.log(0.9, 4)  # log4(0.9): illegal action or branch switch
+
+
+def programs_of(name: str, seed: int = 0, num_programs: int = 64) -> list[Program]:
+    """The programs of set ``name`` (see the module doc)."""
+    if name == "benchmarks":
+        return [benchmark(n) for n in BENCHMARKS]
+    if name == "random":
+        return random_programs(num_programs, seed)
+    if name in BENCHMARKS:
+        return [benchmark(name)]
+    raise TimeRLError(
+        f"unknown Tiramisu set {name!r}: use 'tiramisu.benchmarks', 'tiramisu.random' or one benchmark "
+        f"({', '.join(BENCHMARKS)})"
+    )
+
+
+class TiramisuTask:
+    """One program with its legality checker (dependences computed once) and measurer:
+    the transition function of an episode, usable without an RT program (searches, tests)."""
+
+    def __init__(self, program: Program, measurer: Measurer) -> None:
+        check_representable(program)
+        self.program = program
+        self.legal = LegalityChecker(program)
+        self.measurer = measurer
+        self.initial = initial_schedule(program)
+
+    def seconds(self, sched: Schedule) -> float:
+        return self.measurer.seconds(sched)
+
+    def try_action(self, sched: Schedule, branch: int, a: int) -> Schedule | None:
+        """The next schedule if ``a`` applies and is legal (not measured), else None."""
+        new = apply_action(sched, branch, a)
+        if new is None or not self.legal(new):
+            return None
+        return new
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One finished episode of one env."""
+
+    reset_point: int
+    env_index: int
+    program: str
+    initial_seconds: float
+    final_seconds: float
+    best_seconds: float
+    final_key: str
+    best_key: str
+    actions: tuple[int, ...]
+
+    @property
+    def speedup(self) -> float:
+        return self.initial_seconds / self.final_seconds
+
+    @property
+    def best_speedup(self) -> float:
+        return self.initial_seconds / self.best_seconds
+
+
+class _Episode:
+    def __init__(self, k: int, e: int, task: TiramisuTask) -> None:
+        self.k, self.e, self.task = k, e, task
+        self.sched = task.initial
+        self.t0 = self.t = task.seconds(self.sched)
+        if not math.isfinite(self.t0):
+            raise RuntimeExecutionError(
+                f"the untransformed program {task.program.name} failed to compile or run"
+            )
+        self.best, self.best_t = self.sched, self.t
+        self.branch = 0
+        self.actions: list[int] = []
+        self.done = False
+
+    def record(self) -> EpisodeRecord:
+        return EpisodeRecord(
+            self.k,
+            self.e,
+            self.task.program.name,
+            self.t0,
+            self.t,
+            self.best_t,
+            self.sched.key,
+            self.best.key,
+            tuple(self.actions),
+        )
+
+
+class _TiramisuState:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: Any,
+        seed: int,
+        tasks: list[TiramisuTask],
+        in_order: bool,
+        episode_len: int,
+    ) -> None:
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.tasks = tasks
+        self.in_order = in_order
+        self.episode_len = episode_len
+        self.batched = isinstance(num_envs, Sym)
+        self.n = 0
+        self.episodes: list[_Episode] = []
+        self.steps = 0
+        self.history: list[EpisodeRecord] = []
+        self.last_obs: np.ndarray | None = None
+        self.illegal = 0
+        self.failed = 0
+
+    def bind(self, bounds: Mapping[Sym, int]) -> None:
+        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
+        if n is None:
+            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
+        self.n = int(n)
+
+    def _pick(self, k: int) -> list[TiramisuTask]:
+        if self.in_order:
+            return [self.tasks[(k * self.n + e) % len(self.tasks)] for e in range(self.n)]
+        rng = np.random.default_rng(self.seed + 7919 * k)
+        return [self.tasks[int(i)] for i in rng.integers(0, len(self.tasks), self.n)]
+
+    def _obs(self) -> np.ndarray:
+        obs = np.stack([flatten(*graph(ep.sched, ep.branch)) for ep in self.episodes])
+        self.last_obs = obs
+        return obs if self.batched else obs[0]
+
+    def reset(self, point: dict[str, int]) -> np.ndarray:
+        k = sum(point.values())
+        self.episodes = [_Episode(k, e, t) for e, t in enumerate(self._pick(k))]
+        self.steps = 0
+        return self._obs()
+
+    def _step_one(self, ep: _Episode, a: int) -> float:
+        if not 0 <= a < NUM_ACTIONS:
+            raise RuntimeExecutionError(f"env {self.env_id}: action {a} outside 0..{NUM_ACTIONS - 1}")
+        ep.actions.append(a)
+        if a == NEXT:
+            ep.branch += 1
+            if ep.branch >= len(ep.task.program.branches):
+                ep.done = True
+                ep.branch = len(ep.task.program.branches) - 1
+            return PENALTY
+        new = ep.task.try_action(ep.sched, ep.branch, a)
+        if new is None:
+            self.illegal += 1
+            log.debug(
+                "%s: %s on branch %d of %s is illegal or does not apply",
+                self.env_id,
+                ACTIONS[a].name,
+                ep.branch,
+                ep.task.program.name,
+            )
+            return PENALTY
+        t = ep.task.seconds(new)
+        if not math.isfinite(t):
+            self.failed += 1
+            log.warning(
+                "%s: %s on %s failed to compile/run or computed a wrong result; penalised",
+                self.env_id,
+                ACTIONS[a].name,
+                ep.task.program.name,
+            )
+            return PENALTY
+        r = math.log(ep.t / t, 4)
+        ep.sched, ep.t = new, t
+        if t < ep.best_t:
+            ep.best, ep.best_t = new, t
+        return r
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.episodes or self.last_obs is None:
+            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+        acts = np.asarray(action).reshape(-1)
+        if acts.shape[0] != self.n:
+            raise RuntimeExecutionError(f"env {self.env_id}: got {acts.shape[0]} actions for {self.n} envs")
+        rew = np.zeros(self.n, np.float32)
+        any_live = False
+        for e, ep in enumerate(self.episodes):
+            if ep.done:
+                continue
+            any_live = True
+            rew[e] = self._step_one(ep, int(acts[e]))
+            if len(ep.actions) >= self.episode_len:
+                ep.done = True
+            if ep.done:
+                self.history.append(ep.record())
+        if any_live:
+            self.steps += 1
+            obs = self._obs()
+        else:
+            obs = self.last_obs if self.batched else self.last_obs[0]
+        done = np.array([ep.done for ep in self.episodes])
+        if not self.batched:
+            return obs, rew[0], done[0]
+        return obs, rew, done
+
+    def mask(self, legal: bool) -> np.ndarray:
+        out = np.zeros((len(self.episodes), NUM_ACTIONS), np.float32)
+        for e, ep in enumerate(self.episodes):
+            for a in range(NUM_ACTIONS):
+                if a == NEXT:
+                    out[e, a] = 1.0
+                elif legal:
+                    out[e, a] = float(ep.task.try_action(ep.sched, ep.branch, a) is not None)
+                else:
+                    out[e, a] = float(apply_action(ep.sched, ep.branch, a) is not None)
+        return out
+
+
+class _MaskFn(UDFFn):
+    def __init__(self, state: _TiramisuState, legal: bool) -> None:
+        super().__init__(self._call, f"{state.env_id}.action_mask")
+        self.state = state
+        self.legal = legal
+
+    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
+        st = self.state
+        if not st.episodes:
+            raise RuntimeExecutionError(f"env {st.env_id}: action_mask before reset")
+        m = st.mask(self.legal)
+        return [m if st.batched else m[0]]
+
+
+class TiramisuEnv(GymEnv):
+    """The Tiramisu-style environment in RT programs (``GymEnv`` interface; module doc).
+
+    ``trl.env.make("tiramisu.<set>", num_envs=B, seed=0, split="train", episode_len=16,
+    programs=None, num_programs=64, threads=None, cache_dir=None, measurer=None)``.
+    ``measurer``: a :class:`~.measure.Measurer` to share (its caches) between envs.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        num_envs: Any,
+        seed: int = 0,
+        split: str = "train",
+        episode_len: int = 16,
+        programs: Sequence[Program] | None = None,
+        num_programs: int = 64,
+        threads: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        measurer: Measurer | None = None,
+    ) -> None:
+        import gymnasium as gym
+
+        env_id = f"tiramisu.{name}"
+        if split not in ("train", "test"):
+            raise TimeRLError(f"env {env_id}: split must be 'train' or 'test', got {split!r}")
+        if episode_len < 1:
+            raise TimeRLError(f"env {env_id}: episode_len must be >= 1, got {episode_len}")
+        plist = list(programs) if programs is not None else programs_of(name, seed, num_programs)
+        if not plist:
+            raise TimeRLError(f"env {env_id}: no programs")
+        self.measurer = measurer if measurer is not None else Measurer(cache_dir, threads)
+        self.tasks = [TiramisuTask(p, self.measurer) for p in plist]
+        self.obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float32)
+        self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        state = _TiramisuState(env_id, num_envs, seed, self.tasks, split == "test", episode_len)
+        self._init_wrapper(env_id, num_envs, state)
+
+    def action_mask(self, obs: RecurrentTensor, legal: bool = False) -> RecurrentTensor:
+        """``1.0`` for the actions that apply to each env's state (``legal=True``: that are
+        also legal, a dependence check per action), ``0.0`` else; float32 ``(56,)`` per
+        point of ``obs`` (computed after the step that made ``obs``)."""
+        batch = (self.batch_dim,) if self.batch_dim is not None else ()
+        (mask,) = udf(
+            _MaskFn(self._state, legal),
+            [((NUM_ACTIONS,), DType.float32)],
+            obs.domain,
+            [obs],
+            name=f"{self.env_id}.action_mask",
+            batch_dims=batch,
+        )
+        return mask
+
+    @property
+    def history(self) -> list[EpisodeRecord]:
+        return self._state.history
