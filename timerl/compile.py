@@ -96,66 +96,77 @@ class Executor:
 
 
 def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) -> PDG:
-    """Lower the program and run the PDG passes selected by ``options``."""
+    """Lower the program and run the PDG passes selected by ``options``.
+
+    The result is verified (``verify_pdg``); with ``TIMERL_VERIFY_PASSES=1`` (the test suite
+    sets it) the PDG is verified after every pass too, naming the pass that broke it. Every
+    read is checked to be defined (``check_reads``) once: before ``vectorize_time`` (which
+    takes reads along the vectorized dim out of ``phi``), or at the end when it does not run."""
+    import os
+
     from timerl.pdg.passes.dce import eliminate_dead_code
     from timerl.pdg.passes.enclose import enclose_dynamic_dims
     from timerl.pdg.passes.restrict import restrict_to_demand
     from timerl.pdg.passes.vectorize import vectorize
     from timerl.pdg.verify import verify_pdg
     from timerl.rt.lower import lower
+    from timerl.schedule.check import check_reads_defined
 
-    pdg = lower(ctx, bounds)
-    verify_pdg(pdg)
-    pdg = restrict_to_demand(pdg)  # branch values only where the branch can be taken
-    verify_pdg(pdg)
+    each = os.environ.get("TIMERL_VERIFY_PASSES", "0") not in ("", "0")
+
+    def verified(p: PDG, after: str) -> PDG:
+        if each:
+            log.debug("verifying the PDG after %s", after)
+            verify_pdg(p)
+        return p
+
+    pdg = verified(lower(ctx, bounds), "lowering")
+    # branch values only where the branch can be taken
+    pdg = verified(restrict_to_demand(pdg), "restrict_to_demand")
     required = frozenset(s for n in ctx.graph.nodes.values() for s in n.batch_dims)
     if options.vectorize or required:
-        pdg = vectorize(pdg, None if options.vectorize else sorted(required, key=str), required)
-        verify_pdg(pdg)
+        pdg = verified(
+            vectorize(pdg, None if options.vectorize else sorted(required, key=str), required), "vectorize"
+        )
     if options.simplify:
         from timerl.pdg.passes.simplify import simplify
 
-        pdg = simplify(pdg)
-        verify_pdg(pdg)
+        pdg = verified(simplify(pdg), "simplify")
     if options.cse:
         from timerl.pdg.passes.cse import eliminate_common_subexpressions
 
-        pdg = eliminate_common_subexpressions(pdg)
-        verify_pdg(pdg)
+        pdg = verified(eliminate_common_subexpressions(pdg), "eliminate_common_subexpressions")
     if options.contract:
         from timerl.pdg.passes.contract import contract_outer_products
 
-        pdg = contract_outer_products(pdg)
-        verify_pdg(pdg)
+        pdg = verified(contract_outer_products(pdg), "contract_outer_products")
     if options.scan_lift:
         from timerl.pdg.passes.scan_lift import lift_scans
 
-        pdg = lift_scans(pdg)
-        verify_pdg(pdg)
+        pdg = verified(lift_scans(pdg), "lift_scans")
     if options.dce:
         keep = frozenset(n.id for n in ctx.graph.nodes.values() if n.is_param)
-        pdg = eliminate_dead_code(pdg, keep)
-        verify_pdg(pdg)
+        pdg = verified(eliminate_dead_code(pdg, keep), "eliminate_dead_code")
+    reads_checked = False
     if options.vectorize_time:
         from timerl.pdg.passes.vectorize_partial import vectorize_partial
-        from timerl.schedule.check import check_reads_defined
-
-        if options.check_reads:  # reads along vectorized dims are no longer in phi after it
-            check_reads_defined(pdg)
 
         inner = pdg.dims[-1][0] if pdg.dims else None
         if inner is not None and any(inner in n.domain for n in pdg):
-            pdg = vectorize_partial(pdg, inner)
-            verify_pdg(pdg)
+            if options.check_reads:  # reads along vectorized dims are no longer in phi after it
+                check_reads_defined(pdg)
+                reads_checked = True
+            pdg = verified(vectorize_partial(pdg, inner), "vectorize_partial")
     if pdg.dynamic_bounds:  # a node over t alone has no single T when T is per episode
-        pdg = enclose_dynamic_dims(pdg)
-        verify_pdg(pdg)
+        pdg = verified(enclose_dynamic_dims(pdg), "enclose_dynamic_dims")
+    if options.check_reads and (not reads_checked or pdg.dynamic_bounds):  # enclose widens reads
+        check_reads_defined(pdg)
+    verify_pdg(pdg)
     return pdg
 
 
 def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwargs: Any) -> Executor:
     from timerl.backends import get_backend
-    from timerl.schedule.check import check_reads_defined
     from timerl.schedule.scheduler import schedule_pdg
 
     options = CompileOptions.from_kwargs(kwargs)
@@ -165,9 +176,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         pick_checkpoint(str(options.resume))
     t0 = time.perf_counter()
     be = get_backend(backend)
-    pdg = build_pdg(ctx, bounds, options)
-    if options.check_reads:
-        check_reads_defined(pdg)
+    pdg = build_pdg(ctx, bounds, options)  # verified, reads checked
     sched = schedule_pdg(pdg)
     for n in pdg:
         if n.op.kind is OpKind.UDF:
