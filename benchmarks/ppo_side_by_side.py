@@ -62,11 +62,12 @@ class Config:
     """parallel envs"""
     num_steps: int = 250
     """steps per rollout (T)"""
-    iterations: int = 3
+    iterations: int = 4
     """timed iterations (after the warm-up ones)"""
-    warmup: int = 3
+    warmup: int = 4
     """untimed iterations first (jit compilation: timerl-jax compiles regions during its first
-    three rollout-to-rollout intervals)"""
+    three rollout-to-rollout intervals; timerl-torch's third and fourth iterations were still
+    0.5-0.6 s where later ones took 0.4 s)"""
     programs: str = ",".join(ALL_PROGRAMS)
     """comma-separated subset of: torch-eager, jax-jit, timerl-jax, timerl-torch,
     timerl-jax-nopass, timerl-torch-nopass (-nopass: vectorize_time=False, contract=False)"""
