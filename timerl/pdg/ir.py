@@ -155,6 +155,22 @@ class PDG:
         return "\n".join(lines)
 
 
+def edges_by_src(pdg: PDG) -> dict[int, list[Edge]]:
+    """Every node's out-edges (its readers), in edge order; nodes without readers absent."""
+    out: dict[int, list[Edge]] = {}
+    for e in pdg.edges:
+        out.setdefault(e.src, []).append(e)
+    return out
+
+
+def edges_by_sink(pdg: PDG) -> dict[int, list[Edge]]:
+    """Every node's in-edges, in edge order; nodes without inputs absent."""
+    out: dict[int, list[Edge]] = {}
+    for e in pdg.edges:
+        out.setdefault(e.sink, []).append(e)
+    return out
+
+
 def reads_own_point(e: Edge, src: Node, sink: Node) -> bool:
     """Whether data edge ``e`` reads ``src`` at ``sink``'s own point, whole: same domain and
     batch, identity ``phi``, no condition, ``select`` or batch-dim read."""

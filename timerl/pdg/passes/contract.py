@@ -33,7 +33,7 @@ import logging
 import math
 from dataclasses import replace
 
-from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, reads_own_point
+from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, edges_by_src, reads_own_point
 from timerl.pdg.ops import Op, OpKind
 from timerl.symbolic import TRUE, Expr, Slice, lift
 
@@ -48,9 +48,7 @@ def contract_outer_products(pdg: PDG) -> PDG:
     """Rewrite every summed outer product of the pattern (module doc) into one matmul."""
     nodes = dict(pdg.nodes)
     edges = list(pdg.edges)
-    readers: dict[int, list[Edge]] = {}
-    for e in pdg.edges:
-        readers.setdefault(e.src, []).append(e)
+    readers = edges_by_src(pdg)
     next_id = max(nodes, default=-1) + 1
     done = 0
     for s_node in list(pdg):
@@ -161,9 +159,7 @@ def _fold_batch_sums(pdg: PDG) -> PDG:
     """``SUM`` over the batch dims of a contracted matmul (module doc) -> one matmul."""
     nodes = dict(pdg.nodes)
     edges = list(pdg.edges)
-    readers: dict[int, list[Edge]] = {}
-    for e in pdg.edges:
-        readers.setdefault(e.src, []).append(e)
+    readers = edges_by_src(pdg)
     done = 0
     for s2 in list(pdg):
         if s2.op.kind is not OpKind.SUM or s2.op.attr("keepdim", False):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
 from timerl.pdg.ops import Op, OpKind
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,7 @@ def _edge_key(e: Edge, rep: dict[int, int]) -> Any:
 
 def eliminate_common_subexpressions(pdg: PDG) -> PDG:
     """Redirect readers of duplicate pure nodes to one representative (module doc)."""
-    ins: dict[int, list[Edge]] = {}
-    for e in pdg.edges:
-        ins.setdefault(e.sink, []).append(e)
+    ins = edges_by_sink(pdg)
     rep: dict[int, int] = {}
     while True:
         seen: dict[Any, int] = {}

@@ -32,7 +32,7 @@ import logging
 from dataclasses import replace
 
 from timerl.errors import SymbolicError
-from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ir import PDG, Edge, Node, edges_by_src
 from timerl.pdg.ops import OpKind
 from timerl.symbolic import TRUE, Const, Expr, Sym, evaluate, logical_and, logical_not, logical_or, substitute
 from timerl.symbolic.simplify import affine_in
@@ -46,9 +46,7 @@ _MAX_SAMPLE_POINTS = 4096
 
 def restrict_to_demand(pdg: PDG, keep: frozenset[int] = frozenset()) -> PDG:
     """Add to each pure op's condition the points its readers can use (module doc)."""
-    readers: dict[int, list[Edge]] = {}
-    for e in pdg.edges:
-        readers.setdefault(e.src, []).append(e)
+    readers = edges_by_src(pdg)
     merge_inputs: dict[int, list[Edge]] = {}
     for n in pdg:
         if n.op.kind is OpKind.MERGE:

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from timerl.pdg.ir import PDG, Edge, Node, reads_own_point
+from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink, reads_own_point
 from timerl.pdg.ops import OpKind
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,7 @@ def _passthrough(pdg: PDG, n: Node, ins: list[Edge]) -> Edge | None:
 
 def simplify(pdg: PDG) -> PDG:
     """Re-point readers of copies and of products with one at the operand (module doc)."""
-    ins: dict[int, list[Edge]] = {}
-    for e in pdg.edges:
-        ins.setdefault(e.sink, []).append(e)
+    ins = edges_by_sink(pdg)
     through: dict[int, Edge] = {}
     for n in pdg:
         cand = _passthrough(pdg, n, ins.get(n.id, []))
