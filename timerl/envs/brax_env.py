@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from timerl.envs.common import static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
 from timerl.symbolic import Sym
@@ -192,10 +193,7 @@ class _BraxState:
         self.steps: Any = None
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
-        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
-        if n is None:
-            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
-        self.n = int(n)
+        self.n = static_num_envs(self.env_id, self.num_envs, bounds)
 
     def _out(self, x: Any) -> Any:
         return x if self.batched else x[0]

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from timerl.envs.common import static_num_envs
 from timerl.errors import RTDefinitionError, RuntimeExecutionError
 from timerl.pdg.ops import DType
 from timerl.rt.context import current
@@ -54,9 +55,7 @@ class _GymState:
     def bind(self, bounds: Mapping[Sym, int]) -> None:
         import gymnasium as gym
 
-        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
-        if n is None:
-            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
+        n = static_num_envs(self.env_id, self.num_envs, bounds)
         if self.venv is not None and self.n == n:
             return
         self.venv = None

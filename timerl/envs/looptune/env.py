@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from timerl.envs.common import pick_batch, static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.envs.looptune import dataset as ds
 from timerl.envs.looptune.analytic import AnalyticCostModel
@@ -51,7 +52,7 @@ from timerl.envs.looptune.ir import (
     is_valid,
 )
 from timerl.envs.looptune.measure import Measurer, machine_peak, make_measurer
-from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
 from timerl.rt.udf import UDFFn, udf
@@ -147,16 +148,10 @@ class _LoopTuneState:
         self.last_obs: np.ndarray | None = None
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
-        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
-        if n is None:
-            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
-        self.n = int(n)
+        self.n = static_num_envs(self.env_id, self.num_envs, bounds)
 
     def _pick(self, k: int) -> list[Problem]:
-        if self.in_order:
-            return [self.problems[(k * self.n + e) % len(self.problems)] for e in range(self.n)]
-        rng = np.random.default_rng(self.seed + 7919 * k)
-        return [self.problems[int(i)] for i in rng.integers(0, len(self.problems), self.n)]
+        return pick_batch(self.problems, k, self.n, self.in_order, self.seed)
 
     def _obs(self) -> np.ndarray:
         obs = np.stack([features(ep.state, self.max_loops).reshape(-1) for ep in self.episodes])

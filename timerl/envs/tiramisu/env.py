@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from timerl.envs.common import pick_batch, static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS, apply_action
 from timerl.envs.tiramisu.benchmarks import BENCHMARKS, benchmark
@@ -42,7 +43,7 @@ from timerl.envs.tiramisu.legality import LegalityChecker
 from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.program import Program
 from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
-from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
 from timerl.rt.udf import UDFFn, udf
@@ -168,16 +169,10 @@ class _TiramisuState:
         self.failed = 0
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
-        n = bounds.get(self.num_envs, None) if isinstance(self.num_envs, Sym) else int(self.num_envs)
-        if n is None:
-            raise RTDefinitionError(f"env {self.env_id}: num_envs bound {self.num_envs} needs a static value")
-        self.n = int(n)
+        self.n = static_num_envs(self.env_id, self.num_envs, bounds)
 
     def _pick(self, k: int) -> list[TiramisuTask]:
-        if self.in_order:
-            return [self.tasks[(k * self.n + e) % len(self.tasks)] for e in range(self.n)]
-        rng = np.random.default_rng(self.seed + 7919 * k)
-        return [self.tasks[int(i)] for i in rng.integers(0, len(self.tasks), self.n)]
+        return pick_batch(self.tasks, k, self.n, self.in_order, self.seed)
 
     def _obs(self) -> np.ndarray:
         obs = np.stack([flatten(*graph(ep.sched, ep.branch)) for ep in self.episodes])

@@ -1,0 +1,30 @@
+"""Helpers shared by the environment wrappers (gym, brax, gymnax, LoopTune, Tiramisu)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+import numpy as np
+
+from timerl.errors import RTDefinitionError
+from timerl.symbolic import Sym
+
+T = TypeVar("T")
+
+
+def static_num_envs(env_id: str, num_envs: int | Sym, bounds: Mapping[Sym, int]) -> int:
+    """``num_envs`` as an int: itself, or the static value of its bound symbol."""
+    n = bounds.get(num_envs, None) if isinstance(num_envs, Sym) else int(num_envs)
+    if n is None:
+        raise RTDefinitionError(f"env {env_id}: num_envs bound {num_envs} needs a static value")
+    return int(n)
+
+
+def pick_batch(items: Sequence[T], k: int, n: int, in_order: bool, seed: int) -> list[T]:
+    """The ``n`` items of reset ``k``: consecutive ones in order (wrapping), else drawn with
+    ``numpy.random.default_rng(seed + 7919 * k)``."""
+    if in_order:
+        return [items[(k * n + e) % len(items)] for e in range(n)]
+    rng = np.random.default_rng(seed + 7919 * k)
+    return [items[int(i)] for i in rng.integers(0, len(items), n)]
