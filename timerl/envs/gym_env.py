@@ -204,6 +204,19 @@ class GymEnv:
         self._reset_domain = obs.node.domain
         return obs
 
+    def _action_mask_udf(self, fn: UDFFn, num_actions: int, obs: RecurrentTensor) -> RecurrentTensor:
+        """A float32 ``(num_actions,)`` mask per point of ``obs``, computed by ``fn`` from the
+        env's state after the step that made ``obs`` (for subclasses' ``action_mask``)."""
+        (mask,) = udf(
+            fn,
+            [((num_actions,), DType.float32)],
+            obs.domain,
+            [obs],
+            name=f"{self.env_id}.action_mask",
+            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+        )
+        return mask
+
     def step(self, action: RecurrentTensor) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor]:
         """``(next_obs, reward, done)`` at the action's points (``done``: episode over)."""
         if self._reset_node is None:

@@ -53,9 +53,8 @@ from timerl.envs.looptune.ir import (
 )
 from timerl.envs.looptune.measure import Measurer, machine_peak, make_measurer
 from timerl.errors import RuntimeExecutionError, TimeRLError
-from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
-from timerl.rt.udf import UDFFn, udf
+from timerl.rt.udf import UDFFn
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.envs.looptune")
@@ -355,16 +354,7 @@ class LoopTuneEnv(GymEnv):
         float32 ``(10,)`` per point of ``obs``. It reads the env's state, so it depends on
         ``obs`` (the observation of that state) and is computed after the step that made it;
         e.g. ``(logits + (mask - 1) * 1e9).argmax(-1)`` picks the best valid action."""
-        batch = (self.batch_dim,) if self.batch_dim is not None else ()
-        (mask,) = udf(
-            _MaskFn(self._state),
-            [((len(ACTIONS),), DType.float32)],
-            obs.domain,
-            [obs],
-            name=f"{self.env_id}.action_mask",
-            batch_dims=batch,
-        )
-        return mask
+        return self._action_mask_udf(_MaskFn(self._state), len(ACTIONS), obs)
 
     @property
     def history(self) -> list[EpisodeRecord]:

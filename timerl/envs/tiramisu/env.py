@@ -44,9 +44,8 @@ from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.program import Program
 from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
 from timerl.errors import RuntimeExecutionError, TimeRLError
-from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
-from timerl.rt.udf import UDFFn, udf
+from timerl.rt.udf import UDFFn
 from timerl.symbolic import Sym
 
 __all__ = ["PENALTY", "EpisodeRecord", "TiramisuEnv", "TiramisuTask", "programs_of"]
@@ -318,16 +317,7 @@ class TiramisuEnv(GymEnv):
         """``1.0`` for the actions that apply to each env's state (``legal=True``: that are
         also legal, a dependence check per action), ``0.0`` else; float32 ``(56,)`` per
         point of ``obs`` (computed after the step that made ``obs``)."""
-        batch = (self.batch_dim,) if self.batch_dim is not None else ()
-        (mask,) = udf(
-            _MaskFn(self._state, legal),
-            [((NUM_ACTIONS,), DType.float32)],
-            obs.domain,
-            [obs],
-            name=f"{self.env_id}.action_mask",
-            batch_dims=batch,
-        )
-        return mask
+        return self._action_mask_udf(_MaskFn(self._state, legal), NUM_ACTIONS, obs)
 
     @property
     def history(self) -> list[EpisodeRecord]:
