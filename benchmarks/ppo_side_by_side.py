@@ -77,8 +77,8 @@ class Config:
     """hidden layers (actor and critic each)"""
     num_minibatches: int = 1
     """minibatches of the one update epoch, in every program (1: TimeRL's configuration, one
-    update over the whole rollout; timerl's program with M > 1 evaluates the loss at every step
-    masked per minibatch, M times the learning compute, see docs/performance.md)"""
+    update over the whole rollout, acting activations reused; M > 1: the rollout shuffled and cut
+    into M minibatches, each a new forward pass over its B * T / M samples, as CleanRL)"""
     seed: int = 0
     """random seed"""
     timeout: int = 1800

@@ -3,7 +3,8 @@
 # policy's activations from acting are reused by the symbolic autodiff for learning.
 # With --update-epochs E / --num-minibatches M the updates are two more dims (e, m): the
 # parameters vary over (i, e, m), acting uses those at (i, 0, 0), and every (e, m) runs a
-# new forward pass over the stored rollout (minibatch m: the steps t with t % M == m).
+# new forward pass: with --num-steps over minibatch m of the rollout shuffled per epoch
+# (CleanRL's minibatches, taken as rows), episodic over the steps t with t % M == m.
 from __future__ import annotations
 
 import logging
@@ -64,7 +65,12 @@ class Args(CheckpointArgs):
     update_epochs: int = 1
     """epochs over each rollout (a dim e); > 1 recomputes the forward pass"""
     num_minibatches: int = 1
-    """minibatches per epoch (a dim m; minibatch m holds the steps t with t % M == m)"""
+    """minibatches per epoch (a dim m). With --num-steps: the rollout's B x N samples shuffled
+    each epoch and cut into M minibatches (CleanRL); episodic: minibatch m holds the steps
+    t with t % M == m"""
+    clip_vloss: bool = True
+    """with epochs/minibatches and --num-steps: clip the value loss around the rollout's
+    values by --clip-coef (CleanRL); a no-op for one epoch and one minibatch"""
     update_dims: bool = False
     """build the (i, e, m) program even for one epoch and one minibatch (a check of it)"""
     seed: int = 0
@@ -141,14 +147,53 @@ def _gae_fixed(args: Args, b, i, t, T, v, v_last, r, d):
 
 
 def _normalise_fixed(args: Args, adv, B, i, T):
-    """(adv - mean) / std over iteration i's whole rollout."""
+    """(adv - mean) / std over iteration i's whole rollout (the one minibatch); the sample
+    standard deviation (n - 1), as the minibatch path and CleanRL's ``Tensor.std()``."""
     if not args.norm_adv:
         return adv
     n = float(args.num_envs * args.num_steps)
     mu = adv[0:B, i, 0:T].sum() / n
     dev = adv[0:B, i, 0:T] - mu
-    std = ((dev * dev).sum() / n).sqrt()
+    std = ((dev * dev).sum() / max(n - 1.0, 1.0)).sqrt()
     return (adv - mu) / (std + 1e-8)
+
+
+def _minibatch_loss(args: Args, dnn, B, T, i, e, m, o, a, logp_old, v_old, adv, ret):
+    """PPO's loss on minibatch m of epoch e, as CleanRL computes it: iteration i's rollout
+    flattened to ``B * T`` samples, shuffled once per epoch (``argsort`` of uniform keys),
+    minibatch m the samples at ranks ``m * mb .. (m + 1) * mb``, taken as rows; advantages
+    normalised over the minibatch; the value loss clipped around the rollout's values
+    (``--clip-vloss``). One forward pass over ``mb`` samples per update, not over the rollout.
+    Returns the loss and the minibatch's sample indices (into the rollout flattened b-major)."""
+    n = args.num_envs * args.num_steps
+    if n % args.num_minibatches:
+        raise ValueError(f"--num-minibatches {args.num_minibatches} must divide num_envs x num_steps = {n}")
+    mb = n // args.num_minibatches
+
+    def rows(x):  # iteration i's rollout of x as B * T rows
+        flat = x.detach()[0:B, i, 0:T]
+        return flat.reshape(-1, *flat.shape[2:])
+
+    perm = trl.rand((n,), domain=(i, e), name="shuffle").argsort()
+    idx = perm.reshape(args.num_minibatches, mb)[i, e, m]
+    logp, ent, v_new = dnn.evaluate(rows(o).take(idx), rows(a).take(idx))
+    adv_mb, ret_mb, v_mb = rows(adv).take(idx), rows(ret).take(idx), rows(v_old).take(idx)
+    if args.norm_adv:
+        dev = adv_mb - adv_mb.mean()
+        adv_mb = dev / (((dev * dev).sum() / float(max(mb - 1, 1))).sqrt() + 1e-8)
+    ratio = (logp - rows(logp_old).take(idx)).exp()
+    low, high = 1.0 - args.clip_coef, 1.0 + args.clip_coef
+    clipped = trl.where(ratio < low, trl.full((), low), trl.where(ratio > high, trl.full((), high), ratio))
+    pg1, pg2 = -adv_mb * ratio, -adv_mb * clipped
+    pg_loss = trl.where(pg1 > pg2, pg1, pg2).mean()
+    v_loss = (v_new - ret_mb) * (v_new - ret_mb)
+    if args.clip_vloss:
+        dv = v_new - v_mb
+        dv = trl.where(dv < -args.clip_coef, trl.full((), -args.clip_coef), dv)
+        dv = trl.where(dv > args.clip_coef, trl.full((), args.clip_coef), dv)
+        v_clip = (v_mb + dv - ret_mb) * (v_mb + dv - ret_mb)
+        v_loss = trl.where(v_clip > v_loss, v_clip, v_loss)
+    return pg_loss + args.vf_coef * 0.5 * v_loss.mean() - args.ent_coef * ent.mean(), idx
 
 
 def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
@@ -180,17 +225,14 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
         o[b, i, t + 1] = o_next
         v_last = actor.value(o_next[b, i, T - 1])
         adv, ret = _gae_fixed(args, b, i, t, T, v, v_last, r, d)
-        adv_n = _normalise_fixed(args, adv, B, i, T)
-        scale = 1.0 / float(args.num_envs * args.num_steps)
         if not epochs:
+            adv_n = _normalise_fixed(args, adv, B, i, T)
             per_point = _clipped_loss(args, logp_old, logp_old, ent_old, v, ret, adv_n)
+            (per_point * (1.0 / float(args.num_envs * args.num_steps))).backward()
         else:
-            m = upd[1][0]
-            logp, ent, v_new = dnn.evaluate(o, a)
-            in_mb = (trl.as_tensor(t % args.num_minibatches) == trl.as_tensor(m)).cast(trl.float32)
-            per_point = _clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
-            scale *= args.num_minibatches
-        (per_point * scale).backward()
+            (e, _), (m, _) = upd
+            loss, _ = _minibatch_loss(args, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret)
+            loss.backward()
         if args.anneal_lr:
             lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
         else:

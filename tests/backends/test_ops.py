@@ -52,6 +52,12 @@ def _gather(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(xb, ib[..., None], -1)[..., 0]
 
 
+def _index_add(g: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((n,) + g.shape[1:], g.dtype)
+    np.add.at(out, idx, g)
+    return out
+
+
 def _pad_slice(op: Op, x: np.ndarray, env: dict[Sym, int]) -> np.ndarray:
     d, start, size = op.attr("dim"), _ev(op.attr("start"), env), _ev(op.attr("size"), env)
     shape = list(x.shape)
@@ -148,6 +154,9 @@ REF: dict[OpKind, Ref] = {
     OpKind.INDEX: lambda op, xs, env: xs[0][(slice(None),) * op.attr("dim") + (_ev(op.attr("index"), env),)],
     OpKind.GATHER: lambda op, xs, env: _gather(xs[0], xs[1]),
     OpKind.ONE_HOT: lambda op, xs, env: np.eye(op.attr("num_classes"), dtype=op.attr("dtype").numpy)[xs[0]],
+    OpKind.TAKE: lambda op, xs, env: xs[0][xs[1]],
+    OpKind.INDEX_ADD: lambda op, xs, env: _index_add(xs[0], xs[1], op.attr("size")),
+    OpKind.ARGSORT: lambda op, xs, env: np.argsort(xs[0], axis=op.attr("dim"), kind="stable").astype(np.int64),
     OpKind.MATMUL: lambda op, xs, env: np.matmul(xs[0], xs[1]),
 }
 
@@ -261,6 +270,13 @@ CASES: list[Case] = [
     Case("gather", M(OpKind.GATHER), [((4, 5), "f"), ((4,), "i5")]),
     Case("gather_0d", M(OpKind.GATHER), [((5,), "f"), ((), "i5")]),
     Case("gather_bcast", M(OpKind.GATHER), [((2, 1, 5), "f"), ((3,), "j5")]),
+    Case("take", M(OpKind.TAKE), [((5, 3), "f"), ((4,), "i5")]),
+    Case("take_1d", M(OpKind.TAKE), [((5,), "f"), ((7,), "i5")]),
+    Case("take_int", M(OpKind.TAKE), [((5, 2), "i5"), ((3,), "i5")]),
+    Case("index_add", M(OpKind.INDEX_ADD, size=5), [((6, 3), "f"), ((6,), "i5")]),
+    Case("index_add_1d", M(OpKind.INDEX_ADD, size=4), [((7,), "f"), ((7,), "i4")]),
+    Case("argsort", M(OpKind.ARGSORT, dim=0), [((6,), "f")]),
+    Case("argsort_last", M(OpKind.ARGSORT, dim=1), [((3, 5), "f")]),
     Case("one_hot", M(OpKind.ONE_HOT, num_classes=5, dtype=DType.float32), [((4,), "i5")]),
     Case("one_hot_0d", M(OpKind.ONE_HOT, num_classes=3, dtype=DType.int64), [((), "i3")]),
     *(

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from example_pdg import lower_example, ppo
 
+import timerl as trl
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
@@ -119,26 +120,45 @@ def test_update_dims_with_one_epoch_equal_the_plain_update(tmp_path) -> None:
     assert moved
 
 
-def _fixed_run(backend: str, **options) -> tuple[list, dict[str, np.ndarray]]:
-    """Fixed-length PPO (4 envs x 8 steps x 3 iterations, 2 epochs x 2 minibatches when asked):
-    the rewards/dones of every env each iteration and the final parameters."""
-    args = ppo.Args(backend=backend, num_envs=4, num_steps=8, iterations=3, seed=2, ent_coef=0.01)
+def _fixed_run(backend: str, epochs: int = 1, **options) -> tuple[list, dict[str, np.ndarray]]:
+    """Fixed-length PPO (4 envs x 8 steps x 3 iterations, ``epochs`` epochs x 2 minibatches
+    when ``epochs > 1``): the rewards/dones of every env each iteration and the final parameters."""
+    mbs = 2 if epochs > 1 else 1
+    args = ppo.Args(
+        backend=backend,
+        num_envs=4,
+        num_steps=8,
+        iterations=3,
+        seed=2,
+        ent_coef=0.01,
+        update_epochs=epochs,
+        num_minibatches=mbs,
+    )
     got: list = []
     ex = ppo.build_fixed(args, lambda v, p: got.append((p["i"], v.copy())), **options)
     ex.execute()
     params = {n.name: n.id for n in ex.pdg if n.name and n.name.startswith("dnn.")}
-    last = {k: ex._interp.value(nid, (args.iterations - 1,)) for k, nid in params.items()}
+    last_pt = (args.iterations - 1,) if epochs == 1 else (args.iterations - 1, epochs - 1, mbs - 1)
+    last = {k: ex._interp.value(nid, last_pt) for k, nid in params.items()}
     return sorted(got, key=lambda x: x[0]), last
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_fixed_length_passes_on_equal_off(backend: str) -> None:
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_fixed_length_passes_on_equal_off(backend: str, epochs: int) -> None:
     """--num-steps: every optimising pass on and every one off (vectorizing t, contraction,
     scan lifting, CSE, simplification, fusion) change no return and move the parameters by
     float rounding only (sums in another order)."""
-    on_log, on_w = _fixed_run(backend)
+    on_log, on_w = _fixed_run(backend, epochs)
     off_log, off_w = _fixed_run(
-        backend, vectorize_time=False, contract=False, scan_lift=False, cse=False, simplify=False, fuse=False
+        backend,
+        epochs,
+        vectorize_time=False,
+        contract=False,
+        scan_lift=False,
+        cse=False,
+        simplify=False,
+        fuse=False,
     )
     assert len(on_log) == 3 and on_log[0][1].shape == (2, 4, 8)
     for (i1, x), (i2, y) in zip(on_log, off_log, strict=True):
@@ -161,3 +181,97 @@ def test_fixed_length_learning_is_vectorized_over_t() -> None:
     # GAE, a backward recurrence over t, is one scan (scan_lift) whose rows are a view
     assert not any(n.name == "adv" for n in per_t)
     assert any(n.op.kind is OpKind.LINEAR_SCAN and n.op.attr("reverse") for n in pdg)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_minibatch_loss_matches_cleanrl_on_the_same_rows(backend: str) -> None:
+    """``_minibatch_loss`` (rollout shuffled per epoch, rows taken, advantages normalised per
+    minibatch, clipped value loss) against CleanRL's loss written in eager PyTorch on the same
+    rows and parameters: the loss and every parameter gradient, for each minibatch; the
+    minibatches of an epoch partition the rollout."""
+    import gymnasium as gym
+    import torch
+
+    Bn, Tn, M = 2, 6, 3
+    rng = np.random.default_rng(4)
+    obs = rng.normal(size=(Bn, 1, Tn, 4)).astype(np.float32)
+    act = rng.integers(0, 2, size=(Bn, 1, Tn)).astype(np.int64)
+    logp_old = rng.normal(-0.7, 0.1, size=(Bn, 1, Tn)).astype(np.float32)
+    v_old = rng.normal(size=(Bn, 1, Tn)).astype(np.float32)
+    adv = rng.normal(size=(Bn, 1, Tn)).astype(np.float32)
+    ret = (adv + v_old + rng.normal(0, 0.5, size=adv.shape)).astype(np.float32)
+    args = ppo.Args(num_envs=Bn, num_steps=Tn, num_minibatches=M, hidden=5, ent_coef=0.01, clip_coef=0.2)
+
+    class Spaces:
+        obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+    seen: dict[str, dict] = {"idx": {}, "loss": {}}
+    ctx = trl.Context(dims=("b", "i", "e", "m", "t"))
+    with ctx as ((b, B), (i, I), (e, E), (m, _), (t, T)):
+        dnn = trl.DNNBuilder(domain=(i, e, m), seed=1).from_env(Spaces(), hidden=[5, 5], critic=True).build()
+        rt = [trl.const(x)[b, i, t] for x in (obs, act, logp_old, v_old, adv, ret)]
+        loss, idx = ppo._minibatch_loss(args, dnn, B, T, i, e, m, *rt)
+        loss.backward()
+        idx.sink(lambda v, p: seen["idx"].__setitem__(p["m"], np.array(v)))
+        loss.sink(lambda v, p: seen["loss"].__setitem__(p["m"], float(v)))
+        for p in dnn.params:
+            seen[p.name] = {}
+            seen[p.name + ".grad"] = {}
+            p.sink(lambda v, pt, n=p.name: seen[n].__setitem__(pt["m"], np.array(v)))
+            p.grad.sink(lambda v, pt, n=p.name: seen[n + ".grad"].__setitem__(pt["m"], np.array(v)))
+        trl.optim.SGD(dnn.params, lr=0.1).step()
+    ctx.compile({B: Bn, I: 1, E: 1, ctx.dims[3][1]: M, T: Tn}, backend=backend).execute()
+
+    mb = Bn * Tn // M
+    assert sorted(np.concatenate([seen["idx"][k] for k in range(M)]).tolist()) == list(range(Bn * Tn))
+    flat = [torch.from_numpy(x.reshape(Bn * Tn, *x.shape[3:])) for x in (obs, act, logp_old, v_old, adv, ret)]
+    names = [p.name for p in dnn.params]
+    for k in range(M):
+        rows = torch.from_numpy(seen["idx"][k])
+        o, a, lp0, v0, ad, rt_ = (x[rows] for x in flat)
+        w = {n: torch.tensor(seen[n][k], requires_grad=True) for n in names}
+
+        def mlp(x, pre, w=w):
+            h = torch.tanh(x @ w[f"dnn.{pre}w0"] + w[f"dnn.{pre}b0"])
+            h = torch.tanh(h @ w[f"dnn.{pre}w1"] + w[f"dnn.{pre}b1"])
+            return h @ w[f"dnn.{pre}w2"] + w[f"dnn.{pre}b2"]
+
+        logits, value = mlp(o, ""), mlp(o, "v").squeeze(-1)
+        lsm = torch.log_softmax(logits, -1)
+        newlogp = lsm.gather(-1, a[:, None]).squeeze(-1)
+        entropy = -(lsm.exp() * lsm).sum(-1)
+        ratio = (newlogp - lp0).exp()
+        ad = (ad - ad.mean()) / (ad.std() + 1e-8)
+        pg = torch.max(-ad * ratio, -ad * torch.clamp(ratio, 0.8, 1.2)).mean()
+        v_clipped = v0 + torch.clamp(value - v0, -0.2, 0.2)
+        v_loss = 0.5 * torch.max((value - rt_) ** 2, (v_clipped - rt_) ** 2).mean()
+        want = pg - 0.01 * entropy.mean() + 0.5 * v_loss
+        want.backward()
+        assert len(rows) == mb
+        np.testing.assert_allclose(seen["loss"][k], want.item(), rtol=1e-5, atol=1e-6)
+        for n in names:
+            np.testing.assert_allclose(
+                seen[n + ".grad"][k], w[n].grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=n
+            )
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fixed_length_minibatches_match_the_reference(backend: str) -> None:
+    """Shuffled minibatches (2 epochs x 2): the compiled program against the schedule-free
+    evaluator; the rollouts (rewards and dones of every env) are equal iff the same actions
+    were taken, which after the first iteration depends on every update."""
+    from timerl.backends import get_backend
+    from timerl.runtime.reference import reference_evaluate
+
+    args = ppo.Args(
+        backend=backend, num_envs=4, num_steps=8, iterations=3, seed=2, update_epochs=2, num_minibatches=2
+    )
+    compiled: list = []
+    ppo.build_fixed(args, lambda v, p: compiled.append((p["i"], v.copy()))).execute()
+    ref: list = []
+    pdg = lower_example(ppo.build_fixed, args, lambda v, p: ref.append((p["i"], v.copy())), seed=args.seed)
+    reference_evaluate(pdg, get_backend(backend), seed=args.seed)
+    assert [k for k, _ in compiled] == [k for k, _ in ref] == [0, 1, 2]
+    for (_, x), (_, y) in zip(compiled, ref, strict=True):
+        np.testing.assert_array_equal(x, y)

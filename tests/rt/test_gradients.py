@@ -279,3 +279,42 @@ def test_gradient_through_full_range_read_at_every_point(backend: str) -> None:
     want_w, want_d = jax.grad(unrolled, argnums=(0, 1))(jnp.asarray(W0), jnp.zeros((Tn, 2)))
     np.testing.assert_allclose(gw[()], np.asarray(want_w), **TOL)
     np.testing.assert_allclose(_stacked(gx, Tn), np.asarray(want_d), **TOL)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_through_take_of_rows(backend: str) -> None:
+    """Rows of a table taken by a per-t index with repeats (``x.take(idx[t])``) and by an
+    ``argsort`` permutation: the gradient adds every taken row back at its index."""
+    Tn = 3
+    w0 = np.arange(10, dtype=np.float32).reshape(5, 2) / 10.0 - 0.2
+    idx_tab = np.array([[0, 4, 4], [2, 2, 2], [1, 3, 0]], np.int64)
+    keys = np.array([0.5, 0.1, 0.9, 0.3, 0.7], np.float32)
+    gw: dict[Any, np.ndarray] = {}
+    perm_seen: dict[Any, np.ndarray] = {}
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        w = trl.param(w0, name="w")
+        rows = (w * 1.5).take(trl.const(idx_tab)[t])
+        perm = trl.const(keys).argsort()
+        perm.sink(_by_point(perm_seen))
+        y = (rows.tanh() * rows).sum() + ((w.take(perm) * 0.5).exp()[0:2]).sum() * trl.as_tensor(t)
+        y.backward()
+        w.grad.sink(_by_point(gw))
+    ctx.compile({T: Tn}, backend=backend).execute()
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(perm_seen[()], order)
+
+    def unrolled(wv):
+        total = 0.0
+        for s in range(Tn):
+            r = (wv * 1.5)[idx_tab[s]]
+            total = total + jnp.sum(jnp.tanh(r) * r) + jnp.sum(jnp.exp(wv[order] * 0.5)[0:2]) * s
+        return total
+
+    np.testing.assert_allclose(gw[()], np.asarray(jax.grad(unrolled)(jnp.asarray(w0))), **TOL)
+
+
+def test_take_rejects_a_float_index() -> None:
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),), pytest.raises(trl.TimeRLError, match="1-D int RT"):
+        trl.const(np.zeros((4, 2), np.float32)).take(trl.const(np.zeros(3, np.float32)))

@@ -113,6 +113,17 @@ class AbstractBackend(abc.ABC):
     def seed(self, seed: int) -> None:
         """Reset the RNG state used by ``RAND_*`` ops."""
 
+    def random_points(self, seeds: Sequence[int], shape: tuple[int, ...], dtype: DType, normal: bool) -> Any:
+        """``len(seeds)`` draws stacked on a new leading axis; row ``k`` equals one ``RAND_*``
+        of ``shape`` after ``seed(seeds[k])`` (a RAND node vectorized over a dim keeps the values
+        it has per point). This default draws them one by one."""
+        op = Op.make(OpKind.RAND_NORMAL if normal else OpKind.RAND_UNIFORM, shape=shape, dtype=dtype)
+        rows = []
+        for s in seeds:
+            self.seed(int(s))
+            rows.append(self.run(op, [], (), (), {}))
+        return self.stack(rows, 0)
+
     @abc.abstractmethod
     def from_numpy(self, a: np.ndarray) -> Any:
         """Copy a NumPy array into a backend tensor, keeping its dtype."""
@@ -391,6 +402,53 @@ def gather(fn: Callable[[Any, Any], Any]) -> Kernel:
         x, idx = align_ranks(c, xs, trailing=(1, 0))
         lead = tuple(np.broadcast_shapes(tuple(x.shape[:-1]), tuple(idx.shape)))
         return fn(be.broadcast_to(x, lead + (x.shape[-1],)), be.broadcast_to(idx, lead))
+
+    return kernel
+
+
+def _flat_batch(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> tuple[Any, Any]:
+    """Both inputs with the batch dims broadcast and flattened into one leading dim."""
+    nb, p = len(c.batch), int(np.prod(c.batch, dtype=np.int64))
+    out = []
+    for k, x in enumerate(xs):
+        if not c.batched[k]:
+            x = be.broadcast_to(x, tuple(c.batch) + tuple(x.shape))
+        out.append(x.reshape((p,) + tuple(x.shape[nb:])))
+    return out[0], out[1]
+
+
+def take_rows(
+    take: Callable[[Any, Any, int], Any], take_batched: Callable[[Any, Any], Any]
+) -> Kernel:
+    """``x[idx]`` along per-point dim 0. ``take(x, idx, axis)`` serves an unbatched ``idx``;
+    ``take_batched(x, idx)`` takes ``x[p, idx[p]]`` for each row ``p`` of flattened batch dims."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        x, idx = xs
+        if not c.batched[1]:
+            return take(x, idx, c.offset(0))
+        xf, idf = _flat_batch(be, c, xs)
+        out = take_batched(xf, idf)
+        return out.reshape(tuple(c.batch) + tuple(out.shape[1:]))
+
+    return kernel
+
+
+def index_add_rows(
+    add: Callable[[Any, Any, int, int], Any], add_batched: Callable[[Any, Any, int], Any]
+) -> Kernel:
+    """Zeros with ``size`` rows along per-point dim 0 and ``g``'s rows added at ``idx``
+    (repeated indices accumulate). ``add(g, idx, axis, size)`` serves an unbatched ``idx``,
+    ``add_batched(g, idx, size)`` flattened batch dims (one leading dim)."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        g, idx = xs
+        n = c.int_attr("size")
+        if not c.batched[1]:
+            return add(g, idx, c.offset(0), n)
+        gf, idf = _flat_batch(be, c, xs)
+        out = add_batched(gf, idf, n)
+        return out.reshape(tuple(c.batch) + tuple(out.shape[1:]))
 
     return kernel
 

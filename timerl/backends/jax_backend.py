@@ -55,6 +55,18 @@ def _draw(key: jax.Array, seed: jax.Array, shape: tuple[int, ...], dtype: Any, n
     return key, sample(sub, shape, dtype=dtype)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _draw_points(seeds: jax.Array, shape: tuple[int, ...], dtype: Any, normal: bool) -> Any:
+    """One draw per seed, as :func:`_draw` makes it from ``key(seed)``, in one dispatch."""
+    sample = jax.random.normal if normal else jax.random.uniform
+
+    def one(seed: jax.Array) -> jax.Array:
+        _, sub = jax.random.split(jax.random.key(seed))
+        return sample(sub, shape, dtype=dtype)
+
+    return jax.vmap(one)(seeds)
+
+
 @functools.partial(jax.jit, static_argnums=(1,))
 def _take(x: jax.Array, axis: int, index: jax.Array) -> jax.Array:
     return lax.dynamic_index_in_dim(x, index, axis, keepdims=False)
@@ -82,6 +94,16 @@ def _linear_scan(x: jax.Array, c: jax.Array, y0: jax.Array, reverse: bool) -> ja
 
     _, ys = jax.lax.scan(step, y0, (x, c), reverse=reverse)
     return jnp.concatenate([ys, y0[None]]) if reverse else jnp.concatenate([y0[None], ys])
+
+
+def _index_add(g: jax.Array, idx: jax.Array, a: int, n: int) -> jax.Array:
+    out = jnp.zeros(g.shape[:a] + (n,) + g.shape[a + 1 :], g.dtype)
+    return out.at[(slice(None),) * a + (idx,)].add(g)
+
+
+def _index_add_batched(g: jax.Array, idx: jax.Array, n: int) -> jax.Array:
+    out = jnp.zeros((g.shape[0], n) + g.shape[2:], g.dtype)
+    return out.at[jnp.arange(g.shape[0])[:, None], idx].add(g)
 
 
 _KERNELS: dict[OpKind, Kernel] = {
@@ -137,6 +159,13 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.PAD_SLICE: base.pad_slice(_pad),
     OpKind.GATHER: base.gather(lambda x, i: jnp.take_along_axis(x, i[..., None], axis=-1)[..., 0]),
     OpKind.ONE_HOT: _one_hot,
+    OpKind.TAKE: base.take_rows(
+        # out-of-range rows read as NaN (floats), never clamped to a valid row
+        lambda x, i, a: jnp.take(x, i, axis=a, mode="fill"),
+        lambda x, i: x.at[jnp.arange(x.shape[0])[:, None], i].get(mode="fill"),
+    ),
+    OpKind.INDEX_ADD: base.index_add_rows(_index_add, _index_add_batched),
+    OpKind.ARGSORT: base.along_dim(lambda x, a: jnp.argsort(x, axis=a).astype(jnp.int64)),
     OpKind.MATMUL: base.matmul(jnp.matmul),
 }
 
@@ -174,6 +203,10 @@ class JaxBackend(AbstractBackend):
     def seed(self, seed: int) -> None:
         """Reset the PRNG key (``key(seed)``, made by the next draw in the same dispatch)."""
         self._pending_seed = int(seed)
+
+    def random_points(self, seeds: Sequence[int], shape: tuple[int, ...], dtype: DType, normal: bool) -> Any:
+        """One vmapped dispatch for all the draws (same values as one draw per seed)."""
+        return _draw_points(jnp.asarray(np.asarray(seeds, np.int32)), tuple(shape), _DTYPES[dtype], normal)
 
     def next_key(self) -> jax.Array:
         """Split the PRNG key: keep one half, return the other."""

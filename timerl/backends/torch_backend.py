@@ -72,6 +72,21 @@ def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, -1, idx.to(torch.int64).unsqueeze(-1)).squeeze(-1)
 
 
+def _take_batched(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], idx.to(torch.int64)]
+
+
+def _index_add(g: torch.Tensor, idx: torch.Tensor, a: int, n: int) -> torch.Tensor:
+    out = g.new_zeros(tuple(g.shape[:a]) + (n,) + tuple(g.shape[a + 1 :]))
+    return out.index_add_(a, idx.to(torch.int64), g)
+
+
+def _index_add_batched(g: torch.Tensor, idx: torch.Tensor, n: int) -> torch.Tensor:
+    out = g.new_zeros((g.shape[0], n) + tuple(g.shape[2:]))
+    rows = torch.arange(g.shape[0], device=g.device)[:, None].expand(idx.shape)
+    return out.index_put_((rows, idx.to(torch.int64)), g.contiguous(), accumulate=True)
+
+
 def _tanh_grad(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``g * (1 - y * y)``: ATen's one-pass ``tanh_backward`` where it applies (equal shapes)."""
     if g.shape == y.shape and g.dtype == y.dtype and g.is_floating_point():
@@ -161,6 +176,9 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.PAD_SLICE: base.pad_slice(_pad),
     OpKind.GATHER: base.gather(_gather),
     OpKind.ONE_HOT: _one_hot,
+    OpKind.TAKE: base.take_rows(lambda x, i, a: torch.index_select(x, a, i.to(torch.int64)), _take_batched),
+    OpKind.INDEX_ADD: base.index_add_rows(_index_add, _index_add_batched),
+    OpKind.ARGSORT: base.along_dim(lambda x, a: torch.argsort(x, dim=a, stable=True)),
     OpKind.MATMUL: base.matmul(_matmul),
 }
 

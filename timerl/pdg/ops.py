@@ -118,6 +118,9 @@ class OpKind(enum.Enum):
     INDEX = enum.auto()  # attrs: dim, index (Expr). Select one element along dim (dim removed).
     GATHER = enum.auto()  # (x, idx) -> take_along_axis(x, idx[..., None], -1)[..., 0]
     ONE_HOT = enum.auto()  # attrs: num_classes, dtype. (idx) -> one-hot along a new last dim
+    TAKE = enum.auto()  # (x, idx) -> x[idx] along per-point dim 0 (idx: (k,) ints): rows of x
+    INDEX_ADD = enum.auto()  # attrs: size. (g, idx) -> zeros of size rows, g's rows added at idx (VJP of TAKE)
+    ARGSORT = enum.auto()  # attrs: dim. Output int64: the indices that sort x along dim (ascending)
     MATMUL = enum.auto()  # NumPy matmul on per-point shapes
     # -- dynamic / effectful --------------------------------------------------------
     MERGE = enum.auto()  # n inputs with edge conditions; output = first input whose condition holds

@@ -55,6 +55,7 @@ NON_DIFF = COMPARISON_OPS | frozenset(
         OpKind.RAND_NORMAL,
         OpKind.SIGN,
         OpKind.ARGMAX,
+        OpKind.ARGSORT,
         OpKind.ONE_HOT,
         OpKind.UDF,
         OpKind.SINK,
@@ -109,7 +110,7 @@ def _diff_inputs(node: BNode) -> list[int]:
         return []
     if k is OpKind.WHERE:
         return [1, 2]
-    if k is OpKind.GATHER:
+    if k in (OpKind.GATHER, OpKind.TAKE, OpKind.INDEX_ADD):
         return [0]
     return list(range(len(node.inputs)))
 
@@ -581,6 +582,16 @@ def _gather_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
     return oh * g.unsqueeze(g.ndim)
 
 
+def _take_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    x, idx = ins
+    return _apply(OpKind.INDEX_ADD, [g, idx], x.shape, g.dtype, size=x.shape[0])
+
+
+def _index_add_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
+    rows, idx = ins
+    return _apply(OpKind.TAKE, [g, idx], rows.shape, g.dtype)
+
+
 def _where_rule(k: int, g: RT, ins: list[RT], out: RT, y: BNode) -> RT:
     c = ins[0]
     z = zeros((), g.dtype)
@@ -648,6 +659,8 @@ vjp_rules: dict[OpKind, VJPRule] = {
     OpKind.CAT: _cat_rule,
     OpKind.STACK: _stack_rule,
     OpKind.GATHER: _gather_rule,
+    OpKind.TAKE: _take_rule,
+    OpKind.INDEX_ADD: _index_add_rule,
 }
 
 __all__ = ["register_loss", "grad_of", "vjp_rules", "DType"]

@@ -34,6 +34,7 @@ from timerl.symbolic import (
     lift,
     logical_and,
     logical_not,
+    same,
     substitute,
     to_str,
 )
@@ -362,6 +363,27 @@ class RecurrentTensor:
         shape = self.shape[:d] + self.shape[d + 1 :]
         return _apply(OpKind.ARGMAX, [self], shape, DType.int64, dim=d)
 
+    def argsort(self, dim: int = -1) -> RecurrentTensor:
+        """Indices (int64) that sort the per-point values along ``dim``, ascending and stable."""
+        d = S.norm_axis(dim, self.ndim, "argsort")
+        return _apply(OpKind.ARGSORT, [self], self.shape, DType.int64, dim=d)
+
+    def take(self, index: Any) -> RecurrentTensor:
+        """Rows ``self[index]`` along the leading per-point dim, ``index`` an int RT of per-point
+        shape ``(k,)`` (e.g. a minibatch of a flattened rollout: ``obs.take(perm[0:64])``).
+        Differentiable in ``self`` (the gradient adds each taken row back at its index)."""
+        from timerl.rt.creation import const
+
+        idx = index if isinstance(index, RecurrentTensor) else const(np.asarray(index, dtype=np.int64))
+        if self.ndim == 0:
+            raise ShapeError(f"take on {self!r}: it has no per-point dim to take rows of")
+        if idx.ndim != 1 or idx.dtype.is_float or idx.dtype is DType.bool_:
+            raise ShapeError(
+                f"take on {self!r}: the index must be a 1-D int RT per point, got {idx!r} "
+                f"(shape {idx.shape}, {idx.dtype.value}); cast it with .cast(trl.int64)"
+            )
+        return _apply(OpKind.TAKE, [self, idx], (idx.shape[0], *self.shape[1:]), self.dtype)
+
     def cumsum(self, dim: int = 0) -> RecurrentTensor:
         d = S.norm_axis(dim, self.ndim, "cumsum")
         return _apply(OpKind.CUMSUM, [self], self.shape, self.dtype, dim=d)
@@ -385,15 +407,16 @@ class RecurrentTensor:
     def reshape(self, *shape: Any) -> RecurrentTensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        total = S.numel(self.shape)
-        if any(isinstance(d, Expr) for d in self.shape):
-            raise ShapeError(f"reshape of {self!r}: per-point shape {self.shape} is symbolic")
-        shape = tuple(int(d) for d in shape)
-        if shape.count(-1) == 1:
-            known = int(np.prod([d for d in shape if d != -1]))
-            shape = tuple(total // known if d == -1 else d for d in shape)
-        if int(np.prod(shape)) != total:
-            raise ShapeError(f"cannot reshape per-point shape {self.shape} into {shape}")
+        shape = tuple(S.norm_dim(d) for d in shape)
+        if any(isinstance(d, Expr) for d in (*self.shape, *shape)):
+            shape = _symbolic_reshape(self, shape)
+        else:
+            total = S.numel(self.shape)
+            if shape.count(-1) == 1:
+                known = int(np.prod([d for d in shape if d != -1]))
+                shape = tuple(total // known if d == -1 else d for d in shape)
+            if int(np.prod(shape)) != total:
+                raise ShapeError(f"cannot reshape per-point shape {self.shape} into {shape}")
         return _apply(OpKind.RESHAPE, [self], shape, self.dtype, shape=shape)
 
     def permute(self, *dims: int) -> RecurrentTensor:
@@ -458,6 +481,54 @@ RT = RecurrentTensor
 
 
 # -- construction helpers ---------------------------------------------------------------
+
+
+def _symbolic_reshape(x: RecurrentTensor, shape: tuple[ShapeDim, ...]) -> tuple[ShapeDim, ...]:
+    """The target of a reshape with symbolic dims (``(B, T, 4) -> (-1, 4)`` or ``(B * T, 4)``):
+    each symbolic target dim must be a source dim or a product of source dims, the ints must
+    divide what is left, and at most one ``-1`` takes the rest."""
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape of {x!r}: at most one -1 in {shape}")
+    left_sym = [d for d in x.shape if isinstance(d, Expr)]
+    left_int = int(np.prod([d for d in x.shape if not isinstance(d, Expr)]))
+
+    def take_factor(e: Expr) -> bool:
+        for k, d in enumerate(left_sym):
+            if same(d, e):
+                del left_sym[k]
+                return True
+        return False
+
+    want_int = 1
+    for d in shape:
+        if d == -1 or not isinstance(d, Expr):
+            want_int *= 1 if d == -1 else int(d)
+            continue
+        factors = _product_factors(d)
+        if not all(take_factor(f) if isinstance(f, Expr) else True for f in factors):
+            raise ShapeError(
+                f"reshape of {x!r}: target dim {to_str(d)} is not a product of the per-point dims {x.shape}"
+            )
+        want_int *= int(np.prod([f for f in factors if not isinstance(f, Expr)]))
+    if left_int % want_int:
+        raise ShapeError(f"cannot reshape per-point shape {x.shape} into {shape}")
+    rest: ShapeDim = left_int // want_int
+    for d in left_sym:
+        rest = S.norm_dim(lift(rest) * d)
+    if -1 in shape:
+        return tuple(rest if d == -1 else d for d in shape)
+    if rest != 1:
+        raise ShapeError(f"cannot reshape per-point shape {x.shape} into {shape}: {rest} elements left over")
+    return shape
+
+
+def _product_factors(e: Expr) -> list[Expr | int]:
+    """``e`` as a list of factors when it is a product of symbols and constants."""
+    if isinstance(e, Const):
+        return [int(e.value)]
+    if isinstance(e, Mul):
+        return [f for a in e.args for f in _product_factors(a)]
+    return [e]
 
 
 def _to_index(e: Any, x: RecurrentTensor, pos: int) -> Index:

@@ -2,6 +2,7 @@
 
 * :func:`point_seed`: the RNG seed of a random op at one point, so that random values
   depend only on ``(seed, node id, point)``, never on execution order.
+* :func:`draw_points`: the same draws for a random op vectorized over some of its dims.
 * :func:`point_dict`: the ``{dim name: value}`` dict handed to UDFs and sinks.
 * :func:`udf_outputs`: checks and converts what a UDF returned.
 * :func:`udf_dlpack_outputs`: the same for UDFs with ``array_io = "dlpack"`` (backend tensors).
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.pdg.ir import Node
+from timerl.pdg.ops import OpKind
 from timerl.symbolic import Sym
 
 
@@ -24,6 +27,32 @@ def point_seed(seed: int, nid: int, point: tuple[int, ...]) -> int:
     """A 31-bit seed derived from ``(seed, nid, point)`` (stable across runs and processes)."""
     text = f"{int(seed)}/{int(nid)}/{','.join(str(int(p)) for p in point)}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") & 0x7FFFFFFF
+
+
+def draw_points(be: Any, node: Node, seed: int, point: Sequence[int], dim_order: Sequence[Sym], env: Any) -> Any:
+    """The value of a RAND node vectorized over its ``point_dims`` (the trailing batch dims)
+    at ``point``: each row seeded with the seed of its per-point draw, so the values are
+    those of the unvectorized node (one backend call for all rows)."""
+    from timerl.backends.base import eval_int
+
+    op = node.op
+    pdims = tuple(op.attr("point_dims"))
+    nfull = len(node.batch) - len(pdims)
+    sizes, full = tuple(node.batch[nfull:]), tuple(node.batch[:nfull])
+    coords = dict(zip(node.domain, point, strict=True))
+    order = [s for s in dim_order if s in coords or s in pdims]
+    seeds = []
+    for combo in itertools.product(*(range(int(n)) for n in sizes)):
+        coords.update(zip(pdims, combo, strict=True))
+        seeds.append(point_seed(seed, node.id, tuple(coords[s] for s in order)))
+    shape = tuple(eval_int(x, env) for x in op.attr("shape"))
+    out = be.random_points(seeds, full + shape, op.attr("dtype"), op.kind is OpKind.RAND_NORMAL)
+    out = out.reshape(sizes + full + shape)
+    k, nb = len(sizes), len(full)
+    if nb == 0:
+        return out
+    perm = tuple(range(k, k + nb)) + tuple(range(k)) + tuple(range(k + nb, k + nb + len(shape)))
+    return be.permute_axes(out, perm)
 
 
 def point_dict(domain: Sequence[Sym], point: Sequence[int]) -> dict[str, int]:

@@ -70,7 +70,14 @@ from timerl.errors import BackendError, BoundError, RuntimeExecutionError, Sched
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.block_store import BlockSpec, BlockTable, plan_block_storage, slice_axis
-from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_dlpack_outputs, udf_outputs
+from timerl.runtime.common import (
+    draw_points,
+    eval_shape,
+    point_dict,
+    point_seed,
+    udf_dlpack_outputs,
+    udf_outputs,
+)
 from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
 from timerl.runtime.host_memory import keep_freed_host_memory
@@ -755,6 +762,12 @@ class Executor:
                     raise RuntimeExecutionError(
                         f"sink {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
                     ) from exc
+
+        elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and op.attr("point_dims", ()):
+            seed, order = self.seed, [s for s, _ in self.pdg.dims]
+
+            def compute(v: Env, point: Point) -> None:
+                put(nid, 0, point, draw_points(be, node, seed, point, order, v))
 
         else:
             run, seed = be.run, self.seed

@@ -32,7 +32,7 @@ from timerl.backends.base import AbstractBackend
 from timerl.errors import BoundError, RuntimeExecutionError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import EFFECTFUL_OPS, OpKind
-from timerl.runtime.common import eval_shape, point_dict, point_seed, udf_outputs
+from timerl.runtime.common import draw_points, eval_shape, point_dict, point_seed, udf_outputs
 from timerl.runtime.layout import NumpyOps, input_layout
 from timerl.symbolic import Sym, evaluate, free_symbols
 
@@ -420,6 +420,9 @@ class ReferenceEvaluator:
                     f"sink {n.label} raised {type(exc).__name__}: {exc} (at point {pd})"
                 ) from exc
             outs = []
+        elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and n.op.attr("point_dims", ()):
+            y = draw_points(be, n, self.seed, p, [s for s, _ in self.pdg.dims], env)
+            outs = [np.array(be.to_numpy(y))]
         else:
             if kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL):
                 be.seed(point_seed(self.seed, nid, p))

@@ -15,7 +15,8 @@ vectorized when
 * it is not in a strongly connected component of that graph with an edge whose ``d``
   index is neither ``d`` nor a constant (``t - 1``, ``t + 1:T``): a *non-trivial* cycle;
   nodes of a component with only trivial indices are vectorized all together or not at all;
-* it is pure (no UDF, sink, RNG, ``SET_SYMBOL``: their calls are per point), has no
+* it is pure (no UDF, sink or ``SET_SYMBOL``: their calls are per point; an RNG draw is
+  vectorized with its rows still seeded per point, op attribute ``point_dims``), has no
   condition, op attribute or ``MERGE`` condition mentioning ``d`` (``EVAL_SYMBOL`` of an
   expression of ``d`` and static bounds becomes a constant with the values along ``d``);
 * it reads every source over ``d`` at ``d`` itself or at a constant point (``x[T - 1]``),
@@ -47,7 +48,8 @@ from timerl.symbolic import TRUE, Add, Const, Expr, Slice, Sym, evaluate, free_s
 
 log = logging.getLogger(__name__)
 
-_PER_POINT = frozenset({OpKind.UDF, OpKind.SINK, OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL, OpKind.SET_SYMBOL})
+_PER_POINT = frozenset({OpKind.UDF, OpKind.SINK, OpKind.SET_SYMBOL})
+_RAND = frozenset({OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL})
 
 
 def _syms(x: Expr | Slice | None) -> frozenset[Sym]:
@@ -254,6 +256,9 @@ def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
             vals = np.array([evaluate(op.attr("expr"), {**env, d: k}) for k in range(size)], dtype=dt)
             value = np.ascontiguousarray(np.broadcast_to(vals, tuple(n.batch) + (size,)))
             op = Op.make(OpKind.CONST, value=value, batched=True)
+        elif op.kind in _RAND:
+            # drawn per point of d still (the runtime seeds each row as before: same values)
+            op = Op.make(op.kind, **{**dict(op.attrs), "point_dims": (*op.attr("point_dims", ()), d)})
         nodes[nid] = replace(
             n, op=op, domain=dom, batch=tuple(n.batch) + (size,), batch_dims=tuple(n.batch_dims) + (d,)
         )
