@@ -156,7 +156,7 @@ REF: dict[OpKind, Ref] = {
     OpKind.ONE_HOT: lambda op, xs, env: np.eye(op.attr("num_classes"), dtype=op.attr("dtype").numpy)[xs[0]],
     OpKind.TAKE: lambda op, xs, env: xs[0][xs[1]],
     OpKind.INDEX_ADD: lambda op, xs, env: _index_add(xs[0], xs[1], op.attr("size")),
-    OpKind.ARGSORT: lambda op, xs, env: np.argsort(xs[0], axis=op.attr("dim"), kind="stable").astype(np.int64),
+    OpKind.ARGSORT: lambda op, xs, env: np.argsort(xs[0], axis=op.attr("dim"), kind="stable"),
     OpKind.MATMUL: lambda op, xs, env: np.matmul(xs[0], xs[1]),
 }
 

@@ -417,9 +417,7 @@ def _flat_batch(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> tuple[
     return out[0], out[1]
 
 
-def take_rows(
-    take: Callable[[Any, Any, int], Any], take_batched: Callable[[Any, Any], Any]
-) -> Kernel:
+def take_rows(take: Callable[[Any, Any, int], Any], take_batched: Callable[[Any, Any], Any]) -> Kernel:
     """``x[idx]`` along per-point dim 0. ``take(x, idx, axis)`` serves an unbatched ``idx``;
     ``take_batched(x, idx)`` takes ``x[p, idx[p]]`` for each row ``p`` of flattened batch dims."""
 

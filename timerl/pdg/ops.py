@@ -119,7 +119,7 @@ class OpKind(enum.Enum):
     GATHER = enum.auto()  # (x, idx) -> take_along_axis(x, idx[..., None], -1)[..., 0]
     ONE_HOT = enum.auto()  # attrs: num_classes, dtype. (idx) -> one-hot along a new last dim
     TAKE = enum.auto()  # (x, idx) -> x[idx] along per-point dim 0 (idx: (k,) ints): rows of x
-    INDEX_ADD = enum.auto()  # attrs: size. (g, idx) -> zeros of size rows, g's rows added at idx (VJP of TAKE)
+    INDEX_ADD = enum.auto()  # attrs: size. (g, idx) -> size rows of zeros plus g's rows at idx
     ARGSORT = enum.auto()  # attrs: dim. Output int64: the indices that sort x along dim (ascending)
     MATMUL = enum.auto()  # NumPy matmul on per-point shapes
     # -- dynamic / effectful --------------------------------------------------------

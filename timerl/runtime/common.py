@@ -29,7 +29,9 @@ def point_seed(seed: int, nid: int, point: tuple[int, ...]) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") & 0x7FFFFFFF
 
 
-def draw_points(be: Any, node: Node, seed: int, point: Sequence[int], dim_order: Sequence[Sym], env: Any) -> Any:
+def draw_points(
+    be: Any, node: Node, seed: int, point: Sequence[int], dim_order: Sequence[Sym], env: Any
+) -> Any:
     """The value of a RAND node vectorized over its ``point_dims`` (the trailing batch dims)
     at ``point``: each row seeded with the seed of its per-point draw, so the values are
     those of the unvectorized node (one backend call for all rows)."""
