@@ -87,8 +87,10 @@ class Executor:
         """Run the whole program (all iterations)."""
         self._interp.execute()
 
-    def memory_stats(self) -> Any:
-        return self._interp.memory_stats()
+    def memory_stats(self, top: int = 10) -> Any:
+        """Bytes held by the run's stores: live and peak, per pool and for the ``top`` largest
+        tensors (:class:`~timerl.runtime.store.MemoryStats`)."""
+        return self._interp.memory_stats(top)
 
     def pretty(self) -> str:
         """The PDG and the schedule's AST, for debugging."""
