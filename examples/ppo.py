@@ -245,9 +245,9 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 
-def build(args: Args, log_fn, env_fn=make_env, weights=None):
+def build(args: Args, log_fn, env_fn=make_env, weights=None, **options):
     """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
-    the network from given values (e.g. a checkpoint's)."""
+    the network from given values (e.g. a checkpoint's); ``options`` go to ``ctx.compile``."""
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     # Dim order is loop order where isl has a choice: the update dims come before t, so
     # one (e, m) update sweeps the rollout over t.
@@ -292,7 +292,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
     bounds = {B: args.num_envs, I: args.iterations, T: d}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
-    return checkpoint_and_compile(ctx, args, dnn, i, bounds)
+    return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 
 def main(args: Args, env_fn=make_env) -> list[float]:

@@ -31,6 +31,7 @@ class CompileOptions:
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
+    dealloc: bool = False  # free each read point after its last reader (frees placed by isl)
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -87,8 +88,10 @@ class Executor:
         """Run the whole program (all iterations)."""
         self._interp.execute()
 
-    def memory_stats(self) -> Any:
-        return self._interp.memory_stats()
+    def memory_stats(self, top: int = 10) -> Any:
+        """Bytes held by the run's stores: live and peak, per pool and for the ``top`` largest
+        tensors (:class:`~timerl.runtime.store.MemoryStats`)."""
+        return self._interp.memory_stats(top)
 
     def pretty(self) -> str:
         """The PDG and the schedule's AST, for debugging."""
@@ -165,6 +168,20 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     return pdg
 
 
+def _kept_values(pdg: PDG) -> frozenset[int]:
+    """Nodes that ``dealloc`` must not free: with checkpoint sinks, the values a checkpoint
+    saves (it reads them from the store, outside the PDG's edges, up to after the run)."""
+    from timerl.rt.checkpoint import CheckpointSink
+
+    if not any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg):
+        return frozenset()
+    from timerl.runtime.checkpoint import carried_values
+    from timerl.runtime.gc import iteration_dim
+
+    i = iteration_dim(pdg)
+    return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
+
+
 def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwargs: Any) -> Executor:
     from timerl.backends import get_backend
     from timerl.schedule.scheduler import schedule_pdg
@@ -177,7 +194,9 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     t0 = time.perf_counter()
     be = get_backend(backend)
     pdg = build_pdg(ctx, bounds, options)  # verified, reads checked
-    sched = schedule_pdg(pdg)
+    sched = schedule_pdg(
+        pdg, dealloc=options.dealloc, keep=_kept_values(pdg) if options.dealloc else frozenset()
+    )
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)

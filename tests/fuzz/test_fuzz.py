@@ -25,7 +25,7 @@ RTOL, ATOL = 2e-4, 2e-5
 
 
 def _option_sets(long: bool) -> list[dict[str, bool]]:
-    sets = [{}, dict.fromkeys(SWITCHES, False)]
+    sets = [{}, dict.fromkeys(SWITCHES, False), {"dealloc": True}]
     if long:
         sets += [{name: False} for name in SWITCHES]
     return sets

@@ -275,3 +275,15 @@ def test_schedules_from_the_scheduler(backend: AbstractBackend, which: str) -> N
     prog.calls.clear()
     assert_matches_reference(e, reference_evaluate(prog.pdg, backend), prog.pdg, min_points=10)
     assert calls == prog.calls
+
+
+def test_memory_stats_per_tensor_names_nodes(backend: AbstractBackend) -> None:
+    """The executor's stats list the largest tensors by label; their live bytes add up."""
+    prog = cumsum_program(6)
+    e = run(prog, backend, block_store=False)
+    s = e.memory_stats(top=100)
+    assert s.pool("device").live_bytes == s.live_bytes and s.pool("host").peak_bytes == 0
+    assert sum(t.live_bytes for t in s.tensors) == s.live_bytes
+    labels = {t.node: t.label for t in s.tensors}
+    assert labels[prog.ids["y"]] == e.pdg.nodes[prog.ids["y"]].label
+    assert len(e.memory_stats(top=1).tensors) == 1

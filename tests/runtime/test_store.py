@@ -10,7 +10,7 @@ import pytest
 from timerl.backends import AbstractBackend
 from timerl.runtime.common import point_seed
 from timerl.runtime.interpreter import compile_expr, compile_exprs
-from timerl.runtime.store import PointStore
+from timerl.runtime.store import PointStore, PoolStats
 from timerl.symbolic import Slice, Sym, evaluate, smax, smin
 
 
@@ -61,3 +61,33 @@ def test_compiled_expressions_match_evaluate() -> None:
     f = compile_exprs((a, Slice(a, smin(a + 2, N)), b + 1))
     assert f({a: 1, b: 2, N: 2}) == (1, range(1, 2), 3)
     assert compile_exprs(())({}) == ()
+
+
+def test_store_accounting_per_pool_and_tensor(backend: AbstractBackend) -> None:
+    """Per-pool and per-node live/peak bytes add up to the totals; peak_bytes keeps its meaning."""
+    st = PointStore(backend.nbytes)
+    st.declare(0, 1)
+    st.declare(1, 1, pool="host")
+    st.declare(2, 1)
+    x = backend.from_numpy(np.zeros((4,), np.float32))  # 16 bytes
+    big = backend.from_numpy(np.zeros((8,), np.float64))  # 64 bytes
+    st.put(0, 0, (0,), x)
+    st.put(1, 0, (0,), big)
+    st.put(0, 0, (1,), x)
+    st.free(1, (0,))
+    st.put(2, 0, (), big)
+    s = st.stats(top=2, labels={0: "a", 1: "b", 2: "c"})
+    assert (s.live_bytes, s.peak_bytes, s.live_points) == (96, 96, 3)
+    assert s.pool("device") == PoolStats(96, 96)
+    assert s.pool("host") == PoolStats(0, 64)
+    assert sum(p.live_bytes for _, p in s.pools) == s.live_bytes
+    assert [(t.label, t.live_bytes, t.peak_bytes, t.live_points) for t in s.tensors] == [
+        ("b", 0, 64, 0),
+        ("c", 64, 64, 1),
+    ]
+    st.put(2, 0, (), x)  # replacing: the node's live bytes shrink, its peak stays
+    s = st.stats(top=5)
+    by = {t.node: t for t in s.tensors}
+    assert (by[2].live_bytes, by[2].peak_bytes, by[2].live_points) == (16, 64, 1)
+    assert by[0].label == "%0" and s.live_bytes == sum(t.live_bytes for t in s.tensors)
+    assert s.max_rss_bytes > 0 and "pool host" in s.summary()

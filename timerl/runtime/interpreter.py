@@ -82,7 +82,7 @@ from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
 from timerl.runtime.host_memory import keep_freed_host_memory
 from timerl.runtime.layout import input_layout
-from timerl.runtime.store import MemoryStats, Point, PointStore
+from timerl.runtime.store import DEFAULT_TOP, MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
     Add,
@@ -306,9 +306,10 @@ class Executor:
             store.declare_block(nid, oid, BlockTable(spec, self.backend, self.pdg.nodes[nid].label))
         return store
 
-    def memory_stats(self) -> MemoryStats:
-        """Live and peak bytes held by the stores (block buffers whole, from allocation on)."""
-        return self.store.stats()
+    def memory_stats(self, top: int = DEFAULT_TOP) -> MemoryStats:
+        """Live and peak bytes held by the stores (block buffers whole, from allocation on), in
+        total, per pool and for the ``top`` nodes with the largest peaks (see ``store.py``)."""
+        return self.store.stats(top, {n.id: n.label for n in self.pdg})
 
     def value(self, node_id: int, point: Sequence[int], oid: int = 0) -> np.ndarray:
         """Output ``oid`` of node ``node_id`` at ``point`` as NumPy (only while not freed)."""

@@ -12,11 +12,20 @@ slice-accessed tensors): its bytes are those of its buffers, whole, from allocat
 Values are immutable backend tensors; the same object may be stored at several points
 (for example a ``CONST``); each stored point is counted once per point, which is what a
 runtime without aliasing would hold.
+
+**Pools and tensors.** Every table belongs to a memory pool (``"device"``, where backend
+tensors live, or ``"host"``, for values kept in host memory; on CPU the two are still
+counted apart, so moving values between them is measured). Live and peak bytes are kept
+per pool and per node as well as in total, with a few integer updates per put/free, so the
+accounting stays on in every run. ``peak_bytes`` is the most bytes held at once by all
+pools together; a pool's or a node's peak is its own maximum (they need not coincide).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import resource
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,14 +34,79 @@ from timerl.runtime.block_store import BlockTable
 Point = tuple[int, ...]
 
 
+POOLS = ("device", "host")
+"""Memory pools of a store (see the module doc)."""
+
+DEFAULT_TOP = 10
+"""How many tensors :meth:`PointStore.stats` lists, largest peak first."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """Bytes one pool holds now and held at most so far."""
+
+    live_bytes: int
+    peak_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorStats:
+    """Bytes the outputs of one node hold now and held at most so far, and its live points."""
+
+    node: int
+    label: str
+    live_bytes: int
+    peak_bytes: int
+    live_points: int
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryStats:
-    """Bytes held by the stores now (``live_bytes``) and at most so far (``peak_bytes``)."""
+    """Bytes held by the stores now (``live_bytes``) and at most so far (``peak_bytes``).
+
+    ``pools``: per pool (``"device"``, ``"host"``); ``tensors``: the nodes with the largest
+    peaks (at most ``top`` of them, largest first); ``max_rss_bytes``: the process's
+    maximum resident set size so far (``getrusage``; 0 where unavailable).
+    """
 
     live_bytes: int
     peak_bytes: int
     live_points: int
     block_bytes: int = 0  # of live_bytes: held by block-store buffers (preallocated rows included)
+    pools: tuple[tuple[str, PoolStats], ...] = ()
+    tensors: tuple[TensorStats, ...] = ()
+    max_rss_bytes: int = 0
+
+    def pool(self, name: str) -> PoolStats:
+        """The stats of pool ``name`` (zero for a pool nothing was put in)."""
+        return dict(self.pools).get(name, PoolStats(0, 0))
+
+    def summary(self) -> str:
+        """One line per pool and per listed tensor (MiB), for logs and benchmarks."""
+        mib = 1 << 20
+        lines = [
+            f"store: live {self.live_bytes / mib:.2f} MiB, peak {self.peak_bytes / mib:.2f} MiB, "
+            f"{self.live_points} points; max RSS {self.max_rss_bytes / mib:.0f} MiB"
+        ]
+        lines += [
+            f"  pool {n}: live {p.live_bytes / mib:.2f} MiB, peak {p.peak_bytes / mib:.2f} MiB"
+            for n, p in self.pools
+        ]
+        lines += [
+            f"  {t.label} (%{t.node}): live {t.live_bytes / mib:.2f} MiB ({t.live_points} points), "
+            f"peak {t.peak_bytes / mib:.2f} MiB"
+            for t in self.tensors
+        ]
+        return "\n".join(lines)
+
+
+def max_rss_bytes() -> int:
+    """The process's maximum resident set size so far, in bytes (0 where unknown)."""
+    try:
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (OSError, ValueError):
+        return 0
+    return int(r) if sys.platform == "darwin" else int(r) * 1024  # kilobytes on Linux
 
 
 class PointStore:
@@ -50,11 +124,16 @@ class PointStore:
         self.live_bytes = 0
         self.peak_bytes = 0
         self.live_points = 0
+        # per node: [live bytes, peak bytes, live points, pool index]
+        self._nodes: dict[int, list[int]] = {}
+        self._pool_live = [0] * len(POOLS)
+        self._pool_peak = [0] * len(POOLS)
 
-    def declare(self, nid: int, num_outputs: int) -> None:
-        """Create the (empty) tables of a node with ``num_outputs`` outputs."""
+    def declare(self, nid: int, num_outputs: int, pool: str = "device") -> None:
+        """Create the (empty) tables of a node with ``num_outputs`` outputs, in ``pool``."""
         if nid not in self._tables:
             self._tables[nid] = [{} for _ in range(num_outputs)]
+            self._nodes[nid] = [0, 0, 0, POOLS.index(pool)]
 
     def declare_block(self, nid: int, oid: int, table: BlockTable) -> None:
         """Keep output ``oid`` of ``nid`` (declared, still empty) in a block table."""
@@ -75,25 +154,35 @@ class PointStore:
     def block_tables(self) -> list[BlockTable]:
         return list(self._blocks)
 
+    def _account(self, nid: int, db: int, dn: int) -> None:
+        """Add ``db`` bytes and ``dn`` points to the totals, ``nid``'s and its pool's."""
+        acc = self._nodes[nid]
+        acc[0] += db
+        acc[2] += dn
+        self.live_points += dn
+        if acc[0] > acc[1]:
+            acc[1] = acc[0]
+        k = acc[3]
+        self._pool_live[k] += db
+        if self._pool_live[k] > self._pool_peak[k]:
+            self._pool_peak[k] = self._pool_live[k]
+        self.live_bytes += db
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+
     def put(self, nid: int, oid: int, point: Point, value: Any) -> None:
         """Store ``value`` as output ``oid`` of ``nid`` at ``point`` (replacing any old value)."""
         tab = self._tables[nid][oid]
         if type(tab) is not dict:
             db, dn = tab.put(point, value)
-            self.live_bytes += db
-            self.live_points += dn
-            if self.live_bytes > self.peak_bytes:
-                self.peak_bytes = self.live_bytes
+            self._account(nid, db, dn)
             return
         old = tab.get(point)
-        if old is not None:
-            self.live_bytes -= self._nbytes(old)
-            self.live_points -= 1
         tab[point] = value
-        self.live_bytes += self._nbytes(value)
-        self.live_points += 1
-        if self.live_bytes > self.peak_bytes:
-            self.peak_bytes = self.live_bytes
+        if old is None:
+            self._account(nid, self._nbytes(value), 1)
+        else:
+            self._account(nid, self._nbytes(value) - self._nbytes(old), 0)
 
     def get(self, nid: int, oid: int, point: Point) -> Any:
         """The stored value; ``KeyError`` if it was never written or was freed."""
@@ -106,23 +195,38 @@ class PointStore:
     def free(self, nid: int, point: Point) -> int:
         """Drop every output of ``nid`` at ``point``; returns the bytes released."""
         released = 0
+        removed = 0
         for tab in self._tables.get(nid, ()):
             if type(tab) is not dict:
                 b, n = tab.discard(point)
                 released += b
-                self.live_points -= n
+                removed += n
                 continue
             old = tab.pop(point, None)
             if old is not None:
                 released += self._nbytes(old)
-                self.live_points -= 1
-        self.live_bytes -= released
+                removed += 1
+        if removed:
+            self._account(nid, -released, -removed)
         return released
 
     def points(self, nid: int, oid: int = 0) -> Iterable[Point]:
         """The points stored for output ``oid`` of ``nid``."""
         return list(self._tables.get(nid, [{}] * (oid + 1))[oid])
 
-    def stats(self) -> MemoryStats:
+    def stats(self, top: int = DEFAULT_TOP, labels: Mapping[int, str] | None = None) -> MemoryStats:
+        """Totals, per pool and the ``top`` nodes by peak bytes (named by ``labels``)."""
         blocks = sum(t.bytes for t in self._blocks if not t.demoted)
-        return MemoryStats(self.live_bytes, self.peak_bytes, self.live_points, blocks)
+        pools = tuple(
+            (name, PoolStats(self._pool_live[k], self._pool_peak[k])) for k, name in enumerate(POOLS)
+        )
+        ranked = sorted(self._nodes.items(), key=lambda kv: (-kv[1][1], kv[0]))[: max(0, top)]
+        names = labels or {}
+        tensors = tuple(
+            TensorStats(nid, names.get(nid, f"%{nid}"), acc[0], acc[1], acc[2])
+            for nid, acc in ranked
+            if acc[1] > 0
+        )
+        return MemoryStats(
+            self.live_bytes, self.peak_bytes, self.live_points, blocks, pools, tensors, max_rss_bytes()
+        )

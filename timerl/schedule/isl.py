@@ -43,8 +43,9 @@ import islpy as isl
 
 from timerl.errors import BoundError, NonAffineIndexError, ScheduleError
 from timerl.pdg.ir import PDG, Edge, Node
-from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.symbolic import (
+    TRUE,
     Add,
     And,
     Const,
@@ -84,7 +85,7 @@ _RESERVED = frozenset(
     }
 )  # fmt: skip
 _NOT_IDENT = re.compile(r"\W")
-_STMT_NAME = re.compile(r"^S\d+$")
+_STMT_NAME = re.compile(r"^[SF]\d+$")  # compute statements and frees (schedule/dealloc.py)
 MAX_COUNTERS = 64
 
 
@@ -564,9 +565,10 @@ class IslProgram:
                 go(n.then, time, [*cons, cond], scope)
                 if n.else_ is not None:
                     go(n.else_, time, [*cons, f"not {cond}"], scope)
-            elif isinstance(n, Exec):
+            elif isinstance(n, (Exec, Dealloc)):
                 args = ", ".join(self.expr(a, scope, "AST point") for a in n.point)
-                pieces.append((time, cons, f"{stmt_name(n.node)}[{args}]"))
+                name = stmt_name(n.node) if isinstance(n, Exec) else f"F{n.node}"
+                pieces.append((time, cons, f"{name}[{args}]"))
 
         go(ast, [], [], {})
         width = max((len(t) for t, _, _ in pieces), default=0)
@@ -585,15 +587,22 @@ class IslProgram:
         return self.union_map(texts).reverse()
 
     def ast_violations(
-        self, ast: AstNode, validity: isl.UnionMap, same_point_ok: bool = False
+        self,
+        ast: AstNode,
+        validity: isl.UnionMap,
+        same_point_ok: bool = False,
+        extra_domain: isl.UnionSet | None = None,
     ) -> isl.UnionMap:
         """Validity pairs the AST does not run source-first, plus (as self-pairs) domain points
         it never runs; empty when the AST is a legal execution of the domain. With
         ``same_point_ok``, reads of a statement's own point are allowed (a cluster's members
-        read each other at one point, in member order)."""
+        read each other at one point, in member order). ``extra_domain``: instances of other
+        statements it must run too (the frees of ``schedule/dealloc.py``)."""
         run = self.run_context()  # pinned bounds first: far cheaper than the parametric check
         order = self.ast_order(ast).intersect_params(run)
         dom = self.domain().intersect_params(run)
+        if extra_domain is not None:
+            dom = dom.union(extra_domain.intersect_params(run))
         deps = validity.intersect_params(run)
         if same_point_ok:
             deps = deps.subtract(dom.identity())
@@ -714,10 +723,12 @@ class _AstConverter:
             name = n.for_get_iterator().id_get_id().get_name()
             var = Sym(name)
             inner = counters | {name}
-            init = self.expr(n.for_get_init(), counters)
             body = self.node(n.for_get_body(), inner)
-            if n.for_is_degenerate():
-                return Loop(var, init, cmp_le(var, init), 1, body)
+            if n.for_is_degenerate():  # one iteration: `int c4 = c1 == 0 ? c0 : c0 + c1 - 1;`
+                alts = self.cases(n.for_get_init(), counters)
+                loops = tuple((c, Loop(var, v, cmp_le(var, v), 1, body)) for c, v in alts)
+                return loops[0][1] if len(loops) == 1 else Seq(tuple(If(c, lp) for c, lp in loops))
+            init = self.expr(n.for_get_init(), counters)
             cond = self.expr(n.for_get_cond(), inner)
             inc = self.expr(n.for_get_inc(), inner)
             if not isinstance(inc, Const):
@@ -732,8 +743,17 @@ class _AstConverter:
             e = n.user_get_expr()
             name = e.op_get_arg(0).id_get_id().get_name()
             nid = int(name[1:])
-            args = tuple(self.expr(e.op_get_arg(k), counters) for k in range(1, e.op_get_n_arg()))
-            return Exec(nid, args)
+            kind = Dealloc if name[0] == "F" else Exec
+            alts: list[tuple[Expr, tuple[Expr, ...]]] = [(TRUE, ())]
+            for k in range(1, e.op_get_n_arg()):
+                alts = [
+                    (logical_and(c, c2), (*vs, v))
+                    for c, vs in alts
+                    for c2, v in self.cases(e.op_get_arg(k), counters)
+                ]
+            if len(alts) == 1:
+                return kind(nid, alts[0][1])
+            return Seq(tuple(If(c, kind(nid, vs)) for c, vs in alts))
         if t == _NODES.mark:
             return self.node(n.mark_get_node(), counters)
         raise ScheduleError(f"unexpected isl AST node type {t}")
@@ -752,6 +772,34 @@ class _AstConverter:
             raise ScheduleError(f"isl AST refers to unknown identifier `{name}`")
         op = e.op_get_type()
         args = [self.expr(e.op_get_arg(k), counters) for k in range(e.op_get_n_arg())]
+        return self._apply(op, args, e)
+
+    def cases(self, e: isl.AstExpr, counters: frozenset[str]) -> list[tuple[Expr, Expr]]:
+        """``e`` as ``(condition, value)`` pairs with disjoint conditions: an integer
+        ``c ? x : y`` (which timerl's expressions lack; isl emits it in the points of frees
+        grafted at a sequence, ``_c1 == 0 && _c2 == 1 ? _c0 : _c0 + _c1 - 1``) splits in two."""
+        if e.get_type() != _EXPRS.op or "?" not in e.to_C_str():
+            return [(TRUE, self.expr(e, counters))]
+        op = e.op_get_type()
+        if op in (_OPS.cond, _OPS.select):
+            c = self.expr(e.op_get_arg(0), counters)
+            if not is_bool(c):
+                raise ScheduleError(f"unsupported isl AST expression `{e.to_C_str()}`")
+            out = [(logical_and(c, k), v) for k, v in self.cases(e.op_get_arg(1), counters)]
+            return out + [
+                (logical_and(logical_not(c), k), v) for k, v in self.cases(e.op_get_arg(2), counters)
+            ]
+        out: list[tuple[Expr, list[Expr]]] = [(TRUE, [])]
+        for k in range(e.op_get_n_arg()):
+            out = [
+                (logical_and(c, c2), [*vs, v])
+                for c, vs in out
+                for c2, v in self.cases(e.op_get_arg(k), counters)
+            ]
+        return [(c, self._apply(op, vs, e)) for c, vs in out]
+
+    def _apply(self, op: object, args: list[Expr], e: isl.AstExpr) -> Expr:
+        """isl operation ``op`` on converted arguments."""
         if op in (_OPS.and_, _OPS.and_then):
             return logical_and(args[0], args[1])
         if op in (_OPS.or_, _OPS.or_else):

@@ -42,6 +42,7 @@ from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
+from timerl.schedule.dealloc import FreeRequest, expand_frees, graft_frees, sink_frees
 from timerl.schedule.distance import edge_offsets
 from timerl.schedule.isl import IslProgram, ScheduleBudgetExceeded
 from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
@@ -74,11 +75,22 @@ class Schedule:
         return tast.pretty(self.ast)
 
 
-def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Schedule:
+def schedule_pdg(
+    pdg: PDG,
+    cluster: bool = True,
+    _clustered: bool = False,
+    *,
+    dealloc: bool = False,
+    keep: frozenset[int] = frozenset(),
+    _frees: FreeRequest | None = None,
+) -> Schedule:
     """Compute the execution schedule of ``pdg`` (see the module docstring).
 
     With ``cluster`` (default), identity-linked nodes are scheduled as one statement
-    (``timerl.schedule.cluster``), which keeps isl fast on large programs.
+    (``timerl.schedule.cluster``), which keeps isl fast on large programs. With
+    ``dealloc``, ``Dealloc`` statements free every read point after its last reader
+    (``timerl.schedule.dealloc``; nodes in ``keep`` are never freed), grafted into the
+    computed schedule without changing the compute order.
     """
     if not _clustered and not any(e.iid == BOUND_ORDER_IID for e in pdg.edges):
         pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
@@ -87,28 +99,64 @@ def schedule_pdg(pdg: PDG, cluster: bool = True, _clustered: bool = False) -> Sc
         small, members = cluster_pdg(rest)
         if len(small.nodes) < len(pdg.nodes) and small.nodes:
             _check_own_self_reads(pdg)
+            req = None
+            if dealloc:
+                req = FreeRequest(pdg, {m: r for r, ms in members.items() for m in ms}, keep)
             try:
-                s = schedule_pdg(small, cluster=False, _clustered=True)
+                s = schedule_pdg(small, cluster=False, _clustered=True, _frees=req)
             except ScheduleError:
                 if len(rest.nodes) > MAX_UNCLUSTERED:
                     raise  # isl takes minutes on hundreds of statements; the cluster error names them
                 # re-run unclustered for a precise error (or a schedule)
-                return schedule_pdg(pdg, cluster=False)
+                return schedule_pdg(pdg, cluster=False, dealloc=dealloc, keep=keep)
             pro = tuple(tast.Exec(n, ()) for n in prologue)
-            return Schedule(tast.Seq(pro + (expand_ast(s.ast, members),)), s.isl_text, s.c_text)
+            body = expand_ast(s.ast, members)
+            return Schedule(tast.Seq(pro + (sink_frees(body) if dealloc else body,)), s.isl_text, s.c_text)
+    if dealloc and _frees is None:
+        _frees = FreeRequest(pdg, {n.id: n.id for n in pdg}, keep)
     t0 = time.perf_counter()
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
         static = IslProgram(pdg)
         _check_self_reads(pdg, static, static.dependences(proximity=False))
     prog, validity, sched = _solve(pdg)
     t1 = time.perf_counter()
-    ast, c_text = _checked_ast(pdg, prog, sched, validity, _clustered)
+    freed = None if _frees is None else _with_frees(prog, sched, validity, _clustered, _frees)
+    if freed is not None:  # checked with the compute dependences too
+        ast, c_text, sched = freed
+        if not _clustered:
+            ast = sink_frees(ast)
+    else:
+        ast, c_text = _checked_ast(pdg, prog, sched, validity, _clustered)
     t2 = time.perf_counter()
     log.debug(
-        "scheduled %d nodes / %d edges: isl schedule %.3fs, AST %.3fs\n%s",
+        "scheduled %d nodes / %d edges: isl schedule %.3fs, AST (frees included) %.3fs\n%s",
         len(pdg.nodes), len(pdg.edges), t1 - t0, t2 - t1, c_text,
     )  # fmt: skip
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
+
+
+def _with_frees(
+    prog: IslProgram, sched: object, validity: object, clustered: bool, req: FreeRequest
+) -> tuple[AstNode, str, object] | None:
+    """The AST of ``sched`` with frees grafted (``timerl.schedule.dealloc``), checked against
+    the compute and the free dependences; ``None`` (with a warning: nothing is freed early)
+    when isl's AST for it is wrong."""
+    got = graft_frees(req, prog, sched)
+    if got is None:
+        return None
+    grafted, free_validity, free_domain, members = got
+    try:
+        ast, c_text = prog.build_ast(grafted)
+    except ScheduleError as exc:
+        log.warning("no deallocation statements: %s", exc)
+        return None
+    bad = prog.ast_violations(
+        ast, validity.union(free_validity), same_point_ok=clustered, extra_domain=free_domain
+    )
+    if not bad.is_empty():
+        log.warning("no deallocation statements: isl's AST with frees misorders %s", bad.to_str()[:500])
+        return None
+    return expand_frees(ast, members), c_text, grafted
 
 
 ISL_BUDGET_S = 8.0
