@@ -103,7 +103,9 @@ class TemplateMeasurer:
             m = Measurement(tuple(cfg), gf, True, time.perf_counter() - t0)
         except Exception as exc:  # a failure of TVM/LLVM or a wrong result: invalid, never fast
             self.failures += 1
-            log.warning("RELEASE %s: configuration %s is invalid: %s", space.layer.name, space.values(cfg), exc)
+            log.warning(
+                "RELEASE %s: configuration %s is invalid: %s", space.layer.name, space.values(cfg), exc
+            )
             m = Measurement(tuple(cfg), 0.0, False, time.perf_counter() - t0, str(exc)[:500])
         self.measured += 1
         self._cache[key] = m

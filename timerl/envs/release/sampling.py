@@ -87,7 +87,9 @@ class GreedySampler:
         return out
 
 
-def knee_kmeans(points: np.ndarray, k_min: int, k_max: int, knee: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def knee_kmeans(
+    points: np.ndarray, k_min: int, k_max: int, knee: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 1's loop: k-means for k = k_min.. until ``knee * loss(k) > loss(k - 1)``;
     returns the cluster labels and centroids of the last k kept."""
     from sklearn.cluster import KMeans

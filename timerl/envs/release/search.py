@@ -47,9 +47,7 @@ class Search(Protocol):
         ...
 
 
-def top_unvisited(
-    configs: list[Config], scores: np.ndarray, visited: Set[Config], n: int
-) -> Candidates:
+def top_unvisited(configs: list[Config], scores: np.ndarray, visited: Set[Config], n: int) -> Candidates:
     """The ``n`` best-scored distinct unvisited configurations of ``configs``."""
     best: dict[Config, float] = {}
     for c, s in zip(configs, scores, strict=True):

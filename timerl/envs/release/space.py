@@ -212,7 +212,9 @@ class KnobSpace:
     def move(self, cfg: Config, directions: Sequence[int]) -> Config:
         """``cfg`` with each index moved by its direction (-1, 0, +1), clipped to the knob's
         range; an invalid result leaves ``cfg`` unchanged (RELEASE's configuration updater)."""
-        nxt = tuple(min(max(c + int(d), 0), n - 1) for c, d, n in zip(cfg, directions, self.sizes, strict=True))
+        nxt = tuple(
+            min(max(c + int(d), 0), n - 1) for c, d, n in zip(cfg, directions, self.sizes, strict=True)
+        )
         return nxt if self.is_valid(nxt) else cfg
 
     def neighbour(self, cfg: Config, rng: np.random.Generator) -> Config:

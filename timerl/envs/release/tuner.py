@@ -120,7 +120,12 @@ def tune(
         rounds += 1
         stale = stale + 1 if len(order) == before else 0
         if stale >= 3:
-            log.warning("RELEASE %s: %s+%s found nothing new to measure; stopping", space.layer.name, search.name, sampler.name)
+            log.warning(
+                "RELEASE %s: %s+%s found nothing new to measure; stopping",
+                space.layer.name,
+                search.name,
+                sampler.name,
+            )
             break
     if not any(m.valid for m in order):
         errors = sorted({m.error for m in order})[:3]

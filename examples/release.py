@@ -1,0 +1,303 @@
+# RELEASE (Ahn et al., 2019): tuning the knob spaces of ResNet-18 conv2d layers and a matmul
+# with a cost model of gradient-boosted trees, comparing the search (AutoTVM's simulated
+# annealing vs RELEASE's PPO agent, a timerl program: examples/ppo.py over the knob env with
+# many agents along the batch dim) and the sampler (AutoTVM's greedy top-k + epsilon vs
+# RELEASE's adaptive k-means sampling), all four at the same hardware-measurement budget.
+# Every measurement compiles the configuration with TVM, checks it against NumPy and times
+# it single-threaded. Prints per layer the measurements and charged wall time to reach 95 %
+# of the best found, the best GFLOPS and the ratios against SA + greedy; saves the curves.
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+import ppo  # noqa: E402
+
+from timerl.envs.release.cost_model import CostModel  # noqa: E402
+from timerl.envs.release.env import KnobEnv  # noqa: E402
+from timerl.envs.release.measure import TemplateMeasurer  # noqa: E402
+from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler  # noqa: E402
+from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited  # noqa: E402
+from timerl.envs.release.space import Config, KnobSpace, layer, template_space  # noqa: E402
+from timerl.envs.release.tuner import TuneResult, tune  # noqa: E402
+
+COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adaptive"))
+
+
+@dataclass
+class Args(ppo.Args):
+    # RELEASE's Table 2: Adam 1e-3, discount 0.9, GAE 0.99, 3 epochs, clip 0.3, value 1.0, entropy 0.1
+    lr: float = 1e-3
+    """Adam step size (RELEASE Table 2)"""
+    anneal_lr: bool = False
+    """keep the step size constant (the agent trains on across tuning rounds)"""
+    gamma: float = 0.9
+    """discount factor (Table 2)"""
+    gae_lambda: float = 0.99
+    """GAE parameter (Table 2)"""
+    update_epochs: int = 3
+    """PPO epochs per rollout (Table 2)"""
+    clip_coef: float = 0.3
+    """clipping parameter (Table 2)"""
+    vf_coef: float = 1.0
+    """value coefficient (Table 2)"""
+    ent_coef: float = 0.1
+    """entropy coefficient (Table 2)"""
+    shared: bool = True
+    """the first layer is shared by the policy and value networks (RELEASE §4.1)"""
+    layers: int = 1
+    """hidden layers (shared); the policy and value heads are linear on it"""
+    hidden: int = 64
+    """hidden units"""
+    num_envs: int = 32
+    """search agents along the batch dim b"""
+    iterations: int = 4
+    """PPO iterations (one episode per agent each) per tuning round"""
+    episode_len: int = 10
+    """steps of one search episode"""
+    explore: float = 0.5
+    """probability that an agent starts an episode from a random configuration (else from
+    one of the best measured)"""
+    workloads: str = "C9,C7,MM256"
+    """layers to tune (timerl.envs.release.space.LAYERS: ResNet-18's C2..C12, MM256)"""
+    budget: int = 96
+    """hardware measurements per layer and combination"""
+    n_init: int = 8
+    """random configurations measured first (the same for every combination)"""
+    batch_size: int = 8
+    """greedy sampler: measurements per round (AutoTVM's batch)"""
+    epsilon: float = 0.05
+    """greedy sampler: probability of a random configuration per slot"""
+    k_min: int = 4
+    """adaptive sampler: smallest k tried"""
+    k_max: int = 16
+    """adaptive sampler: largest k tried"""
+    knee: float = 1.15
+    """adaptive sampler: stop growing k when one more cluster cuts the loss by less than this factor"""
+    plan_size: int = 64
+    """candidates a search hands the sampler per round"""
+    sa_iters: int = 500
+    """simulated annealing: steps per round (AutoTVM's n_iter)"""
+    combos: str = ",".join(f"{s}+{m}" for s, m in COMBOS)
+    """the search+sampler combinations to run"""
+    progress: bool = True
+    """tqdm progress bars"""
+    out_dir: str = "runs/release"
+    """where results.json and curves.png go"""
+
+
+def parse_args(defaults: Args | None = None) -> Args:
+    return _common.parse_args(
+        Args, defaults, "RELEASE: PPO search + adaptive sampling vs AutoTVM's SA + greedy"
+    )
+
+
+class RLSearch:
+    """RELEASE's PPO search agent as a timerl program (``ppo.build`` over :class:`KnobEnv`).
+
+    Each round compiles the program with ``iterations`` more iterations and resumes it from
+    the previous round's checkpoint (parameters and Adam moments), so the agent keeps
+    learning across rounds while the env reads the refitted cost model. The candidates are
+    the ``plan_size`` best unvisited configurations of the round's trajectory."""
+
+    name = "rl"
+
+    def __init__(self, args: Args) -> None:
+        self.args = args
+        self.dir = tempfile.mkdtemp(prefix="release_ppo_")
+        self.round = 0
+        self.search_s = 0.0
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def propose(
+        self, space: KnobSpace, model: CostModel, visited, best: list[Config], rng: np.random.Generator
+    ) -> Candidates:
+        a = self.args
+        envs: list[KnobEnv] = []
+        seed = int(rng.integers(2**31))
+
+        def env_fn(args: Args, B):
+            envs.append(KnobEnv(space, model, B, best[:8], args.episode_len, args.explore, seed))
+            return envs[-1]
+
+        run = replace(
+            a,
+            iterations=(self.round + 1) * a.iterations,
+            checkpoint_every=a.iterations,
+            checkpoint_dir=self.dir,
+            resume=self.dir if self.round else "",
+        )
+        ex = ppo.build(run, lambda v, pt: None, env_fn)
+        ex.execute()
+        self.round += 1
+        traj = envs[0].trajectory
+        return top_unvisited([c for c, _ in traj], np.array([s for _, s in traj]), visited, a.plan_size)
+
+
+def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, TuneResult]:
+    """The requested combinations on one layer, sharing ``measurer`` (and its cache)."""
+    space = template_space(layer(name))
+    results: dict[str, TuneResult] = {}
+    for combo in [c for c in args.combos.split(",") if c]:
+        s_name, m_name = combo.split("+")
+        search = (
+            SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
+            if s_name == "sa"
+            else RLSearch(args)
+        )
+        sampler = (
+            GreedySampler(args.batch_size, args.epsilon)
+            if m_name == "greedy"
+            else AdaptiveSampler(args.k_min, args.k_max, args.knee)
+        )
+        bar = _bar(args.budget, f"{name} {combo}") if args.progress else None
+
+        def tick(m, bar=bar) -> None:
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{m.gflops:.1f} GFLOPS")
+
+        t0 = time.perf_counter()
+        try:
+            results[combo] = tune(space, search, sampler, measurer, args.budget, args.seed, args.n_init, tick)
+        finally:
+            if bar is not None:
+                bar.close()
+            if isinstance(search, RLSearch):
+                search.close()
+        r = results[combo]
+        logging.getLogger("timerl.envs.release").info(
+            "%s %s: best %.1f GFLOPS, %d rounds, %.0f s real",
+            name,
+            combo,
+            r.best.gflops,
+            r.rounds,
+            time.perf_counter() - t0,
+        )
+    return results
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="meas", dynamic_ncols=True, leave=False)
+
+
+def summarise(name: str, results: dict[str, TuneResult]) -> list[dict]:
+    """Per combination: measurements and seconds to 95 % of its best, best GFLOPS, and the
+    measurements to reach SA + greedy's final best, with ratios against SA + greedy."""
+    base = results.get("sa+greedy")
+    rows = []
+    for combo, r in results.items():
+        best = r.best.gflops
+        n95, s95 = r.to_reach(0.95 * best) or (len(r.measurements), r.elapsed[-1])
+        row = {
+            "layer": name,
+            "combo": combo,
+            "best_gflops": best,
+            "meas_to_95": n95,
+            "seconds_to_95": s95,
+            "measurements": len(r.measurements),
+            "invalid": r.invalid,
+            "seconds": r.elapsed[-1],
+            "best_config": r.best.config,
+        }
+        if base is not None:
+            target = base.best.gflops
+            hit = r.to_reach(target) or r.to_reach(0.98 * target)
+            row["meas_to_sa_greedy_best"] = hit[0] if hit else None
+            b95 = base.to_reach(0.95 * target)
+            row["x_fewer_meas_to_95"] = b95[0] / n95 if b95 else None
+            row["x_less_time_to_95"] = b95[1] / s95 if b95 else None
+            row["gflops_vs_sa_greedy"] = best / target
+        rows.append(row)
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    head = (
+        f"{'layer':6s} {'search+sampler':15s} {'best GFLOPS':>11s} {'meas->95%':>9s} {'s->95%':>7s} "
+        f"{'meas->SA+G best':>15s} {'x fewer meas':>12s} {'x less time':>11s} {'GFLOPS ratio':>12s} {'invalid':>7s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+
+        def f(key, fmt, r=r):
+            v = r.get(key)
+            return format(v, fmt) if v is not None else "-"
+
+        lines.append(
+            f"{r['layer']:6s} {r['combo']:15s} {r['best_gflops']:11.1f} {r['meas_to_95']:9d} {r['seconds_to_95']:7.1f} "
+            f"{f('meas_to_sa_greedy_best', '15d')} {f('x_fewer_meas_to_95', '12.2f')} {f('x_less_time_to_95', '11.2f')} "
+            f"{f('gflops_vs_sa_greedy', '12.3f')} {r['invalid']:7d}"
+        )
+    return "\n".join(lines)
+
+
+def plot_curves(all_results: dict[str, dict[str, TuneResult]], path: Path) -> None:
+    """Best GFLOPS vs hardware measurements, one panel per layer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(all_results)
+    fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.5), squeeze=False)
+    for ax, (name, results) in zip(axes[0], all_results.items(), strict=True):
+        for combo, r in results.items():
+            ax.plot(np.arange(1, len(r.curve) + 1), r.curve, label=combo)
+        ax.set(xlabel="hardware measurements", ylabel="best GFLOPS", title=name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(args: Args) -> dict:
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    names = [n for n in args.workloads.split(",") if n]
+    print(
+        f"RELEASE: {', '.join(names)}; {args.budget} measurements per layer and combination "
+        f"({args.combos}); PPO: {args.num_envs} agents x {args.iterations} episodes of {args.episode_len} steps per round",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    measurer = TemplateMeasurer()
+    all_results: dict[str, dict[str, TuneResult]] = {}
+    rows: list[dict] = []
+    for name in names:
+        all_results[name] = run_layer(args, name, measurer)
+        layer_rows = summarise(name, all_results[name])
+        rows += layer_rows
+        print(format_rows(layer_rows), flush=True)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_curves(all_results, out / "curves.png")
+    curves = {n: {c: r.curve.tolist() for c, r in res.items()} for n, res in all_results.items()}
+    (out / "results.json").write_text(
+        json.dumps({"args": asdict(args), "rows": rows, "curves": curves}, indent=1)
+    )
+    print(f"\nall layers:\n{format_rows(rows)}")
+    print(
+        f"total {time.perf_counter() - t0:.0f} s; curves: {out / 'curves.png'}; results: {out / 'results.json'}"
+    )
+    return {"rows": rows, "results": all_results}
+
+
+if __name__ == "__main__":
+    main(parse_args())
