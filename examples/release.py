@@ -62,6 +62,9 @@ class Args(ppo.Args):
     """hidden units"""
     num_envs: int = 32
     """search agents along the batch dim b"""
+    backend: str = "torch"
+    """tensor backend of the PPO program (torch: about 1.5 s per round to compile and run; jax
+    spends about 3 s per round in its first-run JIT)"""
     iterations: int = 4
     """PPO iterations (one episode per agent each) per tuning round"""
     episode_len: int = 10

@@ -104,7 +104,7 @@ class TemplateMeasurer:
         except Exception as exc:  # a failure of TVM/LLVM or a wrong result: invalid, never fast
             self.failures += 1
             log.warning(
-                "RELEASE %s: configuration %s is invalid: %s", space.layer.name, space.values(cfg), exc
+                "RELEASE %s: configuration %s is invalid: %s", space.layer.name, space.describe(cfg), exc
             )
             m = Measurement(tuple(cfg), 0.0, False, time.perf_counter() - t0, str(exc)[:500])
         self.measured += 1

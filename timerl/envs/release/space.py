@@ -171,6 +171,13 @@ class KnobSpace:
         """The knob values of ``cfg`` by knob name."""
         return {k.name: k.values[i] for k, i in zip(self.knobs, cfg, strict=True)}
 
+    def describe(self, cfg: Config) -> str:
+        """``cfg`` as ``name=value`` pairs (``name=#index`` where an index is out of range)."""
+        parts = []
+        for k, i in zip(self.knobs, cfg, strict=False):
+            parts.append(f"{k.name}={k.values[i]}" if 0 <= i < len(k.values) else f"{k.name}=#{i}")
+        return ", ".join(parts)
+
     def _spatial_knobs(self) -> list[int]:
         return list(range(self.layer.num_spatial))
 
