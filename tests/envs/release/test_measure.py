@@ -12,7 +12,11 @@ from timerl.envs.release.space import Layer, template_space
 
 pytest.importorskip("tvm")
 
-TINY = [Layer.conv2d("tiny_conv", 4, 8, 6, 3, 1, 1), Layer.conv2d("tiny_s2", 4, 8, 8, 1, 2, 0), Layer.matmul("tiny_mm", 16, 32, 8)]
+TINY = [
+    Layer.conv2d("tiny_conv", 4, 8, 6, 3, 1, 1),
+    Layer.conv2d("tiny_s2", 4, 8, 8, 1, 2, 0),
+    Layer.matmul("tiny_mm", 16, 32, 8),
+]
 
 
 @pytest.fixture(scope="module")

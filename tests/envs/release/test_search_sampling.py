@@ -87,13 +87,17 @@ def test_adaptive_sampling_one_sample_per_cluster() -> None:
     scores = np.arange(len(cands), dtype=float)
     got = sampler.select(SPACE, cands, scores, set(), 10, rng)
     assert len(got) == 3
-    groups = [min(range(3), key=lambda j: sum(abs(a - b) for a, b in zip(g, centres[j], strict=True))) for g in got]
+    groups = [
+        min(range(3), key=lambda j: sum(abs(a - b) for a, b in zip(g, centres[j], strict=True))) for g in got
+    ]
     assert sorted(groups) == [0, 1, 2]
     again = sampler.select(SPACE, cands, scores, set(got), 10, rng)
     assert len(again) == 3 and not set(again) & set(got)
 
 
-@pytest.mark.parametrize("sampler", [GreedySampler(8, 0.05), AdaptiveSampler(4, 16, 1.15)], ids=["greedy", "adaptive"])
+@pytest.mark.parametrize(
+    "sampler", [GreedySampler(8, 0.05), AdaptiveSampler(4, 16, 1.15)], ids=["greedy", "adaptive"]
+)
 def test_tune_climbs_to_the_known_optimum(sampler) -> None:
     """SA + either sampler with the LightGBM model, refit on the synthetic measurements,
     gets within one index step of the optimum of a 10976-point space (fitness >= 50; the
