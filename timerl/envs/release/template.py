@@ -16,10 +16,19 @@ with ``tvm.s_tir.Schedule`` (TVM 0.27's names; ``tvm`` is imported through
    ``pragma_unroll_explicit``), as AutoTVM's templates do.
 
 The function built is ``main(A, B, C)`` with the shapes of :meth:`.Layer.input_shapes`.
+
+With ``unroll_explicit = 0`` TVM leaves the unrolling to LLVM with a loop hint that its
+LLVM backend ignores, and says so on the native stderr once per build ("Unroll hint get
+ignore"): :func:`build` silences the native stderr while compiling (errors still reach
+the caller as Python exceptions, with their messages).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from timerl.envs.looptune.tvm_lower import import_tvm
@@ -77,7 +86,25 @@ def schedule(space: KnobSpace, cfg: Config) -> Any:
     return sch.mod
 
 
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """File descriptor 2 goes to /dev/null inside the block (TVM's C++ warnings)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def build(space: KnobSpace, cfg: Config, target: Any) -> Any:
     """Compile ``cfg`` for ``target`` and JIT it: a module with function ``main(A, B, C)``."""
     tvm = import_tvm()
-    return tvm.compile(schedule(space, cfg), target=target).jit()
+    mod = schedule(space, cfg)
+    with _quiet_native_stderr():
+        lib = tvm.compile(mod, target=target).jit()
+        lib["main"]  # LLVM's code generation (and its warnings) happens at the first lookup
+    return lib
