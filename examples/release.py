@@ -88,6 +88,11 @@ class Args(ppo.Args):
     """adaptive sampler: largest k tried"""
     knee: float = 1.15
     """adaptive sampler: stop growing k when one more cluster cuts the loss by less than this factor"""
+    representative: str = "centroid"
+    """adaptive sampler: measure the candidate nearest each centroid (centroid, the paper's)
+    or the cluster's best by the cost model (best)"""
+    seeds: int = 1
+    """repeat every combination with seeds seed, seed + 1, ... (medians are reported)"""
     plan_size: int = 64
     """candidates a search hands the sampler per round"""
     sa_iters: int = 500
@@ -153,46 +158,51 @@ class RLSearch:
         return top_unvisited([c for c, _ in traj], np.array([s for _, s in traj]), visited, a.plan_size)
 
 
-def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, TuneResult]:
-    """The requested combinations on one layer, sharing ``measurer`` (and its cache)."""
+def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, list[TuneResult]]:
+    """The requested combinations on one layer, once per seed, sharing ``measurer`` (and its
+    cache: a configuration measured for one combination is charged its original seconds
+    when another asks for it)."""
     space = template_space(layer(name))
-    results: dict[str, TuneResult] = {}
-    for combo in [c for c in args.combos.split(",") if c]:
-        s_name, m_name = combo.split("+")
-        search = (
-            SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
-            if s_name == "sa"
-            else RLSearch(args)
-        )
-        sampler = (
-            GreedySampler(args.batch_size, args.epsilon)
-            if m_name == "greedy"
-            else AdaptiveSampler(args.k_min, args.k_max, args.knee)
-        )
-        bar = _bar(args.budget, f"{name} {combo}") if args.progress else None
+    results: dict[str, list[TuneResult]] = {}
+    for k in range(args.seeds):
+        seed = args.seed + k
+        for combo in [c for c in args.combos.split(",") if c]:
+            s_name, m_name = combo.split("+")
+            search = (
+                SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
+                if s_name == "sa"
+                else RLSearch(replace(args, seed=seed))
+            )
+            sampler = (
+                GreedySampler(args.batch_size, args.epsilon)
+                if m_name == "greedy"
+                else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative)
+            )
+            bar = _bar(args.budget, f"{name} {combo} seed {seed}") if args.progress else None
 
-        def tick(m, bar=bar) -> None:
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix_str(f"{m.gflops:.1f} GFLOPS")
+            def tick(m, bar=bar) -> None:
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix_str(f"{m.gflops:.1f} GFLOPS")
 
-        t0 = time.perf_counter()
-        try:
-            results[combo] = tune(space, search, sampler, measurer, args.budget, args.seed, args.n_init, tick)
-        finally:
-            if bar is not None:
-                bar.close()
-            if isinstance(search, RLSearch):
-                search.close()
-        r = results[combo]
-        logging.getLogger("timerl.envs.release").info(
-            "%s %s: best %.1f GFLOPS, %d rounds, %.0f s real",
-            name,
-            combo,
-            r.best.gflops,
-            r.rounds,
-            time.perf_counter() - t0,
-        )
+            t0 = time.perf_counter()
+            try:
+                r = tune(space, search, sampler, measurer, args.budget, seed, args.n_init, tick)
+            finally:
+                if bar is not None:
+                    bar.close()
+                if isinstance(search, RLSearch):
+                    search.close()
+            results.setdefault(combo, []).append(r)
+            logging.getLogger("timerl.envs.release").info(
+                "%s %s seed %d: best %.1f GFLOPS, %d rounds, %.0f s real",
+                name,
+                combo,
+                seed,
+                r.best.gflops,
+                r.rounds,
+                time.perf_counter() - t0,
+            )
     return results
 
 
@@ -202,41 +212,48 @@ def _bar(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="meas", dynamic_ncols=True, leave=False)
 
 
-def summarise(name: str, results: dict[str, TuneResult]) -> list[dict]:
-    """Per combination: measurements and charged seconds to reach 95 % of the best GFLOPS any
-    combination found on the layer, the best GFLOPS, the measurements to reach SA + greedy's
-    final best (within 1 %: timing noise), and the ratios against SA + greedy."""
+def _reach(r: TuneResult, gflops: float) -> tuple[int, float, bool]:
+    """(measurements, charged seconds, reached): a run that never gets there counts its whole
+    budget and time (so the ratios built from it are lower bounds)."""
+    hit = r.to_reach(gflops)
+    return (hit[0], hit[1], True) if hit else (len(r.measurements), r.elapsed[-1], False)
+
+
+def summarise(name: str, results: dict[str, list[TuneResult]]) -> list[dict]:
+    """Per combination (medians over the seeds): measurements and charged seconds to reach
+    95 % of the best GFLOPS any run found on the layer, the best GFLOPS, the measurements to
+    reach SA + greedy's final best of the same seed (within 1 %: timing noise), and the
+    ratios against SA + greedy."""
+    layer_best = max(r.best.gflops for runs in results.values() for r in runs)
     base = results.get("sa+greedy")
-    layer_best = max(r.best.gflops for r in results.values())
+    med = lambda xs: float(np.median(xs))  # noqa: E731
     rows = []
-    for combo, r in results.items():
-        hit95 = r.to_reach(0.95 * layer_best)
+    for combo, runs in results.items():
+        to95 = [_reach(r, 0.95 * layer_best) for r in runs]
         row = {
             "layer": name,
             "combo": combo,
-            "best_gflops": r.best.gflops,
-            "meas_to_95": hit95[0] if hit95 else None,
-            "seconds_to_95": hit95[1] if hit95 else None,
-            "measurements": len(r.measurements),
-            "invalid": r.invalid,
-            "seconds": r.elapsed[-1],
-            "best_config": r.best.config,
+            "seeds": len(runs),
+            "best_gflops": med([r.best.gflops for r in runs]),
+            "reached_95": sum(x[2] for x in to95),
+            "meas_to_95": med([x[0] for x in to95]),
+            "seconds_to_95": med([x[1] for x in to95]),
+            "invalid": sum(r.invalid for r in runs),
+            "seconds": med([r.elapsed[-1] for r in runs]),
+            "best_configs": [r.best.config for r in runs],
         }
         if base is not None:
-            target = base.best.gflops
-            hit = r.to_reach(0.99 * target)
-            row["meas_to_sa_greedy_best"] = hit[0] if hit else None
-            b95 = base.to_reach(0.95 * layer_best)
-            # a combination that never gets there counts its whole budget (a lower bound on the ratio)
-            n95 = hit95[0] if hit95 else len(r.measurements)
-            s95 = hit95[1] if hit95 else r.elapsed[-1]
-            bn = b95[0] if b95 else len(base.measurements)
-            bs = b95[1] if b95 else base.elapsed[-1]
-            row["x_fewer_meas_to_95"] = bn / n95
-            row["x_less_time_to_95"] = bs / s95
-            bt = base.to_reach(0.99 * target)
-            row["x_fewer_meas_to_sa_greedy_best"] = bt[0] / hit[0] if hit and bt else None
-            row["gflops_vs_sa_greedy"] = r.best.gflops / target
+            b95 = [_reach(r, 0.95 * layer_best) for r in base]
+            row["x_fewer_meas_to_95"] = med([x[0] for x in b95]) / row["meas_to_95"]
+            row["x_less_time_to_95"] = med([x[1] for x in b95]) / row["seconds_to_95"]
+            own = [_reach(r, 0.99 * b.best.gflops) for r, b in zip(runs, base, strict=True)]
+            ref = [_reach(b, 0.99 * b.best.gflops) for b in base]
+            row["meas_to_sa_greedy_best"] = med([x[0] for x in own])
+            row["reached_sa_greedy_best"] = sum(x[2] for x in own)
+            row["x_fewer_meas_to_sa_greedy_best"] = med([x[0] for x in ref]) / row["meas_to_sa_greedy_best"]
+            row["gflops_vs_sa_greedy"] = med(
+                [r.best.gflops / b.best.gflops for r, b in zip(runs, base, strict=True)]
+            )
         rows.append(row)
     return rows
 
@@ -246,11 +263,12 @@ def format_rows(rows: list[dict]) -> str:
         ("layer", "layer", "6s"),
         ("search+sampler", "combo", "14s"),
         ("best GFLOPS", "best_gflops", "11.1f"),
-        ("meas->95%", "meas_to_95", "9d"),
+        ("reached", "reached_95", "7d"),
+        ("meas->95%", "meas_to_95", "9.1f"),
         ("s->95%", "seconds_to_95", "7.1f"),
         ("x fewer meas", "x_fewer_meas_to_95", "12.2f"),
         ("x less time", "x_less_time_to_95", "11.2f"),
-        ("meas->SA+G best", "meas_to_sa_greedy_best", "15d"),
+        ("meas->SA+G best", "meas_to_sa_greedy_best", "15.1f"),
         ("x fewer (SA+G)", "x_fewer_meas_to_sa_greedy_best", "14.2f"),
         ("GFLOPS vs SA+G", "gflops_vs_sa_greedy", "14.3f"),
         ("invalid", "invalid", "7d"),
@@ -267,8 +285,8 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(all_results: dict[str, dict[str, TuneResult]], path: Path) -> None:
-    """Best GFLOPS vs hardware measurements, one panel per layer."""
+def plot_curves(all_results: dict[str, dict[str, list[TuneResult]]], path: Path) -> None:
+    """Best GFLOPS vs hardware measurements (mean over seeds), one panel per layer."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,9 +295,11 @@ def plot_curves(all_results: dict[str, dict[str, TuneResult]], path: Path) -> No
     n = len(all_results)
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.5), squeeze=False)
     for ax, (name, results) in zip(axes[0], all_results.items(), strict=True):
-        for combo, r in results.items():
-            ax.plot(np.arange(1, len(r.curve) + 1), r.curve, label=combo)
-        ax.set(xlabel="hardware measurements", ylabel="best GFLOPS", title=name)
+        for combo, runs in results.items():
+            curve = np.mean([r.curve for r in runs], axis=0)
+            ax.plot(np.arange(1, len(curve) + 1), curve, label=combo)
+        seeds = len(next(iter(results.values())))
+        ax.set(xlabel="hardware measurements", ylabel="best GFLOPS", title=f"{name} (mean of {seeds} seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -318,12 +338,12 @@ def main(args: Args) -> dict:
     names = [n for n in args.workloads.split(",") if n]
     print(
         f"RELEASE: {', '.join(names)}; {args.budget} measurements per layer and combination "
-        f"({args.combos}); PPO: {args.num_envs} agents x {args.iterations} episodes of {args.episode_len} steps per round",
+        f"({args.combos}), {args.seeds} seed(s); PPO: {args.num_envs} agents x {args.iterations} episodes of {args.episode_len} steps per round",
         flush=True,
     )
     t0 = time.perf_counter()
     measurer = TemplateMeasurer()
-    all_results: dict[str, dict[str, TuneResult]] = {}
+    all_results: dict[str, dict[str, list[TuneResult]]] = {}
     rows: list[dict] = []
     for name in names:
         all_results[name] = run_layer(args, name, measurer)
@@ -334,7 +354,9 @@ def main(args: Args) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot_curves(all_results, out / "curves.png")
-    curves = {n: {c: r.curve.tolist() for c, r in res.items()} for n, res in all_results.items()}
+    curves = {
+        n: {c: [r.curve.tolist() for r in runs] for c, runs in res.items()} for n, res in all_results.items()
+    }
     (out / "results.json").write_text(
         json.dumps({"args": asdict(args), "rows": rows, "metaschedule": ms_rows, "curves": curves}, indent=1)
     )

@@ -5,11 +5,12 @@
 - :class:`AdaptiveSampler` (RELEASE, Algorithm 1): k-means over the candidates for
   k = ``k_min``, ``k_min + 1``, ...; the loop stops at the knee of the loss curve (when
   ``knee * loss(k) > loss(k - 1)``, i.e. one more cluster no longer cuts the loss by the
-  factor ``knee``) and the last k's centroids are measured. A centroid is snapped to the
-  candidate of its cluster nearest to it (centroids of index vectors are not
-  configurations); one already visited is replaced by the per-knob mode of the candidates
-  (the paper's ``mode(s_Θ)``), or, when that is visited too, by the best unvisited
-  candidate by the cost model.
+  factor ``knee``) and the last k's centroids are measured. A centroid is snapped to a
+  candidate of its cluster (centroids of index vectors are not configurations): with
+  ``representative="centroid"`` (the paper) the one nearest to it, with ``"best"`` the
+  one the cost model scores highest (the cluster's most promising member). One already
+  visited is replaced by the per-knob mode of the candidates (the paper's ``mode(s_Θ)``),
+  or, when that is visited too, by the best unvisited candidate by the cost model.
 
 Both return unvisited configurations only, at most ``limit`` of them.
 """
@@ -117,7 +118,16 @@ class AdaptiveSampler:
     k_min: int = 4
     k_max: int = 16
     knee: float = 1.15
+    representative: str = "centroid"
     name: str = "adaptive"
+
+    def __post_init__(self) -> None:
+        if self.representative not in ("centroid", "best"):
+            raise TimeRLError(
+                f"adaptive sampling: representative must be 'centroid' or 'best', got {self.representative!r}"
+            )
+        if not 1 <= self.k_min <= self.k_max:
+            raise TimeRLError(f"adaptive sampling: need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
 
     def select(
         self,
@@ -146,7 +156,10 @@ class AdaptiveSampler:
             members = [k for k in range(len(cands)) if labels[k] == j]
             if not members:
                 continue
-            near = members[int(np.argmin(((pts[members] - centre) ** 2).sum(1)))]
+            if self.representative == "best":
+                near = members[int(np.argmax([sc[cands[k]] for k in members]))]
+            else:
+                near = members[int(np.argmin(((pts[members] - centre) ** 2).sum(1)))]
             pick: Config | None = cands[near]
             if pick in taken:
                 pick = mode if mode not in taken else next((c for c in ranked if c not in taken), None)

@@ -110,7 +110,10 @@ RESNET18_LAYERS: dict[str, Layer] = {
     "C10": Layer.conv2d("C10", 256, 512, 14, 1, 2, 0),
     "C12": Layer.conv2d("C12", 512, 512, 7, 3, 1, 1),
 }
-MATMUL_LAYERS: dict[str, Layer] = {"MM256": Layer.matmul("MM256", 256, 256, 256)}
+MATMUL_LAYERS: dict[str, Layer] = {
+    "MM256": Layer.matmul("MM256", 256, 256, 256),
+    "MM64": Layer.matmul("MM64", 64, 64, 64),  # small: smoke tests
+}
 LAYERS: dict[str, Layer] = {**RESNET18_LAYERS, **MATMUL_LAYERS}
 
 
