@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Set
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -134,7 +135,12 @@ class RLSearch:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def propose(
-        self, space: KnobSpace, model: CostModel, visited, best: list[Config], rng: np.random.Generator
+        self,
+        space: KnobSpace,
+        model: CostModel,
+        visited: Set[Config],
+        best: list[Config],
+        rng: np.random.Generator,
     ) -> Candidates:
         a = self.args
         envs: list[KnobEnv] = []
