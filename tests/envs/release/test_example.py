@@ -26,6 +26,7 @@ def test_example_runs_all_four_combinations(tmp_path) -> None:
         iterations=1,
         episode_len=3,
         sa_iters=20,
+        remeasure=1,
         progress=False,
         out_dir=str(tmp_path),
     )
@@ -36,6 +37,8 @@ def test_example_runs_all_four_combinations(tmp_path) -> None:
         assert r["seeds"] == 1 and r["best_gflops"] > 0 and r["invalid"] == 0
         assert 1 <= r["meas_to_95"] <= 10
     assert rows["sa+greedy"]["x_fewer_meas_to_95"] == pytest.approx(1.0)
+    assert rows["sa+greedy"]["retimed_vs_sa_greedy"] == pytest.approx(1.0)
+    assert all(r["retimed_gflops"] > 0 for r in rows.values())
     assert (tmp_path / "curves.png").stat().st_size > 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved["curves"]["MM64"]["rl+adaptive"]) == 1
