@@ -17,6 +17,7 @@ Both return unvisited configurations only, at most ``limit`` of them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,8 @@ import numpy as np
 
 from timerl.envs.release.space import Config, KnobSpace
 from timerl.errors import TimeRLError
+
+log = logging.getLogger("timerl.envs.release")
 
 
 class Sampler(Protocol):
@@ -145,6 +148,7 @@ class AdaptiveSampler:
             return [c] if c is not None and limit > 0 else []
         pts = space.normalised(cands)
         labels, centres = knee_kmeans(pts, self.k_min, self.k_max, self.knee, int(rng.integers(2**31)))
+        log.debug("adaptive sampling: k = %d over %d candidates", len(centres), len(cands))
         arr = np.asarray(cands)
         mode = tuple(int(np.bincount(arr[:, d]).argmax()) for d in range(arr.shape[1]))
         if not space.is_valid(mode):
