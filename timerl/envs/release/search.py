@@ -59,7 +59,8 @@ def top_unvisited(configs: list[Config], scores: np.ndarray, visited: Set[Config
 
 @dataclass
 class SimulatedAnnealing:
-    """AutoTVM's simulated annealing over the cost model (see the module doc)."""
+    """AutoTVM's simulated annealing over the cost model (see the module doc). Not frozen:
+    the walkers (``points``) persist from one call to the next, as in AutoTVM."""
 
     plan_size: int = 64
     parallel_size: int = 128
