@@ -248,7 +248,7 @@ class DNN:
 
     def _split(self, out: RecurrentTensor) -> RecurrentTensor:
         """Multi-categorical logits ``(entries * n,)`` as ``(entries, n)``."""
-        return out.reshape((out.shape[-1] // self.choices, self.choices))
+        return out.reshape((*out.shape[:-1], out.shape[-1] // self.choices, self.choices))
 
     def _log_prob(self, out: RecurrentTensor, action: RecurrentTensor) -> RecurrentTensor:
         if self.head == "multi_categorical":
