@@ -1,7 +1,9 @@
 """``DNNBuilder``: MLP policies whose parameters vary over a symbolic dim (``i``).
 
 ``DNNBuilder(domain=(i,)).from_env(env, hidden=[64, 64]).build()`` gives a policy:
-a categorical head for ``Discrete`` action spaces, a Gaussian head (state-independent
+a categorical head for ``Discrete`` action spaces, one categorical head per entry for flat
+``MultiDiscrete`` spaces whose entries all have ``n`` choices (independent choices: the
+log-probability and entropy are sums over the entries), a Gaussian head (state-independent
 log-std parameter) for ``Box`` spaces. ``dnn(obs)`` samples an action; afterwards
 ``dnn.log_prob(action)`` is the log-probability of that action under the same
 forward pass (its activations are reused, not recomputed).
@@ -44,6 +46,7 @@ class DNNBuilder:
         self.hidden: list[int] = [64, 64]
         self.head: str = "categorical"
         self.out_dim: int | None = None
+        self.choices = 0  # multi-categorical: choices per action entry
         self.activation = "tanh"
         self.critic = False
         self.shared = False
@@ -72,12 +75,20 @@ class DNNBuilder:
         self.obs_dim = int(obs.shape[0])
         if isinstance(act, gym.spaces.Discrete):
             self.head, self.out_dim = "categorical", int(act.n)
+        elif (
+            isinstance(act, gym.spaces.MultiDiscrete)
+            and len(act.nvec.shape) == 1
+            and len(set(int(n) for n in act.nvec)) == 1
+        ):
+            self.head, self.choices = "multi_categorical", int(act.nvec[0])
+            self.out_dim = int(act.nvec.shape[0]) * self.choices
         elif isinstance(act, gym.spaces.Box) and len(act.shape) == 1:
             self.head, self.out_dim = "gaussian", int(act.shape[0])
         else:
             raise RTDefinitionError(
                 f"DNNBuilder.from_env: action space {act} is not supported; use Discrete (categorical "
-                "head) or a flat Box (Gaussian head)"
+                "head), a flat MultiDiscrete with equal choices (one categorical head per entry) or a "
+                "flat Box (Gaussian head)"
             )
         self.hidden = list(hidden)
         self.activation = activation
@@ -118,6 +129,7 @@ class DNN:
 
         sizes = [b.obs_dim, *b.hidden, b.out_dim]
         self.head = b.head
+        self.choices = b.choices
         self.activation = b.activation
         self.domain = b.domain
         self.layers: list[tuple[RecurrentTensor, RecurrentTensor]] = []
@@ -201,7 +213,9 @@ class DNN:
         """Sample an action at every point of ``obs`` (remembering the forward pass)."""
         out, trunk = self._features(obs)
         self._last, self._last_obs, self._last_trunk = out, obs, trunk
-        if self.head == "categorical":
+        if self.head == "multi_categorical":
+            out = self._split(out)
+        if self.head in ("categorical", "multi_categorical"):
             u = rand(out.shape, out.domain)
             gumbel = -(-(u + 1e-10).log() + 1e-10).log()  # Gumbel-max trick
             return (out + gumbel).argmax(-1)
@@ -232,7 +246,14 @@ class DNN:
         value = self._critic(obs, trunk) if self.critic_layers else None
         return self._log_prob(out, action), self._entropy(out), value
 
+    def _split(self, out: RecurrentTensor) -> RecurrentTensor:
+        """Multi-categorical logits ``(entries * n,)`` as ``(entries, n)``."""
+        return out.reshape((*out.shape[:-1], out.shape[-1] // self.choices, self.choices))
+
     def _log_prob(self, out: RecurrentTensor, action: RecurrentTensor) -> RecurrentTensor:
+        if self.head == "multi_categorical":
+            lp = log_softmax(self._split(out), -1)
+            return _apply(OpKind.GATHER, [lp, action.cast(DType.int64)], action.shape, lp.dtype).sum(-1)
         if self.head == "categorical":
             lp = log_softmax(out, -1)
             return _apply(OpKind.GATHER, [lp, action.cast(DType.int64)], action.shape, lp.dtype)
@@ -241,6 +262,9 @@ class DNN:
         return (-0.5 * z * z - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def _entropy(self, out: RecurrentTensor) -> RecurrentTensor:
+        if self.head == "multi_categorical":
+            lp = log_softmax(self._split(out), -1)
+            return -(lp.exp() * lp).sum(-1).sum(-1)
         if self.head == "categorical":
             lp = log_softmax(out, -1)
             return -(lp.exp() * lp).sum(-1)

@@ -56,11 +56,15 @@ def space_spec(space: Any) -> tuple[tuple[int, ...], DType]:
 
     if isinstance(space, gym.spaces.Discrete):
         return (), DType.int64
+    if isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
+        return (int(space.nvec.shape[0]),), DType.int64
     if isinstance(space, gym.spaces.Box):
         return tuple(int(d) for d in space.shape), DType.from_numpy(space.dtype)
     if isinstance(space, TensorSpec):
         return tuple(space.shape), space.dtype  # type: ignore[return-value]
-    raise RTDefinitionError(f"unsupported space {space!r}: use a gymnasium Box or Discrete space")
+    raise RTDefinitionError(
+        f"unsupported space {space!r}: use a gymnasium Box, Discrete or flat MultiDiscrete space"
+    )
 
 
 def const(

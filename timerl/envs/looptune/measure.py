@@ -52,6 +52,7 @@ __all__ = [
     "Measurer",
     "MeasureStats",
     "TVMMeasurer",
+    "best_seconds",
     "default_cache_dir",
     "machine_peak",
     "make_measurer",
@@ -223,13 +224,7 @@ class TVMMeasurer:
         if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction_size(p)):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g}): a lowering bug, please report it")
-        if once * 1e3 < self.repeat_ms:
-            number, repeat = max(1, int(self.repeat_ms * 1e-3 / max(once, 1e-7))), self.repeats
-        else:  # a slow kernel: single runs, as many as fit the budget, at least min_repeats
-            budget_s = self.repeats * self.repeat_ms * 1e-3
-            number, repeat = 1, max(self.min_repeats, min(self.repeats, int(budget_s / once)))
-        timer = lib.time_evaluator("main", self.dev, number=number, repeat=repeat)
-        best = min(timer(a, b, c).results)
+        best = best_seconds(lib, self.dev, (a, b, c), once, self.repeats, self.min_repeats, self.repeat_ms)
         end = time.perf_counter()
         self.stats.measured += 1
         self.stats.compile_s.append(t1 - t0)
@@ -250,6 +245,23 @@ class TVMMeasurer:
             1e3 * (end - t0),
         )
         return gf
+
+
+def best_seconds(
+    lib: Any, dev: Any, args: tuple[Any, ...], once: float, repeats: int, min_repeats: int, repeat_ms: float
+) -> float:
+    """The fastest of ``repeats`` timed repeats of ``lib["main"](*args)`` in seconds per call
+    (the timing rule of :class:`TVMMeasurer`, shared with other TVM measurers): a kernel
+    faster than ``repeat_ms`` (``once``: the seconds of one untimed call) runs ``repeats``
+    repeats of about ``repeat_ms`` each; a slower one runs single calls, as many as fit
+    ``repeats * repeat_ms`` but at least ``min_repeats``."""
+    if once * 1e3 < repeat_ms:
+        number, repeat = max(1, int(repeat_ms * 1e-3 / max(once, 1e-7))), repeats
+    else:  # a slow kernel: single runs, as many as fit the budget, at least min_repeats
+        budget_s = repeats * repeat_ms * 1e-3
+        number, repeat = 1, max(min_repeats, min(repeats, int(budget_s / once)))
+    timer = lib.time_evaluator("main", dev, number=number, repeat=repeat)
+    return float(min(timer(*args).results))
 
 
 def make_measurer(spec: str | Measurer, cache_dir: str | os.PathLike[str] | None = None) -> Measurer:

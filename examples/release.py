@@ -1,0 +1,402 @@
+# RELEASE (Ahn et al., 2019): tuning the knob spaces of ResNet-18 conv2d layers and a matmul
+# with a cost model of gradient-boosted trees, comparing the search (AutoTVM's simulated
+# annealing vs RELEASE's PPO agent, a timerl program: examples/ppo.py over the knob env with
+# many agents along the batch dim) and the sampler (AutoTVM's greedy top-k + epsilon vs
+# RELEASE's adaptive k-means sampling), all four at the same hardware-measurement budget.
+# Every measurement compiles the configuration with TVM, checks it against NumPy and times
+# it single-threaded. Prints per layer the measurements and charged wall time to reach 95 %
+# of the best found, the best GFLOPS and the ratios against SA + greedy; saves the curves.
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Set
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402
+import ppo  # noqa: E402
+
+from timerl.envs.release.cost_model import CostModel  # noqa: E402
+from timerl.envs.release.env import KnobEnv  # noqa: E402
+from timerl.envs.release.measure import TemplateMeasurer  # noqa: E402
+from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler  # noqa: E402
+from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited  # noqa: E402
+from timerl.envs.release.space import Config, KnobSpace, layer, template_space  # noqa: E402
+from timerl.envs.release.tuner import TuneResult, tune  # noqa: E402
+
+COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adaptive"))
+
+
+@dataclass
+class Args(ppo.Args):
+    # RELEASE's Table 2: Adam 1e-3, discount 0.9, GAE 0.99, 3 epochs, clip 0.3, value 1.0, entropy 0.1
+    lr: float = 1e-3
+    """Adam step size (RELEASE Table 2)"""
+    anneal_lr: bool = False
+    """keep the step size constant (the agent trains on across tuning rounds)"""
+    gamma: float = 0.9
+    """discount factor (Table 2)"""
+    gae_lambda: float = 0.99
+    """GAE parameter (Table 2)"""
+    update_epochs: int = 3
+    """PPO epochs per rollout (Table 2)"""
+    clip_coef: float = 0.3
+    """clipping parameter (Table 2)"""
+    vf_coef: float = 1.0
+    """value coefficient (Table 2)"""
+    ent_coef: float = 0.1
+    """entropy coefficient (Table 2)"""
+    shared: bool = True
+    """the first layer is shared by the policy and value networks (RELEASE §4.1)"""
+    layers: int = 1
+    """hidden layers (shared); the policy and value heads are linear on it"""
+    hidden: int = 64
+    """hidden units"""
+    num_envs: int = 32
+    """search agents along the batch dim b"""
+    backend: str = "torch"
+    """tensor backend of the PPO program (torch: about 1.5 s per round to compile and run; jax
+    spends about 3 s per round in its first-run JIT)"""
+    iterations: int = 4
+    """PPO iterations (one episode per agent each) per tuning round"""
+    episode_len: int = 10
+    """steps of one search episode"""
+    explore: float = 0.5
+    """probability that an agent starts an episode from a random configuration (else from
+    one of the best measured)"""
+    workloads: str = "C9,C7,MM256"
+    """layers to tune (timerl.envs.release.space.LAYERS: ResNet-18's C2..C12, MM256)"""
+    budget: int = 96
+    """hardware measurements per layer and combination"""
+    n_init: int = 8
+    """random configurations measured first (the same for every combination)"""
+    batch_size: int = 8
+    """greedy sampler: measurements per round (AutoTVM's batch)"""
+    epsilon: float = 0.05
+    """greedy sampler: probability of a random configuration per slot"""
+    k_min: int = 4
+    """adaptive sampler: smallest k tried"""
+    k_max: int = 16
+    """adaptive sampler: largest k tried"""
+    knee: float = 1.15
+    """adaptive sampler: stop growing k when one more cluster cuts the loss by less than this factor"""
+    representative: str = "centroid"
+    """adaptive sampler: measure the candidate nearest each centroid (centroid, the paper's)
+    or the cluster's best by the cost model (best)"""
+    remeasure: int = 3
+    """re-time each run's best configuration this many times with fresh measurers (no cache)
+    and report the best of them too (0: off): one timing on a busy machine can be 10-25 % off"""
+    seeds: int = 1
+    """repeat every combination with seeds seed, seed + 1, ... (medians are reported)"""
+    plan_size: int = 64
+    """candidates a search hands the sampler per round"""
+    sa_iters: int = 500
+    """simulated annealing: steps per round (AutoTVM's n_iter)"""
+    combos: str = ",".join(f"{s}+{m}" for s, m in COMBOS)
+    """the search+sampler combinations to run"""
+    metaschedule_trials: int = 0
+    """also tune the matmul layers with TVM MetaSchedule for this many trials (0: off; needs
+    pip install 'timerl[metaschedule]', whose xgboost wheel is ~0.5 GB; conv2d is not wired up)"""
+    progress: bool = True
+    """tqdm progress bars"""
+    out_dir: str = "runs/release"
+    """where results.json and curves.png go"""
+
+
+def parse_args(defaults: Args | None = None) -> Args:
+    return _common.parse_args(
+        Args, defaults, "RELEASE: PPO search + adaptive sampling vs AutoTVM's SA + greedy"
+    )
+
+
+class RLSearch:
+    """RELEASE's PPO search agent as a timerl program (``ppo.build`` over :class:`KnobEnv`).
+
+    Each round compiles the program with ``iterations`` more iterations and resumes it from
+    the previous round's checkpoint (parameters and Adam moments), so the agent keeps
+    learning across rounds while the env reads the refitted cost model. The candidates are
+    the ``plan_size`` best unvisited configurations of the round's trajectory."""
+
+    name = "rl"
+
+    def __init__(self, args: Args) -> None:
+        self.args = args
+        self.dir = tempfile.mkdtemp(prefix="release_ppo_")
+        self.round = 0
+        self.search_s = 0.0
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def propose(
+        self,
+        space: KnobSpace,
+        model: CostModel,
+        visited: Set[Config],
+        best: list[Config],
+        rng: np.random.Generator,
+    ) -> Candidates:
+        a = self.args
+        envs: list[KnobEnv] = []
+        seed = int(rng.integers(2**31))
+
+        def env_fn(args: Args, B):
+            envs.append(KnobEnv(space, model, B, best[:8], args.episode_len, args.explore, seed))
+            return envs[-1]
+
+        run = replace(
+            a,
+            iterations=(self.round + 1) * a.iterations,
+            checkpoint_every=a.iterations,
+            checkpoint_dir=self.dir,
+            resume=self.dir if self.round else "",
+        )
+        ex = ppo.build(run, lambda v, pt: None, env_fn)
+        ex.execute()
+        self.round += 1
+        traj = envs[0].trajectory
+        return top_unvisited([c for c, _ in traj], np.array([s for _, s in traj]), visited, a.plan_size)
+
+
+def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, list[TuneResult]]:
+    """The requested combinations on one layer, once per seed, sharing ``measurer`` (and its
+    cache: a configuration measured for one combination is charged its original seconds
+    when another asks for it)."""
+    space = template_space(layer(name))
+    results: dict[str, list[TuneResult]] = {}
+    for k in range(args.seeds):
+        seed = args.seed + k
+        for combo in [c for c in args.combos.split(",") if c]:
+            s_name, m_name = combo.split("+")
+            search = (
+                SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
+                if s_name == "sa"
+                else RLSearch(replace(args, seed=seed))
+            )
+            sampler = (
+                GreedySampler(args.batch_size, args.epsilon)
+                if m_name == "greedy"
+                else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative)
+            )
+            bar = _bar(args.budget, f"{name} {combo} seed {seed}") if args.progress else None
+
+            def tick(m, bar=bar) -> None:
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix_str(f"{m.gflops:.1f} GFLOPS")
+
+            t0 = time.perf_counter()
+            try:
+                r = tune(space, search, sampler, measurer, args.budget, seed, args.n_init, tick)
+            finally:
+                if bar is not None:
+                    bar.close()
+                if isinstance(search, RLSearch):
+                    search.close()
+            results.setdefault(combo, []).append(r)
+            logging.getLogger("timerl.envs.release").info(
+                "%s %s seed %d: best %.1f GFLOPS, %d rounds, %.0f s real",
+                name,
+                combo,
+                seed,
+                r.best.gflops,
+                r.rounds,
+                time.perf_counter() - t0,
+            )
+    return results
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="meas", dynamic_ncols=True, leave=False)
+
+
+def retime(name: str, results: dict[str, list[TuneResult]], times: int) -> dict[str, list[float]]:
+    """Each run's best configuration timed ``times`` times by fresh measurers (40 repeats, no
+    cache); the best of them per run."""
+    space = template_space(layer(name))
+    out: dict[str, list[float]] = {}
+    for combo, runs in results.items():
+        for r in runs:
+            g = max(TemplateMeasurer(repeats=40).measure(space, r.best.config).gflops for _ in range(times))
+            out.setdefault(combo, []).append(g)
+    return out
+
+
+def _reach(r: TuneResult, gflops: float) -> tuple[int, float, bool]:
+    """(measurements, charged seconds, reached): a run that never gets there counts its whole
+    budget and time (so the ratios built from it are lower bounds)."""
+    hit = r.to_reach(gflops)
+    return (hit[0], hit[1], True) if hit else (len(r.measurements), r.elapsed[-1], False)
+
+
+def summarise(
+    name: str, results: dict[str, list[TuneResult]], retimed: dict[str, list[float]] | None = None
+) -> list[dict]:
+    """Per combination (medians over the seeds): measurements and charged seconds to reach
+    95 % of the best GFLOPS any run found on the layer, the best GFLOPS, the measurements to
+    reach SA + greedy's final best of the same seed (within 1 %: timing noise), and the
+    ratios against SA + greedy."""
+    layer_best = max(r.best.gflops for runs in results.values() for r in runs)
+    base = results.get("sa+greedy")
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    rows = []
+    for combo, runs in results.items():
+        to95 = [_reach(r, 0.95 * layer_best) for r in runs]
+        row = {
+            "layer": name,
+            "combo": combo,
+            "seeds": len(runs),
+            "best_gflops": med([r.best.gflops for r in runs]),
+            "reached_95": sum(x[2] for x in to95),
+            "meas_to_95": med([x[0] for x in to95]),
+            "seconds_to_95": med([x[1] for x in to95]),
+            "invalid": sum(r.invalid for r in runs),
+            "seconds": med([r.elapsed[-1] for r in runs]),
+            "best_configs": [r.best.config for r in runs],
+        }
+        if retimed:
+            row["retimed_gflops"] = med(retimed[combo])
+        if base is not None:
+            b95 = [_reach(r, 0.95 * layer_best) for r in base]
+            row["x_fewer_meas_to_95"] = med([x[0] for x in b95]) / row["meas_to_95"]
+            row["x_less_time_to_95"] = med([x[1] for x in b95]) / row["seconds_to_95"]
+            own = [_reach(r, 0.99 * b.best.gflops) for r, b in zip(runs, base, strict=True)]
+            ref = [_reach(b, 0.99 * b.best.gflops) for b in base]
+            row["meas_to_sa_greedy_best"] = med([x[0] for x in own])
+            row["reached_sa_greedy_best"] = sum(x[2] for x in own)
+            row["x_fewer_meas_to_sa_greedy_best"] = med([x[0] for x in ref]) / row["meas_to_sa_greedy_best"]
+            row["gflops_vs_sa_greedy"] = med(
+                [r.best.gflops / b.best.gflops for r, b in zip(runs, base, strict=True)]
+            )
+            if retimed:
+                pairs = zip(retimed[combo], retimed["sa+greedy"], strict=True)
+                row["retimed_vs_sa_greedy"] = med([g / b for g, b in pairs])
+        rows.append(row)
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    cols = [
+        ("layer", "layer", "6s"),
+        ("search+sampler", "combo", "14s"),
+        ("best GFLOPS", "best_gflops", "11.1f"),
+        ("reached", "reached_95", "7d"),
+        ("meas->95%", "meas_to_95", "9.1f"),
+        ("s->95%", "seconds_to_95", "7.1f"),
+        ("x fewer meas", "x_fewer_meas_to_95", "12.2f"),
+        ("x less time", "x_less_time_to_95", "11.2f"),
+        ("meas->SA+G best", "meas_to_sa_greedy_best", "15.1f"),
+        ("x fewer (SA+G)", "x_fewer_meas_to_sa_greedy_best", "14.2f"),
+        ("GFLOPS vs SA+G", "gflops_vs_sa_greedy", "14.3f"),
+        ("re-timed", "retimed_gflops", "8.1f"),
+        ("re-timed vs SA+G", "retimed_vs_sa_greedy", "16.3f"),
+        ("invalid", "invalid", "7d"),
+    ]
+    width = {h: max(len(h), int(fmt.rstrip("sdf").split(".")[0])) for h, _, fmt in cols}
+    head = " ".join(format(h, f">{width[h]}s") for h, _, _ in cols)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        cells = []
+        for h, key, fmt in cols:
+            v = r.get(key)
+            cells.append(format(format(v, fmt) if v is not None else "-", f">{width[h]}s"))
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
+def plot_curves(all_results: dict[str, dict[str, list[TuneResult]]], path: Path) -> None:
+    """Best GFLOPS vs hardware measurements (mean over seeds), one panel per layer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(all_results)
+    fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.5), squeeze=False)
+    for ax, (name, results) in zip(axes[0], all_results.items(), strict=True):
+        for combo, runs in results.items():
+            curve = np.mean([r.curve for r in runs], axis=0)
+            ax.plot(np.arange(1, len(curve) + 1), curve, label=combo)
+        seeds = len(next(iter(results.values())))
+        ax.set(xlabel="hardware measurements", ylabel="best GFLOPS", title=f"{name} (mean of {seeds} seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_metaschedule(args: Args, names: list[str]) -> list[dict]:
+    """TVM MetaSchedule on the matmul layers (``timerl.envs.looptune.metaschedule``), where it runs."""
+    from timerl.envs.looptune import metaschedule
+    from timerl.envs.looptune.ir import Problem
+    from timerl.envs.release.space import LayerKind
+    from timerl.errors import TimeRLError
+
+    rows = []
+    for name in names:
+        lay = layer(name)
+        if lay.kind is not LayerKind.MATMUL:
+            print(f"MetaSchedule {name}: not run (only matmul is wired up)")
+            continue
+        try:
+            res = metaschedule.tune(Problem(*lay.sizes), trials=args.metaschedule_trials, seed=args.seed)
+        except TimeRLError as exc:
+            print(f"MetaSchedule {name}: not run ({exc})")
+            continue
+        print(
+            f"MetaSchedule {name}: {res.gflops:.1f} GFLOPS after {res.trials} trials in {res.seconds:.0f} s"
+        )
+        rows.append({"layer": name, "gflops": res.gflops, "trials": res.trials, "seconds": res.seconds})
+    return rows
+
+
+def main(args: Args) -> dict:
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    names = [n for n in args.workloads.split(",") if n]
+    print(
+        f"RELEASE: {', '.join(names)}; {args.budget} measurements per layer and combination "
+        f"({args.combos}), {args.seeds} seed(s); PPO: {args.num_envs} agents x {args.iterations} episodes of {args.episode_len} steps per round",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    measurer = TemplateMeasurer()
+    all_results: dict[str, dict[str, list[TuneResult]]] = {}
+    rows: list[dict] = []
+    for name in names:
+        all_results[name] = run_layer(args, name, measurer)
+        retimed = retime(name, all_results[name], args.remeasure) if args.remeasure > 0 else None
+        layer_rows = summarise(name, all_results[name], retimed)
+        rows += layer_rows
+        print(format_rows(layer_rows), flush=True)
+    ms_rows = run_metaschedule(args, names) if args.metaschedule_trials > 0 else []
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_curves(all_results, out / "curves.png")
+    curves = {
+        n: {c: [r.curve.tolist() for r in runs] for c, runs in res.items()} for n, res in all_results.items()
+    }
+    (out / "results.json").write_text(
+        json.dumps({"args": asdict(args), "rows": rows, "metaschedule": ms_rows, "curves": curves}, indent=1)
+    )
+    print(f"\nall layers:\n{format_rows(rows)}")
+    print(
+        f"total {time.perf_counter() - t0:.0f} s; curves: {out / 'curves.png'}; results: {out / 'results.json'}"
+    )
+    return {"rows": rows, "results": all_results}
+
+
+if __name__ == "__main__":
+    main(parse_args())

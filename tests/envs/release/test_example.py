@@ -1,0 +1,44 @@
+"""A smoke run of examples/release.py: all four combinations, a tiny budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("tvm")
+
+
+def test_example_runs_all_four_combinations(tmp_path) -> None:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+    import release
+
+    args = replace(
+        release.Args(),
+        workloads="MM64",
+        budget=10,
+        n_init=4,
+        seeds=1,
+        num_envs=4,
+        iterations=1,
+        episode_len=3,
+        sa_iters=20,
+        remeasure=1,
+        progress=False,
+        out_dir=str(tmp_path),
+    )
+    out = release.main(args)
+    rows = {r["combo"]: r for r in out["rows"]}
+    assert set(rows) == {"sa+greedy", "sa+adaptive", "rl+greedy", "rl+adaptive"}
+    for r in rows.values():
+        assert r["seeds"] == 1 and r["best_gflops"] > 0 and r["invalid"] == 0
+        assert 1 <= r["meas_to_95"] <= 10
+    assert rows["sa+greedy"]["x_fewer_meas_to_95"] == pytest.approx(1.0)
+    assert rows["sa+greedy"]["retimed_vs_sa_greedy"] == pytest.approx(1.0)
+    assert all(r["retimed_gflops"] > 0 for r in rows.values())
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert len(saved["curves"]["MM64"]["rl+adaptive"]) == 1

@@ -1,0 +1,129 @@
+"""Hardware measurements of configurations: build with TVM, check against NumPy, time.
+
+:class:`TemplateMeasurer` builds a configuration (:mod:`.template`) for this CPU
+(:func:`timerl.envs.looptune.tvm_lower.host_target`), runs it once on fixed random inputs
+and compares the result with the float64 NumPy reference of the layer, then times it
+single-threaded with the LoopTune measurer's rule
+(:func:`timerl.envs.looptune.measure.best_seconds`: the fastest of many short repeats).
+A configuration that fails to build or run, or computes a wrong result, is recorded
+**invalid** with 0 GFLOPS and its error, logged as a warning, and never timed.
+
+Results are cached per (layer, configuration) in memory: a tuner that asks again gets the
+same :class:`Measurement` back (its ``seconds`` are those of the original measurement, so
+a caller that shares one measurer between tuners can still charge each of them the real
+cost).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from timerl.envs.looptune.measure import best_seconds
+from timerl.envs.looptune.tvm_lower import host_target, import_tvm
+from timerl.envs.release import template
+from timerl.envs.release.space import Config, KnobSpace, Layer, LayerKind
+from timerl.errors import TimeRLError
+
+log = logging.getLogger("timerl.envs.release")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured configuration: GFLOPS (0.0 when invalid), the error of an invalid one,
+    and the wall seconds the measurement took (build, check and timing)."""
+
+    config: Config
+    gflops: float
+    valid: bool
+    seconds: float
+    error: str = ""
+
+
+class Measurer(Protocol):
+    """Anything that measures configurations of a space."""
+
+    def measure(self, space: KnobSpace, cfg: Config) -> Measurement: ...
+
+
+def layer_inputs(layer: Layer, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fixed random float32 inputs in [-1, 1) and the float64 NumPy reference output."""
+    sa, sb, _ = layer.input_shapes()
+    rng = np.random.default_rng([seed, *layer.sizes])
+    a = rng.uniform(-1.0, 1.0, sa).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, sb).astype(np.float32)
+    if layer.kind is LayerKind.CONV2D:  # the padding ring of the input is zero
+        p = layer.sizes[5]
+        if p:
+            a[:, :p, :] = a[:, -p:, :] = 0.0
+            a[:, :, :p] = a[:, :, -p:] = 0.0
+    return a, b, layer.reference(a, b)
+
+
+class TemplateMeasurer:
+    """Compile-and-time configurations with TVM + LLVM on this CPU (see the module doc).
+
+    **Arguments:** ``repeats`` / ``min_repeats`` / ``repeat_ms``: the timing budget of
+    :func:`~timerl.envs.looptune.measure.best_seconds`.
+    """
+
+    def __init__(self, repeats: int = 20, min_repeats: int = 3, repeat_ms: float = 1.0) -> None:
+        if min_repeats < 3 or repeats < min_repeats:
+            raise TimeRLError(f"need repeats >= min_repeats >= 3, got {repeats}, {min_repeats}")
+        self.tvm = import_tvm()
+        self.target = host_target()
+        self.dev = self.tvm.cpu(0)
+        self.repeats, self.min_repeats, self.repeat_ms = repeats, min_repeats, repeat_ms
+        self._cache: dict[tuple[Layer, Config], Measurement] = {}
+        self._inputs: dict[Layer, tuple[Any, Any, np.ndarray]] = {}
+        self.measured = 0
+        self.failures = 0
+
+    def _arrays(self, layer: Layer) -> tuple[Any, Any, np.ndarray]:
+        if layer not in self._inputs:
+            a, b, ref = layer_inputs(layer)
+            rt = self.tvm.runtime
+            self._inputs[layer] = (rt.tensor(a, self.dev), rt.tensor(b, self.dev), ref)
+        return self._inputs[layer]
+
+    def measure(self, space: KnobSpace, cfg: Config) -> Measurement:
+        key = (space.layer, tuple(cfg))
+        if key in self._cache:
+            return self._cache[key]
+        t0 = time.perf_counter()
+        try:
+            if not space.is_valid(cfg):
+                raise TimeRLError("outside the knob space or its register-tile constraint")
+            gf = self._time(space, cfg)
+            m = Measurement(tuple(cfg), gf, True, time.perf_counter() - t0)
+        except Exception as exc:  # a failure of TVM/LLVM or a wrong result: invalid, never fast
+            self.failures += 1
+            log.warning(
+                "RELEASE %s: configuration %s is invalid: %s", space.layer.name, space.describe(cfg), exc
+            )
+            m = Measurement(tuple(cfg), 0.0, False, time.perf_counter() - t0, str(exc)[:500])
+        self.measured += 1
+        self._cache[key] = m
+        return m
+
+    def _time(self, space: KnobSpace, cfg: Config) -> float:
+        layer = space.layer
+        fn_mod = template.build(space, cfg, self.target)
+        fn = fn_mod["main"]
+        a, b, ref = self._arrays(layer)
+        c = self.tvm.runtime.tensor(np.full(ref.shape, np.nan, np.float32), self.dev)
+        t = time.perf_counter()
+        fn(a, b, c)
+        once = time.perf_counter() - t
+        out = c.numpy()
+        reduction = math.prod(e for _, e in layer.loops[layer.num_spatial :])
+        if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction):
+            bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
+            raise TimeRLError(f"wrong result (max abs error {bad:.3g} against NumPy)")
+        best = best_seconds(fn_mod, self.dev, (a, b, c), once, self.repeats, self.min_repeats, self.repeat_ms)
+        return layer.flops / best / 1e9

@@ -1,0 +1,136 @@
+"""The tuning loop: search over the cost model, sample, measure, refit; repeat until the
+measurement budget is spent.
+
+``tune(space, search, sampler, measurer, budget)`` first measures ``n_init`` random
+configurations (the same ones for every search and sampler with the same ``seed``), fits
+the :class:`.CostModel`, then per round asks the search for candidates
+(:class:`.Candidates`), the sampler for the configurations to measure, measures them and
+refits the model on every measurement. Time is charged as the wall time of the search,
+sampling and fitting, plus each measurement's own seconds (:attr:`.Measurement.seconds`,
+also when a shared measurer answers from its cache), so tuners that share a measurer are
+charged as if each had measured alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from timerl.envs.release.cost_model import CostModel
+from timerl.envs.release.measure import Measurement, Measurer
+from timerl.envs.release.sampling import Sampler
+from timerl.envs.release.search import Search
+from timerl.envs.release.space import Config, KnobSpace
+from timerl.errors import TimeRLError
+
+log = logging.getLogger("timerl.envs.release")
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """Every measurement in order, with the charged seconds at each (cumulative)."""
+
+    layer: str
+    search: str
+    sampler: str
+    measurements: tuple[Measurement, ...]
+    elapsed: tuple[float, ...]
+    rounds: int
+
+    @property
+    def curve(self) -> np.ndarray:
+        """Best GFLOPS after each measurement."""
+        return np.maximum.accumulate(np.array([m.gflops for m in self.measurements]))
+
+    @property
+    def best(self) -> Measurement:
+        return max(self.measurements, key=lambda m: m.gflops)
+
+    def to_reach(self, gflops: float) -> tuple[int, float] | None:
+        """(measurements, seconds) until the best reached ``gflops``; None if never."""
+        hit = np.nonzero(self.curve >= gflops)[0]
+        if not len(hit):
+            return None
+        j = int(hit[0])
+        return j + 1, self.elapsed[j]
+
+    @property
+    def invalid(self) -> int:
+        return sum(not m.valid for m in self.measurements)
+
+
+def tune(
+    space: KnobSpace,
+    search: Search,
+    sampler: Sampler,
+    measurer: Measurer,
+    budget: int,
+    seed: int = 0,
+    n_init: int = 8,
+    on_measure: Callable[[Measurement], None] | None = None,
+) -> TuneResult:
+    """Tune ``space`` with ``budget`` hardware measurements (see the module doc). Raises
+    :class:`TimeRLError` when no measured configuration is valid."""
+    if budget < 1:
+        raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
+    rng = np.random.default_rng(seed)
+    model = CostModel(space, seed=seed)
+    done: dict[Config, Measurement] = {}
+    order: list[Measurement] = []
+    elapsed: list[float] = []
+    charged = 0.0
+
+    def measure(batch: list[Config]) -> None:
+        nonlocal charged
+        for cfg in batch:
+            if len(order) >= budget or cfg in done:
+                continue
+            m = measurer.measure(space, cfg)
+            done[cfg] = m
+            order.append(m)
+            charged += m.seconds
+            elapsed.append(charged)
+            if on_measure is not None:
+                on_measure(m)
+        t = time.perf_counter()
+        model.fit(list(done), [m.gflops for m in done.values()])
+        charged += time.perf_counter() - t
+
+    init_rng = np.random.default_rng([seed, 1])
+    init: list[Config] = []
+    while len(init) < min(n_init, budget, space.size):
+        c = space.random(init_rng)
+        if c not in init:
+            init.append(c)
+    measure(init)
+    rounds = 0
+    stale = 0
+    while len(order) < budget:
+        t = time.perf_counter()
+        ranked = sorted(done, key=lambda c: -done[c].gflops)
+        cands = search.propose(space, model, done.keys(), ranked, rng)
+        batch = sampler.select(space, cands.configs, cands.scores, done.keys(), budget - len(order), rng)
+        charged += time.perf_counter() - t
+        before = len(order)
+        measure(batch)
+        rounds += 1
+        stale = stale + 1 if len(order) == before else 0
+        if stale >= 3:
+            log.warning(
+                "RELEASE %s: %s+%s found nothing new to measure; stopping",
+                space.layer.name,
+                search.name,
+                sampler.name,
+            )
+            break
+    if not any(m.valid for m in order):
+        errors = sorted({m.error for m in order})[:3]
+        raise TimeRLError(
+            f"RELEASE {space.layer.name}: none of the {len(order)} configurations measured is valid "
+            f"(they failed to build or computed wrong results: {errors}); check the template and the knob space"
+        )
+    return TuneResult(space.layer.name, search.name, sampler.name, tuple(order), tuple(elapsed), rounds)
