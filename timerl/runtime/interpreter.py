@@ -584,7 +584,7 @@ class Executor:
         if self.scan_loops and self.backend.name == "jax" and collector is None:
             from timerl.runtime.scan import scanned_loop
 
-            scanned = scanned_loop(self, node, body, run_loop)
+            scanned = scanned_loop(self, node, body, run_loop, scope)
             if scanned is not None:
                 return scanned
         return run_loop
@@ -944,10 +944,10 @@ def _stacked_hint(be: AbstractBackend, hints: dict[Any, Any], comps: tuple[Any, 
     c0, n, arr = hit
     if not (c0 <= r.start and r.stop <= c0 + n):
         return None
-    x = arr if (r.start, r.stop) == (c0, c0 + n) else arr[r.start - c0 : r.stop - c0]
-    if nb == 0:
-        return x
-    return be.permute_axes(x, tuple(range(1, nb + 1)) + (0,) + tuple(range(nb + 1, x.ndim)))
+    if not hasattr(arr, "shape"):  # rows joined on first use (runtime/scan.py)
+        arr = arr.full()
+        hints[comps[:k] + (None,) + comps[k + 1 :]] = (c0, n, arr)
+    return be.restack(arr, r.start - c0, r.stop - c0, nb)
 
 
 def _zero_pad_safe(node: Node) -> bool:

@@ -10,8 +10,9 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
 * **Members** are the body's ``Exec`` nodes in order: pure ops (the ones fused regions
   take: no symbolic attributes), ``MERGE`` nodes, and UDFs that offer a pure form
   (``fn.pure_step()``, see :class:`PureStep`: the environment's state threaded through
-  the scan's carry). A body with a sink, an RNG draw, a dynamic bound, a nested loop, an
-  ``If`` or a free is not scanned (``log.debug`` says why) and runs as before.
+  the scan's carry). A body with a sink, an RNG draw, a dynamic bound, a nested loop or an
+  ``If`` is not scanned (``log.debug`` says why) and runs as before. The body's frees
+  (``Dealloc``) run after the scan, for every scanned iteration in order.
 * **Inputs** of a member are, per edge: an earlier member at the same point (a value
   inside the step), a member at the previous iteration (the scan's carry, e.g.
   ``o[t + 1] = step(...)[t]``), a value from outside the loop that does not change along
@@ -40,7 +41,7 @@ from timerl.errors import TimeRLError
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.fusion import fusable
-from timerl.schedule.ast import AstNode, Exec, Loop, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import TRUE, Slice, Sym, free_symbols
 
 if TYPE_CHECKING:
@@ -74,10 +75,11 @@ class _Member:
 
 def _why_not(ex: Executor, loop: Loop) -> tuple[str, list[Exec]]:
     """Why ``loop`` cannot be scanned ('' if it can) and its body's statements."""
-    body: AstNode = loop.body
-    children = list(body.children) if isinstance(body, Seq) else [body]
+    children = _flat(loop.body)
     execs: list[Exec] = []
     for c in children:
+        if _frees_only(c):
+            continue  # frees run after the scan, for every scanned iteration
         if type(c) is not Exec:
             return f"its body holds a {type(c).__name__}", []
         execs.append(c)
@@ -112,6 +114,7 @@ class ScannedLoop:
         execs: list[Exec],
         body: Callable[[], None],
         fallback: Callable[[], None],
+        scope: frozenset[Sym] = frozenset(),
     ) -> None:
         from timerl.runtime.interpreter import compile_expr, compile_exprs
 
@@ -140,6 +143,9 @@ class ScannedLoop:
             if n.op.kind is OpKind.MERGE:
                 m.branch_conds = [ex._node_expr((e.cond,), n, False) for e in edges]
             self.members.append(m)
+        body_nodes = _flat(loop.body)
+        inner = scope | {loop.var}
+        self.frees = [ex._compile(c, inner) for c in body_nodes if _frees_only(c)]
         self._compiled: dict[Any, Callable[..., Any]] = {}
         self._warned = False
         self._broken: str | None = None
@@ -241,6 +247,8 @@ class ScannedLoop:
                     if kind == "local" and self.index[e.src] >= k:
                         return f"{m.node.label} reads a later statement"
                     row_k[j] = kind
+                elif e.cond is not TRUE and m.node.op.kind is not OpKind.MERGE:
+                    return f"{m.node.label} reads {self.ex.pdg.nodes[e.src].label} under a condition"
                 else:
                     row_k[j] = "xs" if m.varies[j] else "inv"
             kinds.append(row_k)
@@ -350,13 +358,18 @@ class ScannedLoop:
                 store.put(m.node.id, oid, self._point_env(m, v)[0], row)
             self._hint(m, oid, peeled, vals, y)
         ex.exec_count += n * len(self.members)
+        if self.frees:  # the body's frees (and their conditions), per iteration, after the scan
+            env = ex._env
+            for v in vals:
+                env[self.var] = v
+                for free in self.frees:
+                    free()
+            env.pop(self.var, None)
 
     def _hint(self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any) -> None:
         """Leave the rows of every iteration of this entry (peeled ones too) stacked for slice
         reads of them (``x[i, 0:T]``), when one coordinate of ``m``'s points counts up with
         the loop and the others stay; the rows stay stored per point too."""
-        import jax.numpy as jnp
-
         hints = self.ex.stack_hints.get((m.node.id, oid))
         if hints is None:  # no slice read of it was planned
             return
@@ -366,13 +379,14 @@ class ScannedLoop:
         if len(moved) != 1 or pts[1][moved[0]] - pts[0][moved[0]] != 1:
             return
         k = moved[0]
-        if peeled:
-            tab = self.ex.store.table(m.node.id, oid)
-            rows = [tab[self._point_env(m, v)[0]] for v in peeled]
-            ys = jnp.concatenate([jnp.stack(rows), ys])
         key = pts[0][:k] + (None,) + pts[0][k + 1 :]
         hints.clear()  # one loop entry's rows at a time
-        hints[key] = (pts[0][k], len(allv), ys)
+        if peeled:  # joined on first use: no third copy of the rows unless a read needs them
+            tab = self.ex.store.table(m.node.id, oid)
+            head = [tab[self._point_env(m, v)[0]] for v in peeled]
+            hints[key] = (pts[0][k], len(allv), _Joined(head, ys))
+        else:
+            hints[key] = (pts[0][k], len(allv), ys)
 
     def _scanned_input(self, m: _Member, j: int, vals: list[int]) -> Any:
         """Input ``j`` of ``m`` at every scanned iteration, stacked on a new leading axis. A row
@@ -468,6 +482,28 @@ class ScannedLoop:
         return jax.jit(run)
 
 
+class _Joined:
+    """Peeled rows and the scan's stacked rows, concatenated when first read."""
+
+    def __init__(self, head: list[Any], tail: Any) -> None:
+        self.head, self.tail = head, tail
+        self._full: Any = None
+
+    def full(self) -> Any:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        if self._full is None:
+            if all(d.platform == "cpu" for d in self.tail.devices()):  # on the host: no compilation
+                rows = [np.asarray(x)[None] for x in self.head] + [np.asarray(self.tail)]
+                self._full = jax.device_put(np.concatenate(rows))
+            else:
+                self._full = jnp.concatenate([jnp.stack(self.head), self.tail])
+            self.head, self.tail = [], None
+        return self._full
+
+
 def _edge_varies(e: Edge, moving: set[Sym]) -> bool:
     syms: set[Sym] = set()
     for c in e.phi:
@@ -480,23 +516,41 @@ def _edge_varies(e: Edge, moving: set[Sym]) -> bool:
 
 
 def _unstack(y: Any, n: int) -> Sequence[Any]:
+    """The ``n`` rows of ``y`` as arrays. On CPU through a NumPy view of its buffer and one
+    ``device_put`` per row (no compilation: a jitted unstack of 249 rows compiled for 7-8 s
+    and ~0.4 GB per shape); elsewhere by indexing."""
     import jax
+    import numpy as np
 
-    fn = _UNSTACK.get(n)
-    if fn is None:
-        fn = _UNSTACK[n] = jax.jit(lambda a: tuple(a[k] for k in range(n)))
-    return fn(y)
+    if all(d.platform == "cpu" for d in y.devices()):
+        a = np.asarray(y)
+        return [jax.device_put(a[k]) for k in range(n)]
+    return [y[k] for k in range(n)]
 
 
-_UNSTACK: dict[int, Callable[[Any], Any]] = {}
+def _flat(node: AstNode) -> list[AstNode]:
+    """The statements of a body with nested ``Seq``s inlined, in order."""
+    if isinstance(node, Seq):
+        return [x for c in node.children for x in _flat(c)]
+    return [node]
+
+
+def _frees_only(node: AstNode) -> bool:
+    """A ``Dealloc``, or ``If``/``Seq`` statements holding nothing but frees."""
+    leaves = [n for n in walk(node) if not isinstance(n, (Seq, If))]
+    return bool(leaves) and all(isinstance(n, Dealloc) for n in leaves)
 
 
 def scanned_loop(
-    ex: Executor, loop: Loop, body: Callable[[], None], fallback: Callable[[], None]
+    ex: Executor,
+    loop: Loop,
+    body: Callable[[], None],
+    fallback: Callable[[], None],
+    scope: frozenset[Sym] = frozenset(),
 ) -> Callable[[], None] | None:
     """A runner for ``loop`` as a scan, or None when its statements rule it out."""
     why, execs = _why_not(ex, loop)
     if why:
         log.debug("loop over %s is not scanned: %s", loop.var, why)
         return None
-    return ScannedLoop(ex, loop, execs, body, fallback)
+    return ScannedLoop(ex, loop, execs, body, fallback, scope)
