@@ -50,6 +50,7 @@ ALL_PROGRAMS = (
     "timerl-torch",
     "timerl-jax-nopass",
     "timerl-torch-nopass",
+    "timerl-jax-noscan",
 )
 ENVS = ("gym", "gymnax")
 
@@ -68,9 +69,10 @@ class Config:
     """untimed iterations first (jit compilation: timerl-jax compiles regions during its first
     three rollout-to-rollout intervals; timerl-torch's third and fourth iterations were still
     0.5-0.6 s where later ones took 0.4 s)"""
-    programs: str = ",".join(ALL_PROGRAMS)
+    programs: str = ",".join(ALL_PROGRAMS[:6])
     """comma-separated subset of: torch-eager, jax-jit, timerl-jax, timerl-torch,
-    timerl-jax-nopass, timerl-torch-nopass (-nopass: vectorize_time=False, contract=False)"""
+    timerl-jax-nopass, timerl-torch-nopass, timerl-jax-noscan (-nopass: vectorize_time=False,
+    contract=False; -noscan: scan_loops=False, every loop run statement by statement)"""
     hidden: int = 64
     """hidden units per layer"""
     layers: int = 2
@@ -158,7 +160,7 @@ def _result(cfg: Config, compile_s: float, iter_s: list[float], extra: dict[str,
 # --------------------------------------------------------------------------- timerl
 
 
-def run_timerl(cfg: Config, env: str, backend: str, passes: bool) -> dict:
+def run_timerl(cfg: Config, env: str, backend: str, passes: bool, **extra: bool) -> dict:
     sys.path.insert(0, str(ROOT / "examples"))
     import ppo
 
@@ -185,7 +187,7 @@ def run_timerl(cfg: Config, env: str, backend: str, passes: bool) -> dict:
         done_at[it] = time.perf_counter()
         print(f"iter {it} done at {done_at[it] - t1:.3f}s", flush=True)
 
-    opts = {} if passes else {"vectorize_time": False, "contract": False}
+    opts = {**({} if passes else {"vectorize_time": False, "contract": False}), **extra}
     t0 = time.perf_counter()
     ex = ppo.build_fixed(args, log_fn, **opts)
     t1 = time.perf_counter()
@@ -512,6 +514,7 @@ def run_child(cfg: Config) -> None:
         "timerl-torch": lambda: run_timerl(cfg, env, "torch", True),
         "timerl-jax-nopass": lambda: run_timerl(cfg, env, "jax", False),
         "timerl-torch-nopass": lambda: run_timerl(cfg, env, "torch", False),
+        "timerl-jax-noscan": lambda: run_timerl(cfg, env, "jax", True, scan_loops=False),
     }
     if prog.startswith("timerl") or prog == "torch-eager":
         import torch

@@ -29,6 +29,7 @@ class CompileOptions:
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
+    scan_loops: bool = True  # JAX: a static loop whose statements are all traceable runs as one lax.scan
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = False  # free each read point after its last reader (frees placed by isl)
@@ -70,6 +71,7 @@ class Executor:
                 fuse=options.fuse,
                 free_iterations=options.free_iterations,
                 block_store=options.block_store,
+                scan_loops=options.scan_loops,
                 resume=resume,
                 config=config,
             )
@@ -82,6 +84,7 @@ class Executor:
                 fuse=options.fuse,
                 free_iterations=options.free_iterations,
                 block_store=options.block_store,
+                scan_loops=options.scan_loops,
             )
 
     def execute(self) -> None:

@@ -187,6 +187,14 @@ class AbstractBackend(abc.ABC):
     def stack(self, xs: Sequence[Any], axis: int) -> Any:
         """Stack tensors of equal shape along a new ``axis``."""
 
+    def restack(self, rows: Any, start: int, stop: int, axis: int) -> Any:
+        """``stack([rows[k] for k in range(start, stop)], axis)`` from rows already stacked on
+        axis 0 (what a scanned loop leaves, see ``runtime/scan.py``)."""
+        x = rows[start:stop] if (start, stop) != (0, rows.shape[0]) else rows
+        if axis == 0:
+            return x
+        return self.permute_axes(x, tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, x.ndim)))
+
     def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> Any:
         """Stack along a new ``axis``, then zero-pad that axis to ``size >= len(xs)``."""
         out = self.stack(xs, axis)

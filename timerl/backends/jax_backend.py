@@ -231,6 +231,14 @@ class JaxBackend(AbstractBackend):
             return jax.device_put(np.stack([np.asarray(x) for x in xs], axis=axis))
         return jnp.stack(list(xs), axis=axis)
 
+    def restack(self, rows: Any, start: int, stop: int, axis: int) -> jax.Array:
+        """On the host for CPU arrays, as :meth:`stack` makes them (one copy, no compilation
+        per shape, and the same kind of array for the compiled regions that read it)."""
+        if not _on_cpu([rows]):
+            return super().restack(rows, start, stop, axis)
+        a = np.asarray(rows)[start:stop]
+        return jax.device_put(np.ascontiguousarray(np.moveaxis(a, 0, axis)))
+
     def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> jax.Array:
         """Stack and zero-pad on the host for CPU arrays (no compilation per length)."""
         if not _on_cpu(xs):

@@ -146,6 +146,12 @@ class _Fn(UDFFn):
     def bind(self, bounds: Mapping[Sym, int]) -> None:
         self.state.bind(bounds)
 
+    def pure_step(self) -> Any:
+        """The step's pure form for a scanned loop (:class:`timerl.runtime.scan.PureStep`),
+        when the env family has one (JAX-native envs); None otherwise."""
+        make = getattr(self.state, "pure_step", None)
+        return make() if self.kind == "step" and make is not None else None
+
     def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> Sequence[np.ndarray]:
         if self.kind == "reset":
             return [self.state.reset(point)]

@@ -228,6 +228,41 @@ class _GymnaxState:
             )
         return self._out(self.last_obs), self._out(rew), self._out(self.done)
 
+    def pure_step(self) -> Any:
+        """``step`` as a pure function of the live state (threaded through a scan's carry)."""
+        from timerl.runtime.scan import PureStep
+
+        c, out = self.c, self._out
+
+        def get_state() -> Any:
+            if self.state is None:
+                raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            if self.autoreset:
+                return (self.state, self.key)
+            return (self.state, self.key, self.last_obs, self.done)
+
+        def set_state(st: Any) -> None:
+            if self.autoreset:
+                self.state, self.key = st
+            else:
+                self.state, self.key, self.last_obs, self.done = st
+
+        def step(st: Any, inputs: list[Any]) -> tuple[Any, list[Any]]:
+            import jax
+            import jax.numpy as jnp
+
+            action = inputs[0] if self.batched else inputs[0][None]
+            if jnp.issubdtype(action.dtype, jnp.integer):
+                action = action.astype(jnp.int32)  # as the env's own (32-bit) step receives it
+            with jax.enable_x64(False):  # traced as the interpreted step runs it
+                if self.autoreset:
+                    state, key, obs, rew, done = c.step_autoreset(st[0], st[1], action)
+                    return (state, key), [out(obs), out(rew), out(done)]
+                state, key, last, rew, done = c.step_episodic(*st, action)
+            return (state, key, last, done), [out(last), out(rew), out(done)]
+
+        return PureStep(get_state, set_state, step)
+
 
 class GymnaxEnv(GymEnv):
     """A gymnax environment family usable in RT programs (same interface as ``GymEnv``).

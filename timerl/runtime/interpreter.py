@@ -250,9 +250,11 @@ class Executor:
         fuse: bool = True,
         free_iterations: bool = False,
         block_store: bool = True,
+        scan_loops: bool = True,
     ) -> None:
         self.pdg = pdg
         self.fuse = fuse
+        self.scan_loops = scan_loops and fuse
         # slice-read outputs kept in preallocated buffers (see runtime/block_store.py)
         self.block_plan: dict[tuple[int, int], BlockSpec] = plan_block_storage(pdg) if block_store else {}
         # free whole iterations no longer read (see runtime/gc.py) when the schedule allows
@@ -277,6 +279,10 @@ class Executor:
         self._env: Env = dict(self._static)
         self.store = self._new_store()
         self.exec_count = 0
+        self.scanned_entries = 0  # loop entries run as one lax.scan (runtime/scan.py)
+        # (node, output) -> {point with None along a scanned dim: (first coordinate, rows, stacked
+        # array)}: the rows a scanned loop stored, kept stacked for slice reads (runtime/scan.py)
+        self.stack_hints: dict[tuple[int, int], dict[Any, tuple[int, int, Any]]] = {}
         self._thunks: dict[int, Callable[[Point], None]] = {}
         self._check_ast(ast)
         self._run = self._compile(ast, frozenset())
@@ -294,6 +300,8 @@ class Executor:
             db.key = None
         self._thunks.clear()  # thunks hold references to the store's tables
         self._fused.clear()
+        for h in self.stack_hints.values():
+            h.clear()
         self.exec_count = 0
         self._run()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
@@ -573,6 +581,12 @@ class Executor:
                     )
             del env[var]
 
+        if self.scan_loops and self.backend.name == "jax" and collector is None:
+            from timerl.runtime.scan import scanned_loop
+
+            scanned = scanned_loop(self, node, body, run_loop, scope)
+            if scanned is not None:
+                return scanned
         return run_loop
 
     # -- dynamic bounds -------------------------------------------------------------------
@@ -867,10 +881,17 @@ class Executor:
                 return be.stack_padded(xs, nb, 1 << (len(xs) - 1).bit_length())
             return be.stack(xs, nb)
 
+        hints = self.stack_hints.setdefault((e.src, e.oid), {}) if sel is None and not pad else None
+        single = slices[0] if len(slices) == 1 else None
+
         def gather_slices(v: Env) -> Any:
             comps = phi(v)
             if any(len(comps[k]) == 0 for k in slices):
                 return _empty(be, src, spec, comps, slices, sel is not None, v)
+            if hints and single is not None:
+                hit = _stacked_hint(be, hints, comps, single, nb)
+                if hit is not None:
+                    return hit
             return build(comps, 0, (), v, None)
 
         return gather_slices
@@ -911,6 +932,22 @@ class Executor:
             return x
 
         return gather_block
+
+
+def _stacked_hint(be: AbstractBackend, hints: dict[Any, Any], comps: tuple[Any, ...], k: int, nb: int) -> Any:
+    """The stack of the points ``comps`` (one range at ``k``) from a stacked array a scanned
+    loop left (:mod:`~timerl.runtime.scan`), or None: the same values as stacking the points."""
+    r = comps[k]
+    hit = hints.get(comps[:k] + (None,) + comps[k + 1 :])
+    if hit is None or r.step != 1:
+        return None
+    c0, n, arr = hit
+    if not (c0 <= r.start and r.stop <= c0 + n):
+        return None
+    if not hasattr(arr, "shape"):  # rows joined on first use (runtime/scan.py)
+        arr = arr.full()
+        hints[comps[:k] + (None,) + comps[k + 1 :]] = (c0, n, arr)
+    return be.restack(arr, r.start - c0, r.stop - c0, nb)
 
 
 def _zero_pad_safe(node: Node) -> bool:

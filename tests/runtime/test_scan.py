@@ -1,0 +1,105 @@
+"""Static loops run as one ``lax.scan`` (``runtime/scan.py``, option ``scan_loops``): the same
+values as the loop run statement by statement and as the reference evaluator, and only
+loops whose statements are all traceable are scanned."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import timerl as trl
+from timerl.backends import get_backend
+from timerl.compile import CompileOptions, build_pdg
+from timerl.runtime.reference import reference_evaluate
+
+W = np.array([[0.5, -0.3], [0.2, 0.8]], np.float32)
+TAB = np.linspace(-1.0, 1.0, 14, dtype=np.float32).reshape(7, 2)
+
+
+def _program(sink_inside: bool = False) -> tuple[trl.Context, dict, dict]:
+    """x[i, 0] = w[i]; x[i, t + 1] = tanh(x[i, t] @ W) + 0.1 * tab[t]; w learns from x."""
+    seen: dict = {"sum": {}, "inside": {}}
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.array([0.3, -0.2], np.float32), domain=(i,), name="w")
+        x = trl.empty((2,), domain=(i, t), name="x")
+        x[i, 0] = w * 1.0
+        x[i, t + 1] = (x @ trl.const(W)).tanh() + trl.const(TAB)[t] * 0.1
+        if sink_inside:
+            x.sink(lambda v, p: seen["inside"].__setitem__((p["i"], p["t"]), np.array(v)))
+        total = x[i, 0:T].sum()
+        total.sink(lambda v, p: seen["sum"].__setitem__(p["i"], float(v)))
+        (total * total).backward()
+        w[i + 1] = w - 0.05 * w.grad
+    return ctx, {I: 3, T: 7}, seen
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_pure_recurrence_is_scanned_with_the_same_values(backend: str) -> None:
+    runs = {}
+    for scan in (False, True):
+        ctx, bounds, seen = _program()
+        ex = ctx.compile(bounds, backend=backend, scan_loops=scan)
+        ex.execute()
+        runs[scan] = (seen["sum"], ex._interp.scanned_entries)
+    (off, n_off), (on, n_on) = runs[False], runs[True]
+    assert n_off == 0
+    assert n_on == (3 if backend == "jax" else 0)  # one scan per iteration i; JAX only
+    assert sorted(on) == [0, 1, 2] and len({round(v, 4) for v in on.values()}) == 3  # w moved
+    for k in on:
+        np.testing.assert_allclose(on[k], off[k], rtol=1e-6)
+    ctx, bounds, seen = _program()
+    reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend(backend))
+    for k in on:
+        np.testing.assert_allclose(seen["sum"][k], on[k], rtol=1e-5)
+
+
+def test_a_loop_with_a_sink_is_not_scanned() -> None:
+    ctx, bounds, seen = _program(sink_inside=True)
+    ex = ctx.compile(bounds, backend="jax")
+    ex.execute()
+    assert ex._interp.scanned_entries == 0
+    assert len(seen["inside"]) == 3 * 7
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_ppo_on_gymnax_scans_its_rollout(epochs: int) -> None:
+    """PPO's acting loop on gymnax (observation branch, policy, env step in the carry) runs as
+    one scan per iteration: the same rollouts, the same parameters to float rounding."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import ppo
+
+    runs = {}
+    for scan in (False, True):
+        args = ppo.Args(
+            env_id="gymnax.CartPole-v1",
+            backend="jax",
+            num_envs=4,
+            num_steps=12,
+            iterations=3,
+            seed=1,
+            ent_coef=0.01,
+            update_epochs=epochs,
+            num_minibatches=2 if epochs > 1 else 1,
+        )
+        log: list = []
+        ex = ppo.build_fixed(args, lambda v, p, log=log: log.append((p["i"], v.copy())), scan_loops=scan)
+        ex.execute()
+        params = {n.name: n.id for n in ex.pdg if n.name in ("dnn.w0", "dnn.vw2")}
+        last = (2,) if epochs == 1 else (2, epochs - 1, 1)
+        runs[scan] = (
+            log,
+            {k: ex._interp.value(nid, last) for k, nid in params.items()},
+            ex._interp.scanned_entries,
+        )
+    (log0, w0, n0), (log1, w1, n1) = runs[False], runs[True]
+    assert n0 == 0 and n1 == 3
+    assert [k for k, _ in log0] == [k for k, _ in log1] == [0, 1, 2]
+    for (_, a), (_, b) in zip(log0, log1, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert w0.keys() == w1.keys() == {"dnn.w0", "dnn.vw2"}
+    for k in w0:
+        np.testing.assert_allclose(w0[k], w1[k], rtol=1e-5, atol=1e-6)
