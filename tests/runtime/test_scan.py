@@ -103,3 +103,30 @@ def test_ppo_on_gymnax_scans_its_rollout(epochs: int) -> None:
     assert w0.keys() == w1.keys() == {"dnn.w0", "dnn.vw2"}
     for k in w0:
         np.testing.assert_allclose(w0[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_with_nothing_read_per_iteration_from_outside_is_scanned(caplog) -> None:
+    """No scanned input (only the carry): the scan gets its length explicitly."""
+    got: dict = {}
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.ones(2, np.float32), domain=(i,), name="w")
+        x = trl.empty((2,), domain=(i, t), name="x")
+        x[i, 0] = w * 1.0
+        x[i, t + 1] = x * 0.5 + 0.25
+        (x * w).sum().backward()
+        w[i + 1] = w - 0.1 * w.grad
+        w.sink(lambda v, p: got.__setitem__(p["i"], np.array(v)))
+    with caplog.at_level("WARNING", logger="timerl.runtime.scan"):
+        ex = ctx.compile({I: 3, T: 4}, backend="jax")
+        ex.execute()
+    assert not caplog.records and ex._interp.scanned_entries == 3
+    want, wv = {}, np.ones(2, np.float32)
+    for k in range(3):
+        want[k] = wv.copy()
+        xs = [wv * 1.0]
+        for _ in range(3):
+            xs.append(xs[-1] * 0.5 + 0.25)
+        wv = wv - 0.1 * (sum(xs) + wv * (1 + 0.5 + 0.25 + 0.125))  # d/dw of sum_t x[t] * w
+    for k in range(3):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6)

@@ -334,7 +334,7 @@ class ScannedLoop:
         sig = (tuple(map(tuple, kinds)), tuple(choice), len(vals))
         fn = self._compiled.get(sig)
         if fn is None:
-            fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored)
+            fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored, len(vals))
             log.debug(
                 "loop over %s: %d iterations of [%s] as one scan (%d peeled before), %d carried, "
                 "%d scanned inputs, %d outputs stored",
@@ -429,6 +429,7 @@ class ScannedLoop:
         choice: list[int | None],
         carry_src: list[tuple[int, int]],
         stored: list[tuple[int, int]],
+        length: int,
     ) -> Callable[..., Any]:
         import jax
         from jax import lax
@@ -476,7 +477,7 @@ class ScannedLoop:
             return (new_carry, tuple(states)), ys
 
         def run(carry0: tuple[Any, ...], inv: tuple[Any, ...], xs: tuple[Any, ...], states0: tuple[Any, ...]):
-            (_, states), ys = lax.scan(lambda c, x: step(c, x, inv), (carry0, states0), xs)
+            (_, states), ys = lax.scan(lambda c, x: step(c, x, inv), (carry0, states0), xs, length=length)
             return states, ys
 
         return jax.jit(run)
