@@ -73,6 +73,10 @@ class Args(CheckpointArgs):
     values by --clip-coef (CleanRL); a no-op for one epoch and one minibatch"""
     update_dims: bool = False
     """build the (i, e, m) program even for one epoch and one minibatch (a check of it)"""
+    out_dir: str = "runs/ppo"
+    """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
+    quiet: bool = False
+    """no progress bar (the per-iteration lines are still printed)"""
     seed: int = 0
     """random seed"""
 
@@ -303,6 +307,7 @@ def main(args: Args, env_fn=make_env) -> list[float]:
     means: list[float] = []
     t0 = time.perf_counter()
     steps = 0
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
         nonlocal steps
@@ -312,16 +317,17 @@ def main(args: Args, env_fn=make_env) -> list[float]:
         if len(returns[it]) == args.num_envs:
             m = float(np.mean(returns[it]))
             means.append(m)
-            print(
-                f"iter {it:4d}  mean return {m:9.3f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s",
-                flush=True,
-            )
+            line = f"iter {it:4d}  mean return {m:9.3f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
+            assert run is not None
+            run.log(it, line, mean_return=m, env_steps=steps)
 
     ex = build(args, log_fn, env_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
     )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
     ex.execute()
+    run.close(curve="mean_return", x="env_steps")
     return means
 
 
@@ -331,6 +337,7 @@ def main_fixed(args: Args, env_fn=make_env) -> list[float]:
     t0 = time.perf_counter()
     running = np.zeros(args.num_envs)  # return of each env's current episode
     means: list[float] = []
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
         it = pt["i"]
@@ -344,17 +351,20 @@ def main_fixed(args: Args, env_fn=make_env) -> list[float]:
         m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
         means.append(m)
         steps = (it + 1) * args.num_envs * args.num_steps
-        print(
+        line = (
             f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
-            f"time {time.perf_counter() - t0:7.1f}s",
-            flush=True,
+            f"time {time.perf_counter() - t0:7.1f}s"
         )
+        assert run is not None
+        run.log(it, line, mean_return=m, episodes=len(eps), env_steps=steps)
 
     ex = build_fixed(args, log_fn, env_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
     )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
     ex.execute()
+    run.close(curve="mean_return", x="env_steps")
     return means
 
 

@@ -38,6 +38,10 @@ class Args(CheckpointArgs):
     """hidden units per layer (two layers)"""
     seed: int = 0
     """random seed"""
+    out_dir: str = "runs/reinforce"
+    """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
+    quiet: bool = False
+    """no progress bar (the per-iteration lines are still printed)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
@@ -72,6 +76,7 @@ def main(args: Args) -> list[float]:
     returns: dict[int, list[float]] = {}
     means: list[float] = []
     t0 = time.perf_counter()
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
         it = pt["i"]
@@ -79,13 +84,20 @@ def main(args: Args) -> list[float]:
         if len(returns[it]) == args.num_envs:
             m = float(np.mean(returns[it]))
             means.append(m)
-            print(f"iter {it:4d}  mean return {m:7.1f}  time {time.perf_counter() - t0:7.1f}s", flush=True)
+            assert run is not None
+            run.log(
+                it,
+                f"iter {it:4d}  mean return {m:7.1f}  time {time.perf_counter() - t0:7.1f}s",
+                mean_return=m,
+            )
 
     ex = build(args, log_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
     )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"REINFORCE {args.env_id}", args.quiet)
     ex.execute()
+    run.close(curve="mean_return")
     return means
 
 

@@ -11,6 +11,7 @@ Public API (see ``docs/api.md`` and ``../shared/DESIGN.md`` §2)::
 from timerl import envs as env
 from timerl import nn as nn
 from timerl import optim as optim
+from timerl import run as run
 from timerl.errors import (
     AutodiffError as AutodiffError,
 )
@@ -136,6 +137,7 @@ __all__ = [
     "optim",
     "param",
     "rand",
+    "run",
     "softmax",
     "stack",
     "udf",

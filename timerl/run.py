@@ -1,0 +1,90 @@
+"""Run plumbing for training scripts: progress, metrics files and a learning curve.
+
+``RunLog`` is what CleanRL / SB3 users expect around a training loop, for timerl programs
+whose iterations report through a sink: a progress bar with the time left (``tqdm``), every
+iteration's metrics appended to ``metrics.csv`` and written as TensorBoard events
+(``tensorboardX``; ``tensorboard --logdir <out_dir>``) in the run directory, and at the end a
+learning-curve PNG (``matplotlib``)::
+
+    log = trl.run.RunLog("runs/ppo", total=args.iterations, desc="PPO")
+    def log_fn(v, pt):                      # a sink, once per iteration
+        log.log(pt["i"], mean_return=..., env_steps=...)
+    ctx.compile(...).execute()
+    log.close(curve="mean_return")          # -> runs/ppo/learning_curve.png
+
+``quiet=True`` drops the bar (scripts); ``line`` prints each iteration's line above the bar.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class RunLog:
+    """Progress bar, CSV + TensorBoard metrics and a learning curve for one training run."""
+
+    def __init__(self, out_dir: str | Path, total: int, desc: str = "train", quiet: bool = False) -> None:
+        from tensorboardX import SummaryWriter
+        from tqdm import tqdm
+
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+        self.bar = tqdm(total=total, desc=desc, unit="it", dynamic_ncols=True, disable=quiet)
+        self.tb = SummaryWriter(str(self.out_dir))
+        self._csv_file = open(self.out_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
+        self._csv: Any = None
+        self.rows: list[dict[str, float]] = []
+
+    def log(self, step: int, line: str | None = None, **metrics: float) -> None:
+        """Record iteration ``step``'s metrics (and print ``line`` above the bar)."""
+        row = {"iteration": float(step), **{k: float(v) for k, v in metrics.items()}}
+        row["time_s"] = round(time.perf_counter() - self.t0, 3)
+        if self._csv is None:
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
+            self._csv.writeheader()
+        self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
+        self._csv_file.flush()
+        for k, v in metrics.items():
+            self.tb.add_scalar(k, float(v), step)
+        self.rows.append(row)
+        if line is not None:
+            if self.quiet:
+                print(line, flush=True)
+            else:
+                self.bar.write(line)
+        self.bar.update(1)
+        if "mean_return" in metrics:
+            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.1f}")
+
+    def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
+        """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
+        (returns its path; None without ``curve`` or rows)."""
+        self.bar.close()
+        self.tb.close()
+        self._csv_file.close()
+        if curve is None or not self.rows:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot([r.get(x, 0.0) for r in self.rows], [r.get(curve, float("nan")) for r in self.rows])
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel(curve.replace("_", " "))
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = self.out_dir / "learning_curve.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        log.info("learning curve: %s", path)
+        return path
