@@ -1,6 +1,6 @@
 """timerl: deep-RL programs as recurrent tensors, scheduled with isl, run on JAX or PyTorch.
 
-Public API (see ``docs/api.md`` and ``../shared/DESIGN.md`` §2)::
+Public API (see ``docs/api.md``, ``docs/tutorial.md`` and ``docs/architecture.md``)::
 
     import timerl as trl
     with trl.Context(num_dims=2) as ((i, I), (t, T)):
