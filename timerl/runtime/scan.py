@@ -316,19 +316,31 @@ class ScannedLoop:
             src = self.members[mk]
             q, _ = self._point_env(src, first - self.inc)
             carry0.append(store.table(src.node.id, oid)[q])
-        # outputs read outside the scanned reads: stacked and stored per point
-        used = {
+        # outputs the interpreter would keep: read outside the loop, read at another
+        # iteration (the carry: a recurrence's values stay readable, as unscanned), read by no
+        # edge, or a MERGE/UDF output (never inside a fused region); a pure op read only at
+        # its own point inside the body stays inside the scan, as in a fused region
+        local = {
             (self.index[e.src], e.oid)
             for m, r in zip(self.members, kinds, strict=True)
             for e, kd in zip(m.edges, r, strict=True)
-            if kd in ("local", "carry")
+            if kd == "local"
         }
+        carried = set(carry_src)
         stored: list[tuple[int, int]] = []
         for k, m in enumerate(self.members):
             for oid in range(len(m.node.outputs)):
                 outs = [e for e in ex.pdg.out_edges(m.node.id) if e.oid == oid and not e.order_only]
                 external = any(e.sink not in self.index for e in outs)
-                if not outs or external or (k, oid) not in used or self._read_unscanned(m, oid, kinds):
+                keep = (
+                    not outs
+                    or external
+                    or not fusable(m.node)
+                    or (k, oid) in carried
+                    or (k, oid) not in local
+                    or self._read_unscanned(m, oid, kinds)
+                )
+                if keep:
                     stored.append((k, oid))
         states0 = [m.pure.get_state() if m.pure is not None else None for m in self.members]
         sig = (tuple(map(tuple, kinds)), tuple(choice), len(vals))
