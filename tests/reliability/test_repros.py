@@ -339,8 +339,10 @@ def test_gradient_of_a_shared_parameter_over_per_episode_dynamic_T(backend: str)
     assert _shared_param_per_episode(backend, False) == pytest.approx(58.0, rel=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a gradient node over t alone under a per-episode T (gives 42)")
-def test_gradient_through_a_node_over_t_alone_under_per_episode_T() -> None:
-    """The same with the product over t alone: its gradient sums over i at each t, which
-    needs every episode's T at once; the PDG has no single T for a node over t alone."""
-    assert _shared_param_per_episode("torch", True) == pytest.approx(58.0, rel=1e-6)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_through_a_node_over_t_alone_under_per_episode_T(backend: str) -> None:
+    """The same with the product over t alone: summing its readers' gradients over i at
+    each t would need every episode's T at once (a node over t alone has no single T).
+    Autodiff keeps that gradient over (i, t) and sums over i later, at the parameter
+    (t first, up to each episode's T): 58 as above, not 42 (one T = 3 for every i)."""
+    assert _shared_param_per_episode(backend, True) == pytest.approx(58.0, rel=1e-6)
