@@ -61,7 +61,9 @@ UDFS: dict[str, tuple[Any, Any]] = {
     "pt": (lambda x, pt: x + 0.1 * sum(pt.values()), lambda x, pt: x + 0.1 * sum(pt.values())),
 }
 # The features each seed may be focused on (made sure to appear), beyond the basic ones.
-FEATURES = ("udf", "vm", "mm", "bwhere", "iarith", "count", "flag", "param2")
+# "tgrad": a node over t alone that uses a parameter without dims, read at every (i, t)
+# (its gradient sums over i; with a per-i T that sum must follow each episode's T).
+FEATURES = ("udf", "vm", "mm", "bwhere", "iarith", "count", "flag", "param2", "tgrad")
 
 
 def _jnp() -> Any:
@@ -144,6 +146,8 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
         return set()
     if k in ("sym", "isym", "iarith"):
         return {e[1]}
+    if k == "tgrad":
+        return _dom(e[1], prog, by_name)
     if k == "param":
         return set(prog.param or ())
     if k == "udf":
@@ -222,6 +226,10 @@ def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], tar
         return ("stack", sub(), sub())
     if kind == "rwhere":
         return ("rwhere", sub(), sub(), sub())
+    if kind == "udf" and prog.dynamic_t and "t" in target and "i" not in target:
+        kind = "un"  # a host call over t alone has no single T when T ends per i
+    if kind == "un":
+        return ("un", rng.choice(UNARY), sub())
     if kind == "udf":
         return ("udf", rng.choice(list(UDFS)), target, sub())
     if kind == "vm":  # vec(a) @ outer(b, c) (permuted or not); tanh keeps the degree in check
@@ -294,6 +302,10 @@ def generate(seed: int) -> Program:
         dims: tuple[str, ...] = ("i", "k", "t")
         bounds = {"i": 2, "k": 2, "t": rng.randint(2, 3)}
         prog = Program(dims, bounds, param=("i", "k"), focus=focus)
+    elif focus == "tgrad":
+        dims = ("i", "t")
+        bounds = {"t": rng.randint(2, 4), "i": rng.randint(2, 3)}
+        prog = Program(dims, bounds, param=(), dynamic_t=rng.random() < 0.7, focus=focus)
     else:
         dims = ("t",) if rng.random() < 0.45 else ("i", "t")
         bounds = {"t": rng.randint(2, 5)}
@@ -327,7 +339,12 @@ def generate(seed: int) -> Program:
             add(_recurrence(name, focus, rng, prog))
         else:
             target = ("i", "t") if prog.dynamic_t else tuple(d for d in dims if rng.random() < 0.8) or ("t",)
-            if focus == "iarith":
+            if focus == "tgrad":  # a product with w over t alone, joined with a value over (i, t)
+                e_t = _gen_expr(rng, prog, prog.tensors, ("t",), 2, False)
+                e_t = ("bin", "mul", ("bin", "add", e_t, ("sym", "t")), ("param",))
+                other = _gen_expr(rng, prog, prog.tensors, ("i", "t"), 1, False)
+                e = ("bin", rng.choice(BINARY), ("tgrad", e_t), other)
+            elif focus == "iarith":
                 e = ("bin", "add", _gen_expr(rng, prog, prog.tensors, target, 1, False),
                      _leaf(rng, prog, prog.tensors, target, False, "iarith"))  # fmt: skip
             else:
@@ -459,6 +476,8 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
             if k == "mm":
                 a, b, c = (ev(x, p, self_at) for x in e[1:4])
                 return (_outer(jnp, a, b) @ _outer(jnp, b, c).T).T.reshape(4).reshape(2, 2).sum(0)
+            if k == "tgrad":
+                return ev(e[1], p, self_at)
             if k == "param":
                 return wv
             if k == "self":
@@ -608,6 +627,8 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 a, b, c = (ev(x, self_rt) for x in e[1:4])
                 prod = outer(a, b) @ outer(b, c).permute(1, 0)
                 return prod.permute(1, 0).reshape(4).reshape(2, 2).sum(0)
+            if k == "tgrad":
+                return ev(e[1], self_rt)
             if k == "param":
                 return w
             if k == "self":
@@ -693,6 +714,8 @@ def _vector(e: Any, prog: Program, self_name: str | None = None) -> bool:
     if k in ("read", "win"):
         src = next(x for x in prog.tensors if x.name == e[1])
         return _tensor_vector(src, prog)
+    if k == "tgrad":
+        return _vector(e[1], prog, self_name)
     if k == "un":
         return _vector(e[2], prog, self_name)
     if k == "udf":

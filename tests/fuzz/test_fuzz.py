@@ -80,7 +80,19 @@ def test_quick_profile_covers_every_feature() -> None:
     """Every feature the generator knows appears in the quick profile's programs (most in
     more than one: each seed is focused on one and draws the others at random)."""
     seen = [features(generate(seed)) for seed in QUICK_SEEDS]
-    basics = {"fwd", "bwd", "read", "win", "where", "rwhere", "stack", "isym", "param0", "param1"}
+    basics = {
+        "fwd",
+        "bwd",
+        "read",
+        "win",
+        "where",
+        "rwhere",
+        "stack",
+        "isym",
+        "param0",
+        "param1",
+        "dynamic_t",
+    }
     for f in (*FEATURES, *sorted(basics)):
         assert any(f in s for s in seen), f"feature {f} missing from the quick profile"
 
