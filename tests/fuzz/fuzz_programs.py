@@ -53,6 +53,11 @@ BINARY = ("add", "sub", "mul")
 REDUCE = ("sum", "mean", "max")
 CONDS = ("t%2==0", "t<T-1", "i%2==0")
 BOOL_OPS = ("and", "or", "xor", "not")
+# Comparison thresholds: off round numbers, so that values built from small integers and
+# round constants rarely sit on them (a value on a threshold flips with the last bit, which
+# differs with the order of float operations in a fused region). The interpreter also
+# reports each comparison's margin (see ``reference``).
+GT, LT = 0.0137, 0.2531
 # Host functions applied pointwise through trl.udf: name -> (numpy fn, jax.numpy fn); both
 # take (value, point) where point holds the udf's dims.
 UDFS: dict[str, tuple[Any, Any]] = {
@@ -90,7 +95,7 @@ class Program:
     tensors: list[Tensor] = field(default_factory=list)
     param: tuple[str, ...] | None = None  # the parameter's domain: (), ("i",), ("i", "k"); None: none
     loss: str | None = None  # name of the tensor whose squared sum is the loss
-    lr: float = 0.1
+    lr: float = 0.0937  # not a round number: w - lr * grad cancels exactly less often
     dynamic_t: bool = False  # T found at run time, per i: T_i = bounds["t"] + i % 2
     focus: str = ""
 
@@ -385,13 +390,19 @@ def _outer(jnp: Any, a: Any, b: Any) -> Any:
 
 
 def _bool_cond(op: str, a: Any, b: Any) -> Any:
-    """The condition of a ``bwhere``: ``a > 0`` joined with ``b < 0.25`` (works on RTs and arrays)."""
-    x, y = a > 0.0, b < 0.25
+    """The condition of a ``bwhere``: ``a > GT`` joined with ``b < LT`` (works on RTs and arrays)."""
+    x, y = a > GT, b < LT
     return {"and": lambda: x & y, "or": lambda: x | y, "xor": lambda: x != y, "not": lambda: ~x}[op]()
 
 
-def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+def reference(
+    prog: Program, w0: np.ndarray, margins: list[float] | None = None
+) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
     """Every tensor's value at every point of its domain (and ``"w"``, ``"w.grad"``).
+
+    ``margins``, if given, receives each comparison's distance to its threshold (relative
+    to the value's size): a value within float rounding of a threshold may compare either
+    way in a correct compiled program.
 
     With a parameter over ``P`` dims, the SGD steps are unrolled one point of ``P`` at a
     time (in row-major order); each step's loss is the squared sum of the loss tensor at
@@ -404,6 +415,15 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
     by_name = {x.name: x for x in prog.tensors}
     B = prog.bounds
     P = prog.param or ()
+
+    def margin(v: Any, thr: float) -> None:
+        if margins is not None and not isinstance(v, jax.core.Tracer):
+            a = np.asarray(v, np.float64)
+            margins.append(float(np.min(np.abs(a - thr) / np.maximum(1.0, np.abs(a)))))
+
+    def gt(v: Any) -> Any:
+        margin(v, GT)
+        return v > GT
 
     def run(wv: Any, fixed: dict[str, int]) -> tuple[Any, Any]:
         memo: dict[tuple[str, tuple[int, ...]], Any] = {}
@@ -422,14 +442,14 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                     v = (
                         ev(x.init, p, None) if x.kind == "fwd"
                         else jnp.zeros(shape) if x.kind == "count"
-                        else (ev(x.init, p, None) > 0.0).astype(jnp.float32)
+                        else gt(ev(x.init, p, None)).astype(jnp.float32)
                     )  # fmt: skip
                 else:
                     q = dict(p, t=p["t"] - 1)
                     if x.kind == "fwd":
                         v = ev(x.step, q, (name, q))
                     else:
-                        prev, test = val(name, q), (ev(x.step, q, None) > 0.0).astype(jnp.float32)
+                        prev, test = val(name, q), gt(ev(x.step, q, None)).astype(jnp.float32)
                         v = (
                             prev + test if x.kind == "count"
                             else jnp.maximum(prev, test) if x.op == "or"
@@ -462,9 +482,11 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                 return jnp.sum(jnp.stack(jnp.broadcast_arrays(a, b)), axis=0)
             if k == "rwhere":  # a boolean tensor as the condition
                 c, a, b = (ev(x, p, self_at) for x in e[1:])
-                return jnp.where(c > 0.0, a, b)
+                return jnp.where(gt(c), a, b)
             if k == "bwhere":
                 a, b, c, d = (ev(x, p, self_at) for x in e[2:])
+                margin(a, GT)
+                margin(b, LT)
                 return jnp.where(_bool_cond(e[1], a, b), c, d)
             if k == "udf":  # a host function: no gradient flows through it
                 a = jax.lax.stop_gradient(ev(e[3], p, self_at))
@@ -607,7 +629,7 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             if k == "stack":
                 return trl.stack([ev(e[1], self_rt), ev(e[2], self_rt)]).sum(0)
             if k == "rwhere":
-                return trl.where(ev(e[1], self_rt) > 0.0, ev(e[2], self_rt), ev(e[3], self_rt))
+                return trl.where(ev(e[1], self_rt) > GT, ev(e[2], self_rt), ev(e[3], self_rt))
             if k == "bwhere":
                 a, b, c, d = (ev(x, self_rt) for x in e[2:])
                 return trl.where(_bool_cond(e[1], a, b), c, d)
@@ -668,10 +690,10 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 first = 0 if x.kind != "bwd" else T - 1
                 if x.kind == "count":
                     rt[lead + (first,)] = trl.zeros(shape, trl.int64)
-                    rt[lead + (t + 1,)] = rt + (ev(x.step, None) > 0.0).cast(trl.int64)
+                    rt[lead + (t + 1,)] = rt + (ev(x.step, None) > GT).cast(trl.int64)
                 elif x.kind == "flag":
-                    rt[lead + (first,)] = ev(x.init, None) > 0.0
-                    test = ev(x.step, None) > 0.0
+                    rt[lead + (first,)] = ev(x.init, None) > GT
+                    test = ev(x.step, None) > GT
                     rt[lead + (t + 1,)] = (rt | test) if x.op == "or" else (rt != test)
                 else:
                     rt[lead + (first,)] = ev(x.init, None)
