@@ -178,7 +178,7 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     raise AssertionError(k)
 
 
-def _leaf(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], allow_self: bool,
+def _leaf(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], allow_self: bool | str,
           kind: str | None = None) -> Any:  # fmt: skip
     leaves = ["const", "sym"]
     if avail:
@@ -219,7 +219,7 @@ def _leaf(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[
 
 
 def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], depth: int,
-          allow_self: bool) -> Any:  # fmt: skip
+          allow_self: bool | str) -> Any:  # fmt: skip
     """An inner expression node of ``kind`` with random operands."""
 
     def sub() -> Any:
@@ -236,7 +236,11 @@ def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], tar
     if kind == "un":
         return ("un", rng.choice(UNARY), sub())
     if kind == "udf":
-        return ("udf", rng.choice(list(UDFS)), target, sub())
+        # A host call runs at every point of its domain, also where the branch holding it
+        # is not taken: under a backward recurrence's step it must not read "self" (x[t + 1]
+        # at t = T - 1 is undefined; trl.udf's documented semantics make that ill-formed).
+        inner = _gen_expr(rng, prog, avail, target, depth - 1, allow_self if allow_self != "bwd" else False)
+        return ("udf", rng.choice(list(UDFS)), target, inner)
     if kind == "vm":  # vec(a) @ outer(b, c) (permuted or not); tanh keeps the degree in check
         return ("un", "tanh", ("vm", sub(), sub(), sub(), rng.random() < 0.5))
     if kind == "mm":
@@ -254,7 +258,9 @@ def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], tar
 
 
 def _gen_expr(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], depth: int,
-              allow_self: bool) -> Any:  # fmt: skip
+              allow_self: bool | str) -> Any:  # fmt: skip
+    """A random expression over (at most) ``target``; ``allow_self``: False, or the kind of
+    recurrence ("fwd" or "bwd") whose step may read its own neighbour."""
     if depth <= 0 or rng.random() < 0.35:
         return _leaf(rng, prog, avail, target, allow_self)
     r = rng.random()
@@ -293,7 +299,7 @@ def _recurrence(name: str, kind: str, rng: random.Random, prog: Program) -> Tens
             name, kind, target, init=init, step=step, op=rng.choice(["or", "xor"]) if kind == "flag" else ""
         )
     init = _gen_expr(rng, prog, [], lead, 1, False)
-    step = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), True)
+    step = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), kind)
     if not _has(step, "self"):
         step = ("bin", "add", ("bin", "mul", ("const", 0.5), ("self",)), step)
     return Tensor(name, kind, target, init=init, step=step)

@@ -84,11 +84,14 @@ def _run(seeds: range, long: bool, progress: bool = False) -> dict[str, Any]:
                 except Exception as e:  # collect every failure with its program, then fail once
                     stats["failures"].append(f"seed {seed} {backend} {opts}: {type(e).__name__}: {str(e)[:400]}\n"
                                              f"{prog.describe()}")  # fmt: skip
+                    if progress:
+                        print(f"FAILURE {stats['failures'][-1]}", flush=True)
                 stats["compiles"] += 1
         if progress:
             print(
                 f"fuzz seed {seed}: {stats['compiles']} compiles, {stats['checks']} checks, "
-                f"{len(stats['failures'])} failures, {time.perf_counter() - t0:.0f}s",
+                f"{len(stats['failures'])} failures, {stats['ill_conditioned']} ill-conditioned, "
+                f"{time.perf_counter() - t0:.0f}s",
                 flush=True,
             )
     stats["seconds"] = round(time.perf_counter() - t0, 1)
