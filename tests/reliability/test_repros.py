@@ -346,3 +346,50 @@ def test_gradient_through_a_node_over_t_alone_under_per_episode_T(backend: str) 
     Autodiff keeps that gradient over (i, t) and sums over i later, at the parameter
     (t first, up to each episode's T): 58 as above, not 42 (one T = 3 for every i)."""
     assert _shared_param_per_episode(backend, True) == pytest.approx(58.0, rel=1e-6)
+
+
+def _over_t_alone(backend: str, variant: str) -> dict:
+    """x = (t + 1) w over t alone (w = 0.5, no dims), I = 2, T = 3, read at every (i, t)."""
+    got: dict = {}
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.float32(0.5), name="w")
+        x = (trl.as_tensor(t) + 1.0) * w
+        if variant == "read at x[i]":  # the reader's i picks x's point: no sum over i to defer
+            y = x[i] * (trl.as_tensor(t) + 1.0)
+            (y * y).backward()
+        elif variant == "also read over t alone":  # one reader lacks i: summed at once
+            y = x + trl.as_tensor(i) * 0.0
+            z = x * 2.0
+            (y * y).backward()
+            (z * z).backward()
+        else:
+            y = x + trl.as_tensor(i) * 0.0
+            (y * y).backward()
+            x.grad.sink(_collect(got, "t"))
+        w.grad.sink(_collect(got))
+    ctx.compile({I: 2, T: 3}, backend=backend).execute()
+    return got
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_kept_over_i_is_not_kept_where_the_reader_indexes_with_i(backend: str) -> None:
+    """y[i, t] = x[i] (t + 1) = (i + 1)(t + 1) w: dL/dw = 2 w sum_i (i + 1)^2 sum_t (t + 1)^2
+    = 2 * 0.5 * 5 * 14 = 70 (a gradient of x kept over i as well would count each point I times)."""
+    assert float(_over_t_alone(backend, "read at x[i]")[()]) == pytest.approx(70.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_over_t_alone_with_a_reader_without_i(backend: str) -> None:
+    """x read at every (i, t) by y = x and over t alone by z = 2 x: dL/dw = 2 w I sum (t + 1)^2
+    + 8 w sum (t + 1)^2 = 28 + 56 = 84."""
+    assert float(_over_t_alone(backend, "also read over t alone")[()]) == pytest.approx(84.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grad_of_a_node_whose_gradient_is_kept_over_i(backend: str) -> None:
+    """x.grad read by the user is over x's own domain: dL/dx[t] = sum_i 2 y = 2 I (t + 1) w
+    = 2, 4, 6; and dL/dw = sum_t (t + 1) dL/dx[t] = 2 + 8 + 18 = 28."""
+    got = _over_t_alone(backend, "grad of x")
+    np.testing.assert_allclose([got[(k,)] for k in range(3)], [2.0, 4.0, 6.0], rtol=1e-6)
+    assert float(got[()]) == pytest.approx(28.0, rel=1e-6)
