@@ -393,3 +393,25 @@ def test_grad_of_a_node_whose_gradient_is_kept_over_i(backend: str) -> None:
     got = _over_t_alone(backend, "grad of x")
     np.testing.assert_allclose([got[(k,)] for k in range(3)], [2.0, 4.0, 6.0], rtol=1e-6)
     assert float(got[()]) == pytest.approx(28.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", [{}, {"dce": False}, {"dce": False, "check_reads": False}])
+def test_dead_value_reading_a_branch_neighbour_is_accepted_without_dce(backend: str, options: dict) -> None:
+    """Found by the fuzzer (seed 4011: a `where(~(a > c), ...)` whose unused `b < c` read
+    x[t + 1]): a value nobody reads, `(0.1 - x[t + 1]) < 0.25` beside the backward
+    recurrence x[T - 1] = 0, x[t] = x[t + 1] / 2 + 1, reads x[T] at t = T - 1. With dce on it
+    was removed; with it off the compile failed (UndefinedPointError), or with check_reads
+    off too, the run. A value no reader uses is evaluated nowhere. Expect 1.75, 1.5, 1, 0."""
+    got: dict = {}
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        x = trl.empty((), domain=(t,), name="x")
+        x[T - 1] = trl.zeros(())
+        nxt = x[t + 1]
+        unused = (0.1 - nxt) < 0.25
+        x[t] = nxt * 0.5 + 1.0
+        x.sink(_collect(got, "t"))
+    del unused
+    ctx.compile({T: 4}, backend=backend, **options).execute()
+    np.testing.assert_allclose(_rows(got, 4), [1.75, 1.5, 1.0, 0.0])
