@@ -333,9 +333,10 @@ def generate(seed: int) -> Program:
 
     for k in range(rng.randint(2, 5 if len(dims) == 3 else 6)):
         name = f"x{k}"
-        kind = rng.choice(
-            ["expr", "expr", "fwd", "bwd", "expr", "fwd", "bwd", "count", "flag"][: 7 + (k % 2) * 2]
-        )
+        kinds = ["expr", "expr", "fwd", "bwd", "expr", "fwd", "bwd"]
+        if k % 2:  # int64 counters and bool flags at odd positions
+            kinds += ["count", "flag"]
+        kind = rng.choice(kinds)
         if kind == "expr":
             target = tuple(d for d in dims if rng.random() < 0.8) or ("t",)
             if prog.dynamic_t and "t" in target:
