@@ -225,14 +225,12 @@ def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], tar
     def sub() -> Any:
         return _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
 
-    if kind == "un":
-        return ("un", rng.choice(UNARY), sub())
+    if kind == "udf" and prog.dynamic_t and "t" in target and "i" not in target:
+        kind = "un"  # a host call over t alone has no single T when T ends per i
     if kind == "stack":
         return ("stack", sub(), sub())
     if kind == "rwhere":
         return ("rwhere", sub(), sub(), sub())
-    if kind == "udf" and prog.dynamic_t and "t" in target and "i" not in target:
-        kind = "un"  # a host call over t alone has no single T when T ends per i
     if kind == "un":
         return ("un", rng.choice(UNARY), sub())
     if kind == "udf":
