@@ -159,8 +159,8 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
         return set(e[2])
     if k in ("stack", "rwhere", "vm", "mm"):
         return set().union(*(_dom(x, prog, by_name) for x in e[1:] if isinstance(x, tuple)))
-    if k == "bwhere":
-        return set().union(*(_dom(x, prog, by_name) for x in e[2:]))
+    if k == "bwhere":  # "not" ignores its second operand (rendered, but read by nothing)
+        return set().union(*(_dom(x, prog, by_name) for x in _bwhere_used(e)))
     if k == "self":
         return set()
     if k == "read":
@@ -394,6 +394,11 @@ def _outer(jnp: Any, a: Any, b: Any) -> Any:
     return a[:, None] * b[None, :]
 
 
+def _bwhere_used(e: Any) -> tuple[Any, ...]:
+    """The operands of a ``bwhere`` its value depends on."""
+    return (e[2], e[4], e[5]) if e[1] == "not" else e[2:]
+
+
 def _bool_cond(op: str, a: Any, b: Any) -> Any:
     """The condition of a ``bwhere``: ``a > GT`` joined with ``b < LT`` (works on RTs and arrays)."""
     x, y = a > GT, b < LT
@@ -489,8 +494,11 @@ def reference(
                 c, a, b = (ev(x, p, self_at) for x in e[1:])
                 return jnp.where(gt(c), a, b)
             if k == "bwhere":
-                a, b, c, d = (ev(x, p, self_at) for x in e[2:])
+                a, c, d = (ev(x, p, self_at) for x in (e[2], e[4], e[5]))
                 margin(a, GT)
+                if e[1] == "not":  # b is not part of the value (its dims may not be in p)
+                    return jnp.where(_bool_cond(e[1], a, a), c, d)
+                b = ev(e[3], p, self_at)
                 margin(b, LT)
                 return jnp.where(_bool_cond(e[1], a, b), c, d)
             if k == "udf":  # a host function: no gradient flows through it
@@ -752,7 +760,7 @@ def _vector(e: Any, prog: Program, self_name: str | None = None) -> bool:
     if k in ("stack", "rwhere"):
         return any(_vector(x, prog, self_name) for x in e[1:])
     if k == "bwhere":
-        return any(_vector(x, prog, self_name) for x in e[2:])
+        return any(_vector(x, prog, self_name) for x in _bwhere_used(e))
     return False
 
 
