@@ -3,8 +3,15 @@
 A program is a small description (:class:`Program`): tensors defined by expressions or by
 forward/backward recurrences over ``t``, reading earlier tensors through a menu of
 affine indices (shifts clamped at the edges, reversals, ``t // 2``, constants) and
-windows with reductions, ``where`` on symbolic and on boolean-tensor conditions, int64
-tensors, stacks, optionally a parameter ``w`` trained by SGD over ``i``.
+windows with reductions, ``where`` on symbolic and on boolean-tensor conditions (and on
+``&``, ``|``, ``!=``, ``~`` of comparisons), int64 tensors (symbolic arithmetic, counters
+as int recurrences), boolean recurrences (flags), stacks, host functions applied
+pointwise (``trl.udf``), vector @ matrix and matrix @ matrix products of outer products
+built with ``reshape`` and ``permute``, optionally a parameter ``w`` over ``()``, ``(i,)``
+or ``(i, k)`` trained by SGD (along ``i``, or along ``k`` carried into ``i + 1``).
+
+Each seed has a *focus* among :data:`FEATURES` (``seed % len(FEATURES)``) that the
+generator makes sure appears, so that a few consecutive seeds cover every feature.
 
 :func:`reference` evaluates a description by unrolling it point by point with
 ``jax.numpy`` (``jax.grad`` of the unrolled iteration for the parameter's gradient); it
@@ -45,16 +52,40 @@ UNARY = ("tanh", "sigmoid", "abs", "relu", "neg")
 BINARY = ("add", "sub", "mul")
 REDUCE = ("sum", "mean", "max")
 CONDS = ("t%2==0", "t<T-1", "i%2==0")
+BOOL_OPS = ("and", "or", "xor", "not")
+# Comparison thresholds: off round numbers, so that values built from small integers and
+# round constants rarely sit on them (a value on a threshold flips with the last bit, which
+# differs with the order of float operations in a fused region). The interpreter also
+# reports each comparison's margin (see ``reference``).
+GT, LT = 0.0137, 0.2531
+# Host functions applied pointwise through trl.udf: name -> (numpy fn, jax.numpy fn); both
+# take (value, point) where point holds the udf's dims.
+UDFS: dict[str, tuple[Any, Any]] = {
+    "cos": (lambda x, pt: np.cos(x), lambda x, pt: _jnp().cos(x)),
+    "sq": (lambda x, pt: x * x - 0.3, lambda x, pt: x * x - 0.3),
+    "pt": (lambda x, pt: x + 0.1 * sum(pt.values()), lambda x, pt: x + 0.1 * sum(pt.values())),
+}
+# The features each seed may be focused on (made sure to appear), beyond the basic ones.
+# "tgrad": a node over t alone that uses a parameter without dims, read at every (i, t)
+# (its gradient sums over i; with a per-i T that sum must follow each episode's T).
+FEATURES = ("udf", "vm", "mm", "bwhere", "iarith", "count", "flag", "param2", "tgrad")
+
+
+def _jnp() -> Any:
+    import jax.numpy as jnp
+
+    return jnp
 
 
 @dataclass
 class Tensor:
     name: str
-    kind: str  # "expr" | "fwd" | "bwd"
+    kind: str  # "expr" | "fwd" | "bwd" | "count" (int64 counter) | "flag" (bool recurrence)
     domain: tuple[str, ...]
     expr: Any = None  # kind "expr"
     init: Any = None  # recurrences: value at the first point (t = 0 forward, T - 1 backward)
-    step: Any = None  # recurrences: value from the neighbour ("self")
+    step: Any = None  # recurrences: value from the neighbour ("self"); count/flag: the float test
+    op: str = ""  # flag: "or" | "xor" (how the test joins the previous flag)
 
 
 @dataclass
@@ -62,23 +93,53 @@ class Program:
     dims: tuple[str, ...]
     bounds: dict[str, int]
     tensors: list[Tensor] = field(default_factory=list)
-    param: tuple[str, ...] | None = None  # the parameter's domain: () or ("i",); None: no parameter
+    param: tuple[str, ...] | None = None  # the parameter's domain: (), ("i",), ("i", "k"); None: none
     loss: str | None = None  # name of the tensor whose squared sum is the loss
-    lr: float = 0.1
+    lr: float = 0.0937  # not a round number: w - lr * grad cancels exactly less often
     dynamic_t: bool = False  # T found at run time, per i: T_i = bounds["t"] + i % 2
+    focus: str = ""
 
     def t_bound(self, p: dict[str, int]) -> int:
         """The bound of t at point ``p`` (per i when dynamic)."""
         return self.bounds["t"] + (p["i"] % 2 if self.dynamic_t else 0)
 
+    def per_point_dims(self) -> set[str]:
+        """Dims along which a point may read only its own coordinate: the parameter's dims
+        (the interpreter unrolls one SGD step at a time with that step's parameter) and
+        ``i`` under a per-``i`` T."""
+        return set(self.param or ()) | ({"i"} if self.dynamic_t else set())
+
     def describe(self) -> str:
         lines = [
-            f"dims={self.dims} bounds={self.bounds} dynamic_t={self.dynamic_t} param={self.param} loss={self.loss}"
+            f"dims={self.dims} bounds={self.bounds} dynamic_t={self.dynamic_t} param={self.param} "
+            f"loss={self.loss} focus={self.focus}"
         ]
         for x in self.tensors:
-            body = x.expr if x.kind == "expr" else f"init={x.init} step={x.step}"
+            body = x.expr if x.kind == "expr" else f"init={x.init} step={x.step} {x.op}".rstrip()
             lines.append(f"  {x.name}[{','.join(x.domain)}] {x.kind}: {body}")
         return "\n".join(lines)
+
+
+def features(prog: Program) -> set[str]:
+    """The features a program uses (expression and tensor kinds, parameter and T forms)."""
+    out: set[str] = set()
+
+    def walk(e: Any) -> None:
+        if not isinstance(e, tuple) or not e or not isinstance(e[0], str):
+            return
+        out.add(e[0])
+        for x in e[1:]:
+            walk(x)
+
+    for x in prog.tensors:
+        out.add(x.kind)
+        for e in (x.expr, x.init, x.step):
+            walk(e)
+    if prog.param is not None:
+        out.add({0: "param0", 1: "param1", 2: "param2"}[len(prog.param)])
+    if prog.dynamic_t:
+        out.add("dynamic_t")
+    return out
 
 
 # -- generation --------------------------------------------------------------------------
@@ -88,12 +149,18 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     k = e[0]
     if k == "const":
         return set()
-    if k in ("sym", "isym"):
+    if k in ("sym", "isym", "iarith"):
         return {e[1]}
+    if k == "tgrad":
+        return _dom(e[1], prog, by_name)
     if k == "param":
         return set(prog.param or ())
-    if k in ("stack", "rwhere"):
-        return set().union(*(_dom(x, prog, by_name) for x in e[1:]))
+    if k == "udf":
+        return set(e[2])
+    if k in ("stack", "rwhere", "vm", "mm"):
+        return set().union(*(_dom(x, prog, by_name) for x in e[1:] if isinstance(x, tuple)))
+    if k == "bwhere":  # "not" ignores its second operand (rendered, but read by nothing)
+        return set().union(*(_dom(x, prog, by_name) for x in _bwhere_used(e)))
     if k == "self":
         return set()
     if k == "read":
@@ -111,8 +178,8 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     raise AssertionError(k)
 
 
-def _gen_expr(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], depth: int,
-              allow_self: bool) -> Any:  # fmt: skip
+def _leaf(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], allow_self: bool | str,
+          kind: str | None = None) -> Any:  # fmt: skip
     leaves = ["const", "sym"]
     if avail:
         leaves += ["read", "read", "win"]
@@ -120,59 +187,87 @@ def _gen_expr(rng: random.Random, prog: Program, avail: list[Tensor], target: tu
         leaves.append("param")
     if allow_self:
         leaves += ["self", "self"]
-    if depth <= 0 or rng.random() < 0.35:
-        k = rng.choice(leaves)
-        if k == "const":
-            return ("const", round(rng.uniform(-1, 1), 2) if rng.random() < 0.7 else (0.5, -0.25))
-        if k == "sym":
-            if not target:
-                return ("const", 0.3)
-            return ("isym" if rng.random() < 0.3 else "sym", rng.choice(target))
-        if k == "param":
-            return ("param",)
-        if k == "self":
-            return ("self",)
-        if k == "read":
-            # With SGD over i, iteration i reads only its own i (the interpreter unrolls one
-            # iteration at a time with that iteration's parameter).
-            per_i = prog.param == ("i",) or prog.dynamic_t
-            cands = [x for x in avail if not (per_i and "i" in x.domain and "i" not in target)]
-            if not cands:
-                return ("const", 0.2)
-            src = rng.choice(cands)
-            forms = [
-                "d"
-                if per_i and d == "i"
-                else rng.choice(list(FORMS))
-                if d in target
-                else rng.choice(["0", "D-1"])
-                for d in src.domain
-            ]
-            return ("read", src.name, tuple(forms))
-        with_t = [x for x in avail if "t" in x.domain and set(x.domain) <= set(target)]
-        if not with_t or "t" not in target:
-            return ("const", 0.1)
-        return ("win", rng.choice(with_t).name, rng.choice(list(WINDOWS)), rng.choice(REDUCE))
-    r = rng.random()
-    if r < 0.25:
-        return ("un", rng.choice(UNARY), _gen_expr(rng, prog, avail, target, depth - 1, allow_self))
-    if r < 0.35:
-        kind = rng.choice(["stack", "rwhere"])
-        parts = [
-            _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
-            for _ in range(2 if kind == "stack" else 3)
+    k = kind or rng.choice(leaves)
+    if k == "const":
+        return ("const", round(rng.uniform(-1, 1), 2) if rng.random() < 0.7 else (0.5, -0.25))
+    if k in ("sym", "iarith"):
+        if not target:
+            return ("const", 0.3)
+        d = rng.choice(target)
+        if k == "iarith" or rng.random() < 0.15:
+            return ("iarith", d, rng.choice([2, 3, 4]))
+        return ("isym" if rng.random() < 0.3 else "sym", d)
+    if k == "param":
+        return ("param",)
+    if k == "self":
+        return ("self",)
+    if k == "read":
+        per = prog.per_point_dims()
+        cands = [x for x in avail if not any(d in x.domain and d not in target for d in per)]
+        if not cands:
+            return ("const", 0.2)
+        src = rng.choice(cands)
+        forms = [
+            "d" if d in per else rng.choice(list(FORMS)) if d in target else rng.choice(["0", "D-1"])
+            for d in src.domain
         ]
-        return (kind, *parts)
-    if r < 0.85:
-        a = _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
-        b = _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
-        return ("bin", rng.choice(BINARY), a, b)
-    cands = [c for c in CONDS if c[0] in target]
-    if not cands:
+        return ("read", src.name, tuple(forms))
+    with_t = [x for x in avail if "t" in x.domain and set(x.domain) <= set(target)]
+    if not with_t or "t" not in target:
+        return ("const", 0.1)
+    return ("win", rng.choice(with_t).name, rng.choice(list(WINDOWS)), rng.choice(REDUCE))
+
+
+def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], depth: int,
+          allow_self: bool | str) -> Any:  # fmt: skip
+    """An inner expression node of ``kind`` with random operands."""
+
+    def sub() -> Any:
         return _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
-    a = _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
-    b = _gen_expr(rng, prog, avail, target, depth - 1, allow_self)
-    return ("where", rng.choice(cands), a, b)
+
+    if kind == "udf" and prog.dynamic_t and "t" in target and "i" not in target:
+        kind = "un"  # a host call over t alone has no single T when T ends per i
+    if kind == "stack":
+        return ("stack", sub(), sub())
+    if kind == "rwhere":
+        return ("rwhere", sub(), sub(), sub())
+    if kind == "un":
+        return ("un", rng.choice(UNARY), sub())
+    if kind == "udf":
+        # A host call runs at every point of its domain, also where the branch holding it
+        # is not taken: under a backward recurrence's step it must not read "self" (x[t + 1]
+        # at t = T - 1 is undefined; trl.udf's documented semantics make that ill-formed).
+        inner = _gen_expr(rng, prog, avail, target, depth - 1, allow_self if allow_self != "bwd" else False)
+        return ("udf", rng.choice(list(UDFS)), target, inner)
+    if kind == "vm":  # vec(a) @ outer(b, c) (permuted or not); tanh keeps the degree in check
+        return ("un", "tanh", ("vm", sub(), sub(), sub(), rng.random() < 0.5))
+    if kind == "mm":
+        return ("un", "tanh", ("mm", sub(), sub(), sub()))
+    if kind == "bwhere":
+        return ("bwhere", rng.choice(BOOL_OPS), sub(), sub(), sub(), sub())
+    if kind == "bin":
+        return ("bin", rng.choice(BINARY), sub(), sub())
+    if kind == "where":
+        cands = [c for c in CONDS if c[0] in target]
+        if not cands:
+            return sub()
+        return ("where", rng.choice(cands), sub(), sub())
+    raise AssertionError(kind)
+
+
+def _gen_expr(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], depth: int,
+              allow_self: bool | str) -> Any:  # fmt: skip
+    """A random expression over (at most) ``target``; ``allow_self``: False, or the kind of
+    recurrence ("fwd" or "bwd") whose step may read its own neighbour."""
+    if depth <= 0 or rng.random() < 0.35:
+        return _leaf(rng, prog, avail, target, allow_self)
+    r = rng.random()
+    kind = (
+        "un" if r < 0.2 else "stack" if r < 0.25 else "rwhere" if r < 0.3 else "udf" if r < 0.34
+        else "vm" if r < 0.37 else "mm" if r < 0.39 else "bwhere" if r < 0.44 else "bin" if r < 0.85
+        else "where"
+    )  # fmt: skip
+    return _node(kind, rng, prog, avail, target, depth, allow_self)
 
 
 def _has(e: Any, kind: str) -> bool:
@@ -183,39 +278,88 @@ def _has(e: Any, kind: str) -> bool:
     )
 
 
+def _expr_tensor(name: str, e: Any, prog: Program, by_name: dict[str, Tensor]) -> Tensor:
+    dom = _dom(e, prog, by_name)
+    if prog.dynamic_t and "t" in dom and "i" not in dom:  # one T per i: t needs i
+        e = ("bin", "add", e, ("bin", "mul", ("sym", "i"), ("const", 0.0)))
+        dom.add("i")
+    return Tensor(name, "expr", tuple(d for d in prog.dims if d in dom), expr=e)
+
+
+def _recurrence(name: str, kind: str, rng: random.Random, prog: Program) -> Tensor:
+    dims = prog.dims
+    target = tuple(d for d in dims if d == "t" or rng.random() < 0.6 or prog.dynamic_t)
+    lead = tuple(d for d in target if d != "t")
+    if kind in ("count", "flag"):
+        init = _gen_expr(rng, prog, [], lead, 1, False) if kind == "flag" else None
+        step = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 2), False)
+        return Tensor(
+            name, kind, target, init=init, step=step, op=rng.choice(["or", "xor"]) if kind == "flag" else ""
+        )
+    init = _gen_expr(rng, prog, [], lead, 1, False)
+    step = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), kind)
+    if not _has(step, "self"):
+        step = ("bin", "add", ("bin", "mul", ("const", 0.5), ("self",)), step)
+    return Tensor(name, kind, target, init=init, step=step)
+
+
 def generate(seed: int) -> Program:
     """A random well-defined program (deterministic in ``seed``)."""
     rng = random.Random(seed)
-    dims = ("t",) if rng.random() < 0.45 else ("i", "t")
-    bounds = {"t": rng.randint(2, 5)}
-    if "i" in dims:
-        bounds["i"] = rng.randint(2, 3)
-    prog = Program(dims, bounds, dynamic_t="i" in dims and rng.random() < 0.3)
-    if rng.random() < 0.6:
-        prog.param = ("i",) if "i" in dims and rng.random() < 0.7 else ()
+    focus = FEATURES[seed % len(FEATURES)]
+    if focus == "param2" or rng.random() < 0.05:
+        dims: tuple[str, ...] = ("i", "k", "t")
+        bounds = {"i": 2, "k": 2, "t": rng.randint(2, 3)}
+        prog = Program(dims, bounds, param=("i", "k"), focus=focus)
+    elif focus == "tgrad":
+        dims = ("i", "t")
+        bounds = {"t": rng.randint(2, 4), "i": rng.randint(2, 3)}
+        prog = Program(dims, bounds, param=(), dynamic_t=rng.random() < 0.7, focus=focus)
+    else:
+        dims = ("t",) if rng.random() < 0.45 else ("i", "t")
+        bounds = {"t": rng.randint(2, 5)}
+        if "i" in dims:
+            bounds["i"] = rng.randint(2, 3)
+        prog = Program(dims, bounds, dynamic_t="i" in dims and rng.random() < 0.3, focus=focus)
+        if rng.random() < 0.6:
+            prog.param = ("i",) if "i" in dims and rng.random() < 0.7 else ()
     by_name: dict[str, Tensor] = {}
-    for k in range(rng.randint(2, 6)):
+
+    def add(x: Tensor) -> None:
+        prog.tensors.append(x)
+        by_name[x.name] = x
+
+    for k in range(rng.randint(2, 5 if len(dims) == 3 else 6)):
         name = f"x{k}"
-        kind = rng.choice(["expr", "expr", "fwd", "bwd"])
+        kinds = ["expr", "expr", "fwd", "bwd", "expr", "fwd", "bwd"]
+        if k % 2:  # int64 counters and bool flags at odd positions
+            kinds += ["count", "flag"]
+        kind = rng.choice(kinds)
         if kind == "expr":
             target = tuple(d for d in dims if rng.random() < 0.8) or ("t",)
             if prog.dynamic_t and "t" in target:
                 target = ("i", "t")
-            e = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), False)
-            dom = _dom(e, prog, by_name)
-            if prog.dynamic_t and "t" in dom and "i" not in dom:  # one T per i: t needs i
-                e = ("bin", "add", e, ("bin", "mul", ("sym", "i"), ("const", 0.0)))
-                dom.add("i")
-            x = Tensor(name, "expr", tuple(d for d in dims if d in dom), expr=e)
+            add(_expr_tensor(name, _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), False), prog,
+                             by_name))  # fmt: skip
         else:
-            target = tuple(d for d in dims if d == "t" or rng.random() < 0.6 or prog.dynamic_t)
-            init = _gen_expr(rng, prog, [], tuple(d for d in target if d != "t"), 1, False)
-            step = _gen_expr(rng, prog, prog.tensors, target, rng.randint(1, 3), True)
-            if not _has(step, "self"):
-                step = ("bin", "add", ("bin", "mul", ("const", 0.5), ("self",)), step)
-            x = Tensor(name, kind, target, init=init, step=step)
-        prog.tensors.append(x)
-        by_name[name] = x
+            add(_recurrence(name, kind, rng, prog))
+    if focus not in features(prog) and focus != "param2":
+        name = f"x{len(prog.tensors)}"
+        if focus in ("count", "flag"):
+            add(_recurrence(name, focus, rng, prog))
+        else:
+            target = ("i", "t") if prog.dynamic_t else tuple(d for d in dims if rng.random() < 0.8) or ("t",)
+            if focus == "tgrad":  # a product with w over t alone, joined with a value over (i, t)
+                e_t = _gen_expr(rng, prog, prog.tensors, ("t",), 2, False)
+                e_t = ("bin", "mul", ("bin", "add", e_t, ("sym", "t")), ("param",))
+                other = _gen_expr(rng, prog, prog.tensors, ("i", "t"), 1, False)
+                e = ("bin", rng.choice(BINARY), ("tgrad", e_t), other)
+            elif focus == "iarith":
+                e = ("bin", "add", _gen_expr(rng, prog, prog.tensors, target, 1, False),
+                     _leaf(rng, prog, prog.tensors, target, False, "iarith"))  # fmt: skip
+            else:
+                e = _node(focus, rng, prog, prog.tensors, target, 2, False)
+            add(_expr_tensor(name, e, prog, by_name))
     if prog.param is not None:
         # the loss reads w, so it always has a gradient
         last = prog.tensors[-1]
@@ -245,16 +389,53 @@ def _points(domain: tuple[str, ...], prog: Program) -> list[tuple[int, ...]]:
     return out
 
 
-def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
-    """Every tensor's value at every point of its domain (and ``"w"``, ``"w.grad"``)."""
+def _outer(jnp: Any, a: Any, b: Any) -> Any:
+    a, b = jnp.broadcast_to(a, (2,)), jnp.broadcast_to(b, (2,))
+    return a[:, None] * b[None, :]
+
+
+def _bwhere_used(e: Any) -> tuple[Any, ...]:
+    """The operands of a ``bwhere`` its value depends on."""
+    return (e[2], e[4], e[5]) if e[1] == "not" else e[2:]
+
+
+def _bool_cond(op: str, a: Any, b: Any) -> Any:
+    """The condition of a ``bwhere``: ``a > GT`` joined with ``b < LT`` (works on RTs and arrays)."""
+    x, y = a > GT, b < LT
+    return {"and": lambda: x & y, "or": lambda: x | y, "xor": lambda: x != y, "not": lambda: ~x}[op]()
+
+
+def reference(
+    prog: Program, w0: np.ndarray, margins: list[float] | None = None
+) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+    """Every tensor's value at every point of its domain (and ``"w"``, ``"w.grad"``).
+
+    ``margins``, if given, receives each comparison's distance to its threshold (relative
+    to the value's size): a value within float rounding of a threshold may compare either
+    way in a correct compiled program.
+
+    With a parameter over ``P`` dims, the SGD steps are unrolled one point of ``P`` at a
+    time (in row-major order); each step's loss is the squared sum of the loss tensor at
+    the points of that step."""
+    import itertools
+
     import jax
     import jax.numpy as jnp
 
     by_name = {x.name: x for x in prog.tensors}
     B = prog.bounds
-    iters = B.get("i", 1) if prog.param == ("i",) else 1
+    P = prog.param or ()
 
-    def run(wv: Any, i_fixed: int | None) -> tuple[dict, Any]:
+    def margin(v: Any, thr: float) -> None:
+        if margins is not None and not isinstance(v, jax.core.Tracer):
+            a = np.asarray(v, np.float64)
+            margins.append(float(np.min(np.abs(a - thr) / np.maximum(1.0, np.abs(a)))))
+
+    def gt(v: Any) -> Any:
+        margin(v, GT)
+        return v > GT
+
+    def run(wv: Any, fixed: dict[str, int]) -> tuple[Any, Any]:
         memo: dict[tuple[str, tuple[int, ...]], Any] = {}
 
         def val(name: str, pt: dict[str, int]) -> Any:
@@ -263,14 +444,27 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
             if key in memo:
                 return memo[key]
             p = {d: pt[d] for d in x.domain}
+            shape = _shape(x, prog)
             if x.kind == "expr":
                 v = ev(x.expr, p, None)
-            elif x.kind == "fwd":
+            elif x.kind in ("fwd", "count", "flag"):
                 if p["t"] == 0:
-                    v = ev(x.init, p, None)
+                    v = (
+                        ev(x.init, p, None) if x.kind == "fwd"
+                        else jnp.zeros(shape) if x.kind == "count"
+                        else gt(ev(x.init, p, None)).astype(jnp.float32)
+                    )  # fmt: skip
                 else:
                     q = dict(p, t=p["t"] - 1)
-                    v = ev(x.step, q, (name, q))
+                    if x.kind == "fwd":
+                        v = ev(x.step, q, (name, q))
+                    else:
+                        prev, test = val(name, q), gt(ev(x.step, q, None)).astype(jnp.float32)
+                        v = (
+                            prev + test if x.kind == "count"
+                            else jnp.maximum(prev, test) if x.op == "or"
+                            else jnp.abs(prev - test)
+                        )  # fmt: skip
             else:
                 if p["t"] == prog.t_bound(p) - 1:
                     v = ev(x.init, p, None)
@@ -279,7 +473,7 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                     v = ev(x.step, p, (name, q))
             v = jnp.asarray(v, jnp.float32)
             if x.kind != "expr":  # a recurrence has one declared shape; a branch value is broadcast to it
-                v = jnp.broadcast_to(v, _shape(x, prog))
+                v = jnp.broadcast_to(v, shape)
             memo[key] = v
             return v
 
@@ -291,12 +485,34 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
                 return jnp.asarray(float(p[e[1]]), jnp.float32)
             if k == "isym":  # an int64 tensor 2 d + 1
                 return jnp.asarray(float(2 * p[e[1]] + 1), jnp.float32)
+            if k == "iarith":  # an int64 tensor 2 ((3 d + 1) % m) - 1
+                return jnp.asarray(float(2 * ((3 * p[e[1]] + 1) % e[2]) - 1), jnp.float32)
             if k == "stack":  # stack of two values (broadcast), summed over the new axis
                 a, b = ev(e[1], p, self_at), ev(e[2], p, self_at)
                 return jnp.sum(jnp.stack(jnp.broadcast_arrays(a, b)), axis=0)
             if k == "rwhere":  # a boolean tensor as the condition
                 c, a, b = (ev(x, p, self_at) for x in e[1:])
-                return jnp.where(c > 0.0, a, b)
+                return jnp.where(gt(c), a, b)
+            if k == "bwhere":
+                a, c, d = (ev(x, p, self_at) for x in (e[2], e[4], e[5]))
+                margin(a, GT)
+                if e[1] == "not":  # b is not part of the value (its dims may not be in p)
+                    return jnp.where(_bool_cond(e[1], a, a), c, d)
+                b = ev(e[3], p, self_at)
+                margin(b, LT)
+                return jnp.where(_bool_cond(e[1], a, b), c, d)
+            if k == "udf":  # a host function: no gradient flows through it
+                a = jax.lax.stop_gradient(ev(e[3], p, self_at))
+                return UDFS[e[1]][1](a, {d: p[d] for d in e[2]})
+            if k == "vm":
+                a, b, c = (ev(x, p, self_at) for x in e[1:4])
+                m = _outer(jnp, b, c)
+                return jnp.broadcast_to(a, (2,)) @ (m.T if e[4] else m)
+            if k == "mm":
+                a, b, c = (ev(x, p, self_at) for x in e[1:4])
+                return (_outer(jnp, a, b) @ _outer(jnp, b, c).T).T.reshape(4).reshape(2, 2).sum(0)
+            if k == "tgrad":
+                return ev(e[1], p, self_at)
             if k == "param":
                 return wv
             if k == "self":
@@ -334,7 +550,7 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
             lx = by_name[prog.loss]
             for pt in _points(lx.domain, prog):
                 p = dict(zip(lx.domain, pt, strict=True))
-                if i_fixed is not None and p.get("i", i_fixed) != i_fixed:
+                if any(p[d] != fixed[d] for d in P if d in p):
                     continue
                 v = val(lx.name, p)
                 loss = loss + jnp.sum(v * v)
@@ -342,31 +558,26 @@ def reference(prog: Program, w0: np.ndarray) -> dict[str, dict[tuple[int, ...], 
 
     out: dict[str, dict[tuple[int, ...], np.ndarray]] = {x.name: {} for x in prog.tensors}
     w = jnp.asarray(w0, jnp.float32)
-    ws, grads = [], []
-    for it in range(iters):
-        i_fixed = it if prog.param == ("i",) else None
+    ws, grads = {}, {}
+    for it in itertools.product(*(range(B[d]) for d in P)):
+        fixed = dict(zip(P, it, strict=True))
         if prog.param is not None:
-            g = jax.grad(lambda wv, i_fixed=i_fixed: run(wv, i_fixed)[1])(w)
-            ws.append(np.asarray(w))
-            grads.append(np.asarray(g))
-        val, _ = run(w, i_fixed)
+            g = jax.grad(lambda wv, fixed=fixed: run(wv, fixed)[1])(w)
+            ws[it], grads[it] = np.asarray(w), np.asarray(g)
+        val, _ = run(w, fixed)
         for x in prog.tensors:
+            if any(fixed[d] != 0 for d in P if d not in x.domain):
+                continue  # a tensor without that dim does not depend on the step: seen at step 0
             for pt in _points(x.domain, prog):
                 p = dict(zip(x.domain, pt, strict=True))
-                if i_fixed is not None and "i" in x.domain and p["i"] != i_fixed:
-                    continue
-                if i_fixed is not None and "i" not in x.domain and it > 0:
+                if any(p[d] != fixed[d] for d in P if d in p):
                     continue
                 out[x.name][pt] = np.asarray(val(x.name, p))
         if prog.param is not None:
-            w = w - prog.lr * grads[-1]
+            w = w - prog.lr * grads[it]
     if prog.param is not None:
-        if prog.param == ("i",):
-            out["w"] = {(k,): ws[k] for k in range(iters)}
-            out["w.grad"] = {(k,): grads[k] for k in range(iters)}
-        else:
-            out["w"] = {(): ws[0]}
-            out["w.grad"] = {(): grads[0]}
+        out["w"] = ws
+        out["w.grad"] = grads
     return out
 
 
@@ -378,6 +589,7 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
     import timerl as trl
 
     ctx = trl.Context(dims=prog.dims)
+    dtypes = {"count": trl.int64, "flag": trl.bool_}
     with ctx as syms:
         S = {name: pair for name, pair in zip(prog.dims, syms, strict=True)}
         rts: dict[str, Any] = {}
@@ -386,13 +598,36 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             dom = tuple(S[d][0] for d in prog.param)
             w = trl.param(w0, domain=dom, name="w")
 
-        def sink_for(name: str, domain: tuple[str, ...]):
+        def sink_for(name: str, domain: tuple[str, ...], kind: str = "") -> Any:
             def fn(v: Any, pt: dict[str, int]) -> None:
                 key = tuple(pt[d] for d in domain)
                 assert key not in store[name], f"{name} sunk twice at {key}"
-                store[name][key] = np.array(v)
+                v = np.array(v)
+                want = {"count": "i", "flag": "b"}.get(kind)
+                assert want is None or v.dtype.kind == want, f"{name} at {key}: dtype {v.dtype}, not {kind}"
+                store[name][key] = v
 
             return fn
+
+        def vec(x: Any) -> Any:
+            return x if tuple(x.shape) == (2,) else x.expand((2,))
+
+        def outer(a: Any, b: Any) -> Any:
+            return vec(a).reshape(2, 1) * vec(b).reshape(1, 2)
+
+        def host(fname: str, shape: tuple[int, ...], dims: tuple[str, ...]) -> Any:
+            def fn(inputs: list[np.ndarray], pt: dict[str, int]) -> list[np.ndarray]:
+                x = np.asarray(inputs[0], np.float32)
+                assert x.shape == shape, (x.shape, shape)
+                return [np.asarray(UDFS[fname][0](x, {d: pt[d] for d in dims}), np.float32)]
+
+            return fn
+
+        def read(name: str, idx: tuple[Any, ...]) -> Any:
+            r = rts[name][idx]
+            return r.cast(trl.float32) if r.dtype is not trl.float32 and name in casts else r
+
+        casts = {x.name for x in prog.tensors if x.kind in dtypes}
 
         def ev(e: Any, self_rt: Any) -> Any:
             k = e[0]
@@ -402,10 +637,33 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 return trl.as_tensor(S[e[1]][0])
             if k == "isym":
                 return trl.as_tensor(S[e[1]][0], trl.int64) * 2 + 1
+            if k == "iarith":
+                return trl.as_tensor((S[e[1]][0] * 3 + 1) % e[2], trl.int64) * 2 - 1
             if k == "stack":
                 return trl.stack([ev(e[1], self_rt), ev(e[2], self_rt)]).sum(0)
             if k == "rwhere":
-                return trl.where(ev(e[1], self_rt) > 0.0, ev(e[2], self_rt), ev(e[3], self_rt))
+                return trl.where(ev(e[1], self_rt) > GT, ev(e[2], self_rt), ev(e[3], self_rt))
+            if k == "bwhere":
+                a, b, c, d = (ev(x, self_rt) for x in e[2:])
+                return trl.where(_bool_cond(e[1], a, b), c, d)
+            if k == "udf":
+                a = ev(e[3], self_rt).cast(trl.float32)
+                shape = tuple(int(n) for n in a.shape)
+                (out,) = trl.udf(
+                    host(e[1], shape, e[2]), [(shape, trl.float32)], domain=tuple(S[d][0] for d in e[2]),
+                    inputs=[a], name=f"udf_{e[1]}",
+                )  # fmt: skip
+                return out
+            if k == "vm":
+                a, b, c = (ev(x, self_rt) for x in e[1:4])
+                m = outer(b, c)
+                return vec(a) @ (m.permute(1, 0) if e[4] else m)
+            if k == "mm":
+                a, b, c = (ev(x, self_rt) for x in e[1:4])
+                prod = outer(a, b) @ outer(b, c).permute(1, 0)
+                return prod.permute(1, 0).reshape(4).reshape(2, 2).sum(0)
+            if k == "tgrad":
+                return ev(e[1], self_rt)
             if k == "param":
                 return w
             if k == "self":
@@ -413,13 +671,12 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             if k == "read":
                 src = next(x for x in prog.tensors if x.name == e[1])
                 idx = tuple(FORMS[f][1](S[d][0], S[d][1], trl) for d, f in zip(src.domain, e[2], strict=True))
-                return rts[e[1]][idx]
+                return read(e[1], idx)
             if k == "win":
                 src = next(x for x in prog.tensors if x.name == e[1])
                 t, T = S["t"]
                 idx = tuple(WINDOWS[e[2]][0](t, T, trl) if d == "t" else S[d][0] for d in src.domain)
-                r = rts[e[1]][idx]
-                return getattr(r, e[3])(0)
+                return getattr(read(e[1], idx), e[3])(0)
             if k == "un":
                 a = ev(e[2], self_rt)
                 return -a if e[1] == "neg" else getattr(a, e[1])()
@@ -439,17 +696,26 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 rt = ev(x.expr, None)
             else:
                 shape = _shape(x, prog)
-                rt = trl.empty(shape, domain=tuple(S[d][0] for d in x.domain), name=x.name)
+                dt = dtypes.get(x.kind, trl.float32)
+                rt = trl.empty(shape, dt, domain=tuple(S[d][0] for d in x.domain), name=x.name)
                 t, T = S["t"]
                 lead = tuple(S[d][0] for d in x.domain if d != "t")
-                first = 0 if x.kind == "fwd" else T - 1
-                rt[lead + (first,)] = ev(x.init, None)
-                if x.kind == "fwd":
-                    rt[lead + (t + 1,)] = ev(x.step, rt)
+                first = 0 if x.kind != "bwd" else T - 1
+                if x.kind == "count":
+                    rt[lead + (first,)] = trl.zeros(shape, trl.int64)
+                    rt[lead + (t + 1,)] = rt + (ev(x.step, None) > GT).cast(trl.int64)
+                elif x.kind == "flag":
+                    rt[lead + (first,)] = ev(x.init, None) > GT
+                    test = ev(x.step, None) > GT
+                    rt[lead + (t + 1,)] = (rt | test) if x.op == "or" else (rt != test)
                 else:
-                    rt[lead + (t,)] = ev(x.step, rt[lead + (t + 1,)])
+                    rt[lead + (first,)] = ev(x.init, None)
+                    if x.kind == "fwd":
+                        rt[lead + (t + 1,)] = ev(x.step, rt)
+                    else:
+                        rt[lead + (t,)] = ev(x.step, rt[lead + (t + 1,)])
             rts[x.name] = rt
-            rt.sink(sink_for(x.name, x.domain))
+            rt.sink(sink_for(x.name, x.domain, x.kind))
         if prog.param is not None:
             loss = rts[prog.loss]
             (loss * loss).sum().backward()
@@ -458,6 +724,8 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             if prog.param == ("i",):
                 i = S["i"][0]
                 w[i + 1] = w - prog.lr * w.grad
+            elif prog.param:  # along the inner dim, carried into the next outer point
+                trl.optim.SGD([w], lr=prog.lr).step()
     bounds: dict[Any, Any] = {S[d][1]: v for d, v in prog.bounds.items()}
     if prog.dynamic_t:
         with ctx:
@@ -468,24 +736,31 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
 
 def _shape(x: Tensor, prog: Program) -> tuple[int, ...]:
     """Per-point shape of a recurrence: (2,) when some part of it is a vector, else ()."""
-    return (2,) if _vector(x.init, prog) or _vector(x.step, prog, x.name) else ()
+    parts = [e for e in (x.init, x.step) if e is not None]
+    return (2,) if any(_vector(e, prog, x.name) for e in parts) else ()
 
 
 def _vector(e: Any, prog: Program, self_name: str | None = None) -> bool:
     k = e[0]
     if k == "const":
         return isinstance(e[1], tuple)
-    if k == "param":
+    if k in ("param", "vm", "mm"):
         return True
     if k in ("read", "win"):
         src = next(x for x in prog.tensors if x.name == e[1])
         return _tensor_vector(src, prog)
+    if k == "tgrad":
+        return _vector(e[1], prog, self_name)
     if k == "un":
         return _vector(e[2], prog, self_name)
+    if k == "udf":
+        return _vector(e[3], prog, self_name)
     if k in ("bin", "where"):
         return _vector(e[2], prog, self_name) or _vector(e[3], prog, self_name)
     if k in ("stack", "rwhere"):
         return any(_vector(x, prog, self_name) for x in e[1:])
+    if k == "bwhere":
+        return any(_vector(x, prog, self_name) for x in _bwhere_used(e))
     return False
 
 

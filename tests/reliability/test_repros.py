@@ -339,8 +339,79 @@ def test_gradient_of_a_shared_parameter_over_per_episode_dynamic_T(backend: str)
     assert _shared_param_per_episode(backend, False) == pytest.approx(58.0, rel=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a gradient node over t alone under a per-episode T (gives 42)")
-def test_gradient_through_a_node_over_t_alone_under_per_episode_T() -> None:
-    """The same with the product over t alone: its gradient sums over i at each t, which
-    needs every episode's T at once; the PDG has no single T for a node over t alone."""
-    assert _shared_param_per_episode("torch", True) == pytest.approx(58.0, rel=1e-6)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_through_a_node_over_t_alone_under_per_episode_T(backend: str) -> None:
+    """The same with the product over t alone: summing its readers' gradients over i at
+    each t would need every episode's T at once (a node over t alone has no single T).
+    Autodiff keeps that gradient over (i, t) and sums over i later, at the parameter
+    (t first, up to each episode's T): 58 as above, not 42 (one T = 3 for every i)."""
+    assert _shared_param_per_episode(backend, True) == pytest.approx(58.0, rel=1e-6)
+
+
+def _over_t_alone(backend: str, variant: str) -> dict:
+    """x = (t + 1) w over t alone (w = 0.5, no dims), I = 2, T = 3, read at every (i, t)."""
+    got: dict = {}
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.float32(0.5), name="w")
+        x = (trl.as_tensor(t) + 1.0) * w
+        if variant == "read at x[i]":  # the reader's i picks x's point: no sum over i to defer
+            y = x[i] * (trl.as_tensor(t) + 1.0)
+            (y * y).backward()
+        elif variant == "also read over t alone":  # one reader lacks i: summed at once
+            y = x + trl.as_tensor(i) * 0.0
+            z = x * 2.0
+            (y * y).backward()
+            (z * z).backward()
+        else:
+            y = x + trl.as_tensor(i) * 0.0
+            (y * y).backward()
+            x.grad.sink(_collect(got, "t"))
+        w.grad.sink(_collect(got))
+    ctx.compile({I: 2, T: 3}, backend=backend).execute()
+    return got
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_kept_over_i_is_not_kept_where_the_reader_indexes_with_i(backend: str) -> None:
+    """y[i, t] = x[i] (t + 1) = (i + 1)(t + 1) w: dL/dw = 2 w sum_i (i + 1)^2 sum_t (t + 1)^2
+    = 2 * 0.5 * 5 * 14 = 70 (a gradient of x kept over i as well would count each point I times)."""
+    assert float(_over_t_alone(backend, "read at x[i]")[()]) == pytest.approx(70.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_over_t_alone_with_a_reader_without_i(backend: str) -> None:
+    """x read at every (i, t) by y = x and over t alone by z = 2 x: dL/dw = 2 w I sum (t + 1)^2
+    + 8 w sum (t + 1)^2 = 28 + 56 = 84."""
+    assert float(_over_t_alone(backend, "also read over t alone")[()]) == pytest.approx(84.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grad_of_a_node_whose_gradient_is_kept_over_i(backend: str) -> None:
+    """x.grad read by the user is over x's own domain: dL/dx[t] = sum_i 2 y = 2 I (t + 1) w
+    = 2, 4, 6; and dL/dw = sum_t (t + 1) dL/dx[t] = 2 + 8 + 18 = 28."""
+    got = _over_t_alone(backend, "grad of x")
+    np.testing.assert_allclose([got[(k,)] for k in range(3)], [2.0, 4.0, 6.0], rtol=1e-6)
+    assert float(got[()]) == pytest.approx(28.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", [{}, {"dce": False}, {"dce": False, "check_reads": False}])
+def test_dead_value_reading_a_branch_neighbour_is_accepted_without_dce(backend: str, options: dict) -> None:
+    """Found by the fuzzer (seed 4011: a `where(~(a > c), ...)` whose unused `b < c` read
+    x[t + 1]): a value nobody reads, `(0.1 - x[t + 1]) < 0.25` beside the backward
+    recurrence x[T - 1] = 0, x[t] = x[t + 1] / 2 + 1, reads x[T] at t = T - 1. With dce on it
+    was removed; with it off the compile failed (UndefinedPointError), or with check_reads
+    off too, the run. A value no reader uses is evaluated nowhere. Expect 1.75, 1.5, 1, 0."""
+    got: dict = {}
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        x = trl.empty((), domain=(t,), name="x")
+        x[T - 1] = trl.zeros(())
+        nxt = x[t + 1]
+        unused = (0.1 - nxt) < 0.25
+        x[t] = nxt * 0.5 + 1.0
+        x.sink(_collect(got, "t"))
+    del unused
+    ctx.compile({T: 4}, backend=backend, **options).execute()
+    np.testing.assert_allclose(_rows(got, 4), [1.75, 1.5, 1.0, 0.0])

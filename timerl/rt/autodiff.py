@@ -11,6 +11,12 @@ Parameters (``trl.param``) are leaves: gradients stop there, so a parameter cycl
 over ``i`` gives, at each ``i``, the gradient of that iteration's loss with respect to
 that iteration's parameters — exactly ``jax.grad`` of the unrolled program step.
 Gradient RTs are built lazily, when ``x.grad`` is first read.
+
+A node lacking a dim that encloses one of its own (``i`` before ``t``: ``as_tensor(t) * w``
+read at every ``(i, t)``) keeps its gradient over that dim when every reader's gradient
+has it (:func:`_gradient_domains`): the sum over ``i`` is deferred to a node that has
+``i`` (a sum interchange), because ``T`` may end per ``i`` (a dynamic bound known only at
+compile time) and a node over ``t`` alone has no single ``T`` to sum its readers over.
 """
 
 from __future__ import annotations
@@ -96,7 +102,62 @@ def grad_of(x: RT) -> RT:
             f"{x.node.label} does not influence the loss through differentiable ops, so it has no "
             "gradient (check for detach(), integer casts or comparisons on the path)"
         )
+    if set(g.domain) != set(x.node.domain):  # kept over enclosing dims: sum them now
+        with ctx:
+            g = _sum_over(ctx, g, set(g.domain) - set(x.node.domain))
+        ctx._grads[(x.node.id, x.oid)] = g
     return g
+
+
+def _sum_over(ctx: Any, c: RT, dims: set[Sym]) -> RT:
+    """``c`` summed over ``dims``, one at a time, innermost first: a dynamic bound (``T``
+    per episode ``i``) is then read at its own enclosing point (``c[i, 0:T]`` summed at
+    each ``i``, then ``0:I``); one rectangular read ``c[0:I, 0:T]`` would use a single
+    ``T`` for every episode."""
+    for q in reversed(ctx.order(dims)):
+        if not c.is_identity:
+            c = materialize(c)
+        c = c[tuple(Slice(lift(0), ctx.bound_of(d)) if d is q else d for d in c.domain)]
+        c = c.sum(0)
+    return c
+
+
+def _gradient_domains(ctx: Any, nodes: dict[int, BNode], relevant: set[int]) -> dict[int, tuple[Sym, ...]]:
+    """The domain of each relevant node's gradient: its own domain plus the dims ``q`` that
+    enclose one of its dims (come before it in the context's order), that every reader's
+    gradient has, and that no reader's index mentions (so each reader's point ``q`` maps
+    to the gradient's point ``q``). Losses and parameters keep their own domain."""
+    pos = {s: k for k, s in enumerate(ctx.index_symbols)}
+    readers: dict[int, set[int]] = {nid: set() for nid in relevant}
+    mentioned: dict[int, set[Sym]] = {nid: set() for nid in relevant}
+    for nid in relevant:
+        y = nodes[nid]
+        if y.is_param:
+            continue
+        for k in _diff_inputs(y):
+            inp = y.inputs[k]
+            if inp.src in relevant:
+                readers[inp.src].add(nid)
+                for comp in inp.phi:
+                    mentioned[inp.src] |= set(index_symbols(comp))
+    seeds = {s.node.id for s in ctx._seeds}
+    extra: dict[int, set[Sym]] = {}
+    for nid in relevant:
+        n = nodes[nid]
+        if n.is_param or nid in seeds or not readers[nid] or not n.domain:
+            extra[nid] = set()
+            continue
+        last = max(pos[d] for d in n.domain)
+        extra[nid] = {q for q in ctx.index_symbols if q not in n.domain and pos[q] < last} - mentioned[nid]
+    changed = True
+    while changed:
+        changed = False
+        for nid in relevant:
+            keep = {q for q in extra[nid] if all(q in extra[y] or q in nodes[y].domain for y in readers[nid])}
+            if keep != extra[nid]:
+                extra[nid] = keep
+                changed = True
+    return {nid: ctx.order(set(nodes[nid].domain) | extra[nid]) for nid in relevant}
 
 
 # -- relevance -------------------------------------------------------------------------
@@ -150,6 +211,7 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
         raise AutodiffError("the loss does not depend on any trl.param through differentiable ops")
 
     # Placeholders for every relevant node's gradient.
+    gdom = _gradient_domains(ctx, nodes, relevant)
     gnode: dict[int, BNode] = {}
     for nid in sorted(relevant):
         n = nodes[nid]
@@ -157,7 +219,7 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
             raise AutodiffError(f"cannot differentiate multi-output {n.label}")
         g = ctx.graph.add(
             Op.make(OpKind.IDENTITY),
-            n.domain,
+            gdom[nid],
             (n.outputs[0],),
             cond=n.cond,
             name=f"grad_{n.name}" if n.name else None,
@@ -182,7 +244,7 @@ def _build(ctx: Any) -> dict[tuple[int, int], RT]:
                 continue
             c = _vjp(y, k, gy, ins, out)
             x = nodes[inp.src]
-            contribs[inp.src].append(_transpose(ctx, c, inp, x, y))
+            contribs[inp.src].append(_transpose(ctx, c, inp, x, y, gdom[nid], gdom[inp.src]))
 
     grads: dict[tuple[int, int], RT] = {}
     for nid in sorted(relevant):
@@ -216,11 +278,15 @@ def _access_rt(ctx: Any, inp: BInput, cond: Expr = TRUE) -> RT:
 # -- moving a contribution through the inverted dependence -----------------------------
 
 
-def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
-    """Contribution ``c`` (over ``y``'s domain, access shape) -> gradient part over ``x``."""
+def _transpose(
+    ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode, ydom: tuple[Sym, ...], xdom: tuple[Sym, ...]
+) -> RT:
+    """Contribution ``c`` (over ``y``'s gradient domain ``ydom``, access shape) -> gradient
+    part over ``x``'s gradient domain ``xdom`` (``x``'s domain and the enclosing dims kept,
+    see :func:`_gradient_domains`)."""
     where_ = f"gradient of {y.label} with respect to input {x.label}"
-    if set(c.domain) != set(y.domain):
-        c = _apply(OpKind.IDENTITY, [c], c.shape, c.dtype, extra_domain=set(y.domain))
+    if set(c.domain) != set(ydom):
+        c = _apply(OpKind.IDENTITY, [c], c.shape, c.dtype, extra_domain=set(ydom))
     if y.cond is not TRUE:
         c = _guard(c, y.cond)
     # How each sink dim q is recovered from a source point.
@@ -302,15 +368,12 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
     # share its symbol with a source dim that the input fixes to a constant (the
     # `x[T - 1]` read of `adv[T - 1] = delta[T - 1]`, or `r[0:T]` read at every t): in
     # the gather's domain the two would be one symbol and the read would be wrong.
-    # One free dim at a time, innermost first: a dynamic bound (`T` per episode `i`) is
-    # then read at its own enclosing point (`c[i, 0:T]` summed at each `i`, then `0:I`);
-    # one rectangular read `c[0:I, 0:T]` would use a single `T` for every episode.
-    free = [q for q in y.domain if q not in inv]
-    for q in reversed(free):
-        if not c.is_identity:
-            c = materialize(c)
-        c = c[tuple(Slice(lift(0), ctx.bound_of(d)) if d is q else d for d in c.domain)]
-        c = c.sum(0)
+    # One free dim at a time, innermost first (`_sum_over`). The enclosing dims that
+    # ``x``'s gradient keeps are not summed: the gradient reads them at the same point.
+    kept = set(xdom) - set(x.domain)
+    free = {q for q in ydom if q not in inv and q not in kept}
+    if free:
+        c = _sum_over(ctx, c, free)
     phi = tuple(inv.get(q, q) for q in c.node.domain)
     n_sl = sum(isinstance(p, Slice) for p in phi)
     shape = tuple(c.shape)
@@ -319,7 +382,7 @@ def _transpose(ctx: Any, c: RT, inp: BInput, x: BNode, y: BNode) -> RT:
         if n_sl != 1:
             raise AutodiffError(f"{where_}: unsupported slice pattern")
     extra = [S.norm_dim(p.stop - p.start) for p in phi if isinstance(p, Slice)]
-    dom = ctx.order(set(x.domain))
+    dom = ctx.order(set(xdom))
     gather_node = ctx.graph.add(
         Op.make(OpKind.IDENTITY),
         dom,

@@ -11,7 +11,10 @@ to the condition of each such op the points some reader can use:
   MERGE's own condition), moved into the op's coordinates;
 * a pure op reading it at the same point (identity read, same domain, no condition)
   uses it where that reader runs (its own, possibly restricted, condition);
-* any other reader (effects, shifted or sliced reads, other domains) uses every point.
+* any other reader (effects, shifted or sliced reads, other domains) uses every point;
+* an op nobody reads (dead code, which ``dce`` removes when on) uses no point, so that a
+  dead value reading a branch's neighbour (``(x[t + 1] < 0.25)`` never used, beside
+  ``x[t] = x[t + 1] * 0.5``) is accepted with ``dce`` off as with it on.
 
 Only the earlier branches' precedence is used, not the branch's cover condition: a
 forward recurrence ``x[t + 1] = f(x[t])`` keeps ``f`` over all of ``t`` (``f`` at
@@ -34,7 +37,18 @@ from dataclasses import replace
 from timerl.errors import SymbolicError
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_src
 from timerl.pdg.ops import OpKind
-from timerl.symbolic import TRUE, Const, Expr, Sym, evaluate, logical_and, logical_not, logical_or, substitute
+from timerl.symbolic import (
+    FALSE,
+    TRUE,
+    Const,
+    Expr,
+    Sym,
+    evaluate,
+    logical_and,
+    logical_not,
+    logical_or,
+    substitute,
+)
 from timerl.symbolic.simplify import affine_in
 
 log = logging.getLogger(__name__)
@@ -63,9 +77,13 @@ def restrict_to_demand(pdg: PDG, keep: frozenset[int] = frozenset()) -> PDG:
         if nid in demand:
             return demand[nid]
         n = pdg.nodes[nid]
-        if n.op.effectful or n.op.kind in _NEVER or nid in keep or nid in visiting or not readers.get(nid):
+        if n.op.effectful or n.op.kind in _NEVER or nid in keep or nid in visiting:
             demand[nid] = TRUE
             return TRUE
+        if not readers.get(nid):  # dead: no point is used
+            demand[nid] = FALSE
+            new_cond[nid] = FALSE
+            return FALSE
         visiting.add(nid)
         out: Expr | None = None
         for e in readers[nid]:
