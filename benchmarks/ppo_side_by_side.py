@@ -50,7 +50,7 @@ ALL_PROGRAMS = (
     "timerl-torch",
     "timerl-jax-nopass",
     "timerl-torch-nopass",
-    "timerl-jax-noscan",
+    "timerl-jax-scan",
 )
 ENVS = ("gym", "gymnax")
 
@@ -71,8 +71,8 @@ class Config:
     0.5-0.6 s where later ones took 0.4 s)"""
     programs: str = ",".join(ALL_PROGRAMS[:6])
     """comma-separated subset of: torch-eager, jax-jit, timerl-jax, timerl-torch,
-    timerl-jax-nopass, timerl-torch-nopass, timerl-jax-noscan (-nopass: vectorize_time=False,
-    contract=False; -noscan: scan_loops=False, every loop run statement by statement)"""
+    timerl-jax-nopass, timerl-torch-nopass, timerl-jax-scan (-nopass: vectorize_time=False,
+    contract=False; -scan: scan_loops=True, static loops as one lax.scan)"""
     hidden: int = 64
     """hidden units per layer"""
     layers: int = 2
@@ -514,7 +514,7 @@ def run_child(cfg: Config) -> None:
         "timerl-torch": lambda: run_timerl(cfg, env, "torch", True),
         "timerl-jax-nopass": lambda: run_timerl(cfg, env, "jax", False),
         "timerl-torch-nopass": lambda: run_timerl(cfg, env, "torch", False),
-        "timerl-jax-noscan": lambda: run_timerl(cfg, env, "jax", True, scan_loops=False),
+        "timerl-jax-scan": lambda: run_timerl(cfg, env, "jax", True, scan_loops=True),
     }
     if prog.startswith("timerl") or prog == "torch-eager":
         import torch

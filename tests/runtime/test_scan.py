@@ -59,7 +59,7 @@ def test_a_pure_recurrence_is_scanned_with_the_same_values(backend: str) -> None
 
 def test_a_loop_with_a_sink_is_not_scanned() -> None:
     ctx, bounds, seen = _program(sink_inside=True)
-    ex = ctx.compile(bounds, backend="jax")
+    ex = ctx.compile(bounds, backend="jax", scan_loops=True)
     ex.execute()
     assert ex._interp.scanned_entries == 0
     assert len(seen["inside"]) == 3 * 7
@@ -118,7 +118,7 @@ def test_a_loop_with_nothing_read_per_iteration_from_outside_is_scanned(caplog) 
         w[i + 1] = w - 0.1 * w.grad
         w.sink(lambda v, p: got.__setitem__(p["i"], np.array(v)))
     with caplog.at_level("WARNING", logger="timerl.runtime.scan"):
-        ex = ctx.compile({I: 3, T: 4}, backend="jax")
+        ex = ctx.compile({I: 3, T: 4}, backend="jax", scan_loops=True)
         ex.execute()
     assert not caplog.records and ex._interp.scanned_entries == 3
     want, wv = {}, np.ones(2, np.float32)

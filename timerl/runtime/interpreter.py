@@ -250,7 +250,7 @@ class Executor:
         fuse: bool = True,
         free_iterations: bool = False,
         block_store: bool = True,
-        scan_loops: bool = True,
+        scan_loops: bool = False,
     ) -> None:
         self.pdg = pdg
         self.fuse = fuse
