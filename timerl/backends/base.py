@@ -195,6 +195,10 @@ class AbstractBackend(abc.ABC):
             return x
         return self.permute_axes(x, tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, x.ndim)))
 
+    def unstack(self, rows: Any) -> list[Any]:
+        """The rows of ``rows`` along axis 0, one array each (the inverse of ``stack(xs, 0)``)."""
+        return [rows[k] for k in range(rows.shape[0])]
+
     def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> Any:
         """Stack along a new ``axis``, then zero-pad that axis to ``size >= len(xs)``."""
         out = self.stack(xs, axis)

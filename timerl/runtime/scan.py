@@ -33,7 +33,7 @@ reorders, as in fused regions). The switch is ``CompileOptions.scan_loops``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -365,7 +365,7 @@ class ScannedLoop:
         n = len(vals)
         for (k, oid), y in zip(stored, ys, strict=True):
             m = self.members[k]
-            rows = _unstack(y, n)
+            rows = self.ex.backend.unstack(y)
             for v, row in zip(vals, rows, strict=True):
                 store.put(m.node.id, oid, self._point_env(m, v)[0], row)
             self._hint(m, oid, peeled, vals, y)
@@ -412,7 +412,7 @@ class ScannedLoop:
         e = m.edges[j]
         src = self.ex.pdg.nodes[e.src]
         steps = input_layout(src, m.node, e).steps
-        phi_moves = any(free_symbols(c) & self._moving(m) for c in e.phi)
+        phi_moves = any(free_symbols(c) & m.moving for c in e.phi)
         if len(steps) == 1 and steps[0][0] == "take" and e.select is None and not phi_moves:
             ax, c = steps[0][1]
             envs = [self._point_env(m, v)[1] for v in vals]
@@ -422,10 +422,6 @@ class ScannedLoop:
                 return jnp.moveaxis(jnp.take(raw, jnp.asarray(rows), axis=ax), ax, 0)
         g = m.inputs[j][0]
         return jnp.stack([g(self._point_env(m, v)[1]) for v in vals])
-
-    def _moving(self, m: _Member) -> set[Sym]:
-        """The dims of ``m``'s domain whose coordinate moves with the loop variable."""
-        return m.moving
 
     def _read_unscanned(self, m: _Member, oid: int, kinds: list[list[str]]) -> bool:
         """Whether a member reads this output through an edge the scan does not use."""
@@ -526,19 +522,6 @@ def _edge_varies(e: Edge, moving: set[Sym]) -> bool:
     if e.select is not None:
         syms |= free_symbols(e.select)
     return bool(syms & moving)
-
-
-def _unstack(y: Any, n: int) -> Sequence[Any]:
-    """The ``n`` rows of ``y`` as arrays. On CPU through a NumPy view of its buffer and one
-    ``device_put`` per row (no compilation: a jitted unstack of 249 rows compiled for 7-8 s
-    and ~0.4 GB per shape); elsewhere by indexing."""
-    import jax
-    import numpy as np
-
-    if all(d.platform == "cpu" for d in y.devices()):
-        a = np.asarray(y)
-        return [jax.device_put(a[k]) for k in range(n)]
-    return [y[k] for k in range(n)]
 
 
 def _flat(node: AstNode) -> list[AstNode]:
