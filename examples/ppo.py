@@ -114,15 +114,22 @@ def _normalise(args: Args, adv, alive, B, i, T):
     return (adv - mu) / (std + 1e-8)
 
 
-def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
-    """Per-point PPO loss: clipped surrogate + value loss - entropy bonus."""
+def _clip(x, lo: float, hi: float):
+    return trl.where(x < lo, trl.full((), lo), trl.where(x > hi, trl.full((), hi), x))
+
+
+def _surrogate(args: Args, logp, logp_old, adv_n):
+    """Per-point clipped surrogate loss ``max(-A r, -A clip(r, 1 - c, 1 + c))``."""
     ratio = (logp - logp_old.detach()).exp()
     pg1 = -adv_n * ratio
-    pg2 = -adv_n * trl.where(ratio < 1.0 - args.clip_coef, trl.full((), 1.0 - args.clip_coef), ratio)
-    pg2 = trl.where(ratio > 1.0 + args.clip_coef, -adv_n * (1.0 + args.clip_coef), pg2)
-    pg_loss = trl.where(pg1 > pg2, pg1, pg2)
+    pg2 = -adv_n * _clip(ratio, 1.0 - args.clip_coef, 1.0 + args.clip_coef)
+    return trl.where(pg1 > pg2, pg1, pg2)
+
+
+def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
+    """Per-point PPO loss: clipped surrogate + value loss - entropy bonus."""
     v_loss = 0.5 * (v - ret) * (v - ret)
-    return pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy
+    return _surrogate(args, logp, logp_old, adv_n) + args.vf_coef * v_loss - args.ent_coef * entropy
 
 
 def make_env(args: Args, B):
@@ -185,16 +192,10 @@ def _minibatch_loss(args: Args, dnn, B, T, i, e, m, o, a, logp_old, v_old, adv, 
     if args.norm_adv:
         dev = adv_mb - adv_mb.mean()
         adv_mb = dev / (((dev * dev).sum() / float(max(mb - 1, 1))).sqrt() + 1e-8)
-    ratio = (logp - rows(logp_old).take(idx)).exp()
-    low, high = 1.0 - args.clip_coef, 1.0 + args.clip_coef
-    clipped = trl.where(ratio < low, trl.full((), low), trl.where(ratio > high, trl.full((), high), ratio))
-    pg1, pg2 = -adv_mb * ratio, -adv_mb * clipped
-    pg_loss = trl.where(pg1 > pg2, pg1, pg2).mean()
+    pg_loss = _surrogate(args, logp, rows(logp_old).take(idx), adv_mb).mean()
     v_loss = (v_new - ret_mb) * (v_new - ret_mb)
     if args.clip_vloss:
-        dv = v_new - v_mb
-        dv = trl.where(dv < -args.clip_coef, trl.full((), -args.clip_coef), dv)
-        dv = trl.where(dv > args.clip_coef, trl.full((), args.clip_coef), dv)
+        dv = _clip(v_new - v_mb, -args.clip_coef, args.clip_coef)
         v_clip = (v_mb + dv - ret_mb) * (v_mb + dv - ret_mb)
         v_loss = trl.where(v_clip > v_loss, v_clip, v_loss)
     return pg_loss + args.vf_coef * 0.5 * v_loss.mean() - args.ent_coef * ent.mean(), idx
