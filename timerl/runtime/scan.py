@@ -22,8 +22,11 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
   first iterations of a loop entry that take another branch (``o[0] = reset``) run through
   the interpreter first (peeled); the scan starts after them.
 * **Outputs** read after the loop (or by a branch the scan does not take) are stacked by
-  the scan and stored per point as the interpreter would, so every other statement and
-  the reference checks see the same store.
+  the scan, with the rows after the batch dims (the layout the interpreter gives a stack of
+  points), and recorded per point as rows of that array
+  (:class:`~timerl.runtime.rows_table.RowsTable`: a row is copied out only when a point read
+  needs it), so every other statement and the reference checks see the same store; slice
+  reads of a whole entry's rows take the stacked array itself (``Executor.stack_hints``).
 
 Values are those of the interpreted loop: the same ops on the same inputs, with XLA free
 to fuse across the statements (float results may differ in the last bits where XLA
@@ -143,6 +146,7 @@ class ScannedLoop:
             if n.op.kind is OpKind.MERGE:
                 m.branch_conds = [ex._node_expr((e.cond,), n, False) for e in edges]
             self.members.append(m)
+            ex.row_outputs.update((n.id, oid) for oid in range(len(n.outputs)))
         body_nodes = _flat(loop.body)
         inner = scope | {loop.var}
         self.frees = [ex._compile(c, inner) for c in body_nodes if _frees_only(c)]
@@ -365,9 +369,11 @@ class ScannedLoop:
         n = len(vals)
         for (k, oid), y in zip(stored, ys, strict=True):
             m = self.members[k]
-            rows = self.ex.backend.unstack(y)
-            for v, row in zip(vals, rows, strict=True):
-                store.put(m.node.id, oid, self._point_env(m, v)[0], row)
+            axis = len(m.node.batch)  # the scan's rows come after the batch dims
+            pts = [self._point_env(m, v)[0] for v in vals]
+            if not store.put_rows(m.node.id, oid, pts, y, axis):
+                for p, row in zip(pts, self.ex.backend.unstack(y, axis), strict=True):
+                    store.put(m.node.id, oid, p, row)
             self._hint(m, oid, peeled, vals, y)
         ex.exec_count += n * len(self.members)
         if self.frees:  # the body's frees (and their conditions), per iteration, after the scan
@@ -381,7 +387,7 @@ class ScannedLoop:
     def _hint(self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any) -> None:
         """Leave the rows of every iteration of this entry (peeled ones too) stacked for slice
         reads of them (``x[i, 0:T]``), when one coordinate of ``m``'s points counts up with
-        the loop and the others stay; the rows stay stored per point too."""
+        the loop and the others stay; ``ys`` holds the scanned rows after the batch dims."""
         hints = self.ex.stack_hints.get((m.node.id, oid))
         if hints is None:  # no slice read of it was planned
             return
@@ -396,7 +402,7 @@ class ScannedLoop:
         if peeled:  # joined on first use: no third copy of the rows unless a read needs them
             tab = self.ex.store.table(m.node.id, oid)
             head = [tab[self._point_env(m, v)[0]] for v in peeled]
-            hints[key] = (pts[0][k], len(allv), _Joined(head, ys))
+            hints[key] = (pts[0][k], len(allv), _Joined(head, ys, len(m.node.batch)))
         else:
             hints[key] = (pts[0][k], len(allv), ys)
 
@@ -440,6 +446,7 @@ class ScannedLoop:
         length: int,
     ) -> Callable[..., Any]:
         import jax
+        import jax.numpy as jnp
         from jax import lax
 
         be = self.ex.backend
@@ -484,18 +491,23 @@ class ScannedLoop:
             ys = tuple(vals[k * 16 + oid] for k, oid in stored)
             return (new_carry, tuple(states)), ys
 
+        axes = [len(members[k].node.batch) for k, _ in stored]
+
         def run(carry0: tuple[Any, ...], inv: tuple[Any, ...], xs: tuple[Any, ...], states0: tuple[Any, ...]):
             (_, states), ys = lax.scan(lambda c, x: step(c, x, inv), (carry0, states0), xs, length=length)
-            return states, ys
+            # rows after the batch dims, as the interpreter stacks points (``stack(xs, nb)``):
+            # slice reads of the whole rollout then take the array as it is
+            return states, tuple(jnp.moveaxis(y, 0, a) for y, a in zip(ys, axes, strict=True))
 
         return jax.jit(run)
 
 
 class _Joined:
-    """Peeled rows and the scan's stacked rows, concatenated when first read."""
+    """Peeled rows and the scan's stacked rows (after ``axis`` batch dims), concatenated
+    along ``axis`` when first read."""
 
-    def __init__(self, head: list[Any], tail: Any) -> None:
-        self.head, self.tail = head, tail
+    def __init__(self, head: list[Any], tail: Any, axis: int) -> None:
+        self.head, self.tail, self.axis = head, tail, axis
         self._full: Any = None
 
     def full(self) -> Any:
@@ -504,11 +516,12 @@ class _Joined:
         import numpy as np
 
         if self._full is None:
+            ax = self.axis
             if all(d.platform == "cpu" for d in self.tail.devices()):  # on the host: no compilation
-                rows = [np.asarray(x)[None] for x in self.head] + [np.asarray(self.tail)]
-                self._full = jax.device_put(np.concatenate(rows))
+                rows = [np.expand_dims(np.asarray(x), ax) for x in self.head] + [np.asarray(self.tail)]
+                self._full = jax.device_put(np.concatenate(rows, axis=ax))
             else:
-                self._full = jnp.concatenate([jnp.stack(self.head), self.tail])
+                self._full = jnp.concatenate([jnp.stack(self.head, axis=ax), self.tail], axis=ax)
             self.head, self.tail = [], None
         return self._full
 
