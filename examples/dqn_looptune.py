@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,16 +29,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import timerl as trl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
+from timerl.run import RunArgs, checkpoint_and_compile
 
 log = logging.getLogger("dqn")
 
 
 @dataclass
-class Args(CheckpointArgs):
+class Args(RunArgs):
     env_id: str = "looptune.mm"
     """environment id with its family prefix (e.g. looptune.mm, gym.CartPole-v1)"""
     measurer: str = ""
@@ -99,7 +95,7 @@ class Args(CheckpointArgs):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(Args, defaults, "DQN with prioritised replay as a timerl program")
+    return trl.run.parse_args(Args, defaults, "DQN with prioritised replay as a timerl program")
 
 
 # -- prioritised replay ---------------------------------------------------------------------
@@ -476,7 +472,7 @@ def build(
 
 
 def main(args: Args) -> list[float]:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     returns: dict[int, list[float]] = {}
     stats: dict[int, tuple[float, float]] = {}
     means: list[float] = []

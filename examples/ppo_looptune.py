@@ -8,21 +8,15 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import ppo  # examples/ppo.py, beside this file: the PPO program over any env
 
 import timerl as trl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo  # noqa: E402
 
 
 @dataclass
@@ -74,7 +68,7 @@ class Args(ppo.Args):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(Args, defaults, "LoopTune: PPO over loop-nest schedules, as a timerl program")
+    return trl.run.parse_args(Args, defaults, "LoopTune: PPO over loop-nest schedules, as a timerl program")
 
 
 def _subset(problems: list, n: int, seed: int) -> list:
@@ -212,7 +206,7 @@ def fresh_measurers(args: Args):
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     from timerl.envs.looptune import dataset, evaluate
 
     name = args.env_id.split(".", 1)[1]

@@ -10,29 +10,23 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ppo  # examples/ppo.py, beside this file: its clipped PPO loss
 
 import timerl as trl
 from timerl.envs.tiramisu.actions import NUM_ACTIONS
 from timerl.envs.tiramisu.features import MAX_NODES, NUM_FEATURES
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo  # noqa: E402
-from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
+from timerl.run import RunArgs, checkpoint_and_compile
 
 
 @dataclass
-class Args(CheckpointArgs):
+class Args(RunArgs):
     env_id: str = "tiramisu.benchmarks"
     """the program set: tiramisu.benchmarks (the paper trains and evaluates on them),
     tiramisu.random (generated nests), or one benchmark (tiramisu.mvt)"""
@@ -88,7 +82,7 @@ class Args(CheckpointArgs):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(
+    return trl.run.parse_args(
         Args, defaults, "Tiramisu-style loop optimisation: PPO + GATv2, as a timerl program"
     )
 
@@ -340,7 +334,7 @@ def greedy_rollouts(args: Args, weights: dict, programs: list, measurer=None) ->
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoints"

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Set
@@ -20,18 +19,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import ppo  # examples/ppo.py, beside this file: the PPO program over any env
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo  # noqa: E402
-
-from timerl.envs.release.cost_model import CostModel  # noqa: E402
-from timerl.envs.release.env import KnobEnv  # noqa: E402
-from timerl.envs.release.measure import TemplateMeasurer  # noqa: E402
-from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler  # noqa: E402
-from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited  # noqa: E402
-from timerl.envs.release.space import Config, KnobSpace, layer, template_space  # noqa: E402
-from timerl.envs.release.tuner import TuneResult, tune  # noqa: E402
+import timerl as trl
+from timerl.envs.release.cost_model import CostModel
+from timerl.envs.release.env import KnobEnv
+from timerl.envs.release.measure import TemplateMeasurer
+from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler
+from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited
+from timerl.envs.release.space import Config, KnobSpace, layer, template_space
+from timerl.envs.release.tuner import TuneResult, tune
 
 COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adaptive"))
 
@@ -113,7 +110,7 @@ class Args(ppo.Args):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(
+    return trl.run.parse_args(
         Args, defaults, "RELEASE: PPO search + adaptive sampling vs AutoTVM's SA + greedy"
     )
 
@@ -363,7 +360,7 @@ def run_metaschedule(args: Args, names: list[str]) -> list[dict]:
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     names = [n for n in args.workloads.split(",") if n]
     print(
