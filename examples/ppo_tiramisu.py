@@ -76,9 +76,9 @@ class Args(RunArgs):
     seed: int = 0
     """random seed"""
     progress: bool = True
-    """tqdm progress bar"""
+    """progress bar with the time left (off: as --quiet)"""
     out_dir: str = "runs/ppo_tiramisu"
-    """where checkpoints, the learning curve and results go"""
+    """where checkpoints, train.json, metrics.csv, TensorBoard events and learning_curve.png go"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
@@ -343,11 +343,8 @@ def main(args: Args) -> dict:
     args.checkpoint_dir = str(ckpt)
     returns: dict[int, list[float]] = {}
     means: list[float] = []
-    bar = None
-    if args.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.iterations, desc="training", unit="iter", dynamic_ncols=True)
+    quiet = args.quiet or not args.progress
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
     t0 = time.perf_counter()
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
@@ -355,19 +352,14 @@ def main(args: Args) -> dict:
         returns.setdefault(it, []).append(float(v[0]))
         if len(returns[it]) == args.num_envs:
             means.append(float(np.mean(returns[it])))
-            if bar is not None:
-                bar.set_postfix_str(f"mean return {means[-1]:.3f}")
-                bar.update(1)
-            else:
-                print(
-                    f"iter {it:4d} mean return {means[-1]:8.3f} time {time.perf_counter() - t0:6.0f}s",
-                    flush=True,
-                )
+            line = f"iter {it:4d} mean return {means[-1]:8.3f} time {time.perf_counter() - t0:6.0f}s"
+            assert run is not None
+            run.log(it, line if quiet else None, mean_return=means[-1], episodes=len(env.history))
 
     ex, env = build(args, log_fn)
+    run = trl.run.RunLog(out, args.iterations, "training", quiet)
     ex.execute()
-    if bar is not None:
-        bar.close()
+    run.close(curve="mean_return")
     train_s = time.perf_counter() - t0
     hist = env.history
     best = {}

@@ -104,9 +104,10 @@ class Args(ppo.Args):
     """also tune the matmul layers with TVM MetaSchedule for this many trials (0: off; needs
     pip install 'timerl[metaschedule]', whose xgboost wheel is ~0.5 GB; conv2d is not wired up)"""
     progress: bool = True
-    """tqdm progress bars"""
+    """a progress bar per tuning run (off: as --quiet)"""
     out_dir: str = "runs/release"
-    """where results.json and curves.png go"""
+    """where results.json and curves.png go; runs/<layer>/<combo>/seed<k>/ holds each tuning
+    run's metrics.csv, TensorBoard events and learning_curve.png (best GFLOPS)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
@@ -184,19 +185,23 @@ def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, li
                 if m_name == "greedy"
                 else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative)
             )
-            bar = _bar(args.budget, f"{name} {combo} seed {seed}") if args.progress else None
+            log = trl.run.RunLog(
+                Path(args.out_dir) / "runs" / name / combo / f"seed{seed}",
+                args.budget,
+                f"{name} {combo} seed {seed}",
+                quiet=args.quiet or not args.progress,
+            )
+            best = [0.0]
 
-            def tick(m, bar=bar) -> None:
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{m.gflops:.1f} GFLOPS")
+            def tick(m, log=log, best=best) -> None:
+                best[0] = max(best[0], m.gflops)
+                log.log(len(log.rows), measurements=len(log.rows) + 1, gflops=m.gflops, best_gflops=best[0])
 
             t0 = time.perf_counter()
             try:
                 r = tune(space, search, sampler, measurer, args.budget, seed, args.n_init, tick)
             finally:
-                if bar is not None:
-                    bar.close()
+                log.close(curve="best_gflops", x="measurements")
                 if isinstance(search, RLSearch):
                     search.close()
             results.setdefault(combo, []).append(r)
@@ -210,12 +215,6 @@ def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, li
                 time.perf_counter() - t0,
             )
     return results
-
-
-def _bar(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="meas", dynamic_ncols=True, leave=False)
 
 
 def retime(name: str, results: dict[str, list[TuneResult]], times: int) -> dict[str, list[float]]:
