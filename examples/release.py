@@ -157,6 +157,7 @@ class RLSearch:
             checkpoint_every=a.iterations,
             checkpoint_dir=self.dir,
             resume=self.dir if self.round else "",
+            show_schedule=a.show_schedule and self.round == 0,  # the program is the same each round
         )
         ex = ppo.build(run, lambda v, pt: None, env_fn)
         ex.execute()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 from dataclasses import dataclass
 
 import pytest
@@ -48,3 +49,15 @@ def test_field_docs_subclass_wins() -> None:
     assert docs["out_dir"] == "where the run goes"
     assert docs["lr"] == "Adam learning rate"
     assert docs["resume"].startswith("continue from a checkpoint")
+
+
+def test_show_schedule_writes_the_picture_into_the_run_directory(tmp_path, caplog) -> None:
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        (trl.as_tensor(t) + trl.as_tensor(i)).sink(lambda v, pt: None)
+    args = _Args(out_dir=str(tmp_path), show_schedule=True, backend="torch")
+    with caplog.at_level(logging.INFO, logger="timerl.run"):
+        ex = trl.run.checkpoint_and_compile(ctx, args, None, i, {I: 2, T: 3})
+    assert (tmp_path / "schedule.txt").stat().st_size > 0 and (tmp_path / "schedule.png").stat().st_size > 0
+    assert "for i (" in caplog.text and str(tmp_path / "schedule.png") in caplog.text
+    ex.execute()

@@ -5,9 +5,14 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timerl.run._args import RunArgs
+
+if TYPE_CHECKING:
+    from timerl.compile import Executor
+    from timerl.rt.context import Context
+    from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.run")
 
@@ -19,7 +24,9 @@ def setup_logging(level: int = logging.WARNING) -> None:
     log.setLevel(logging.INFO)
 
 
-def checkpoint_and_compile(ctx: Any, args: RunArgs, dnn: Any, i: Any, bounds: dict, **options: Any) -> Any:
+def checkpoint_and_compile(
+    ctx: Context, args: RunArgs, dnn: Any, i: Sym, bounds: dict[Sym, Any], **options: Any
+) -> Executor:
     """``ctx.compile(bounds, backend=args.backend, seed=args.seed, **options)`` with the run
     flags applied: with ``--checkpoint-every K`` the program checkpoints (``dnn``'s params
     and all carried state) after every K-th iteration of dim ``i``, with ``--resume`` it
@@ -37,7 +44,7 @@ def checkpoint_and_compile(ctx: Any, args: RunArgs, dnn: Any, i: Any, bounds: di
     return ex
 
 
-def show_schedule(executor: Any, path: str | Path) -> tuple[Path, Path]:
+def show_schedule(executor: Executor, path: str | Path) -> tuple[Path, Path]:
     """Write ``executor``'s schedule picture (``<path>.txt``, ``<path>.png``) and log its outline."""
     from timerl.schedule.picture import outline
 
