@@ -47,7 +47,7 @@ class RunLog:
                 self.bar.write(line)
         self.bar.update(1)
         if "mean_return" in metrics:
-            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.1f}")
+            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.4g}")
 
     def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
         """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
