@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from timerl.errors import TimeRLError
@@ -102,6 +103,16 @@ class Executor:
     def pretty(self) -> str:
         """The PDG and the schedule's AST, for debugging."""
         return f"{self.pdg.pretty()}\n\n{self.schedule.pretty()}"
+
+    def plot_schedule(self, path: str | Path) -> tuple[Path, Path]:
+        """A picture of the schedule: ``<path>.txt`` holds the loop nest (each loop named by
+        the dim it walks) with the statements it runs in order, summarised by the source
+        lines that defined them, then the full listing with every statement named;
+        ``<path>.png`` draws the loop nest as nested boxes. Returns both paths
+        (:mod:`timerl.schedule.picture`)."""
+        from timerl.schedule.picture import write_picture
+
+        return write_picture(self.pdg, self.schedule.ast, path)
 
 
 def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) -> PDG:

@@ -77,6 +77,7 @@ from timerl.runtime.common import (
     point_seed,
     udf_dlpack_outputs,
     udf_outputs,
+    user_code_error,
 )
 from timerl.runtime.fusion import make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
@@ -730,9 +731,7 @@ class Executor:
                 try:
                     res = fn(ins, pd)
                 except Exception as exc:
-                    raise RuntimeExecutionError(
-                        f"UDF {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
-                    ) from exc
+                    raise user_code_error("UDF", node, exc, pd) from exc
                 if dlpack:
                     for k, x in enumerate(udf_dlpack_outputs(node, res, pd, be)):
                         put(nid, k, point, x)
@@ -749,9 +748,7 @@ class Executor:
                 try:
                     fn(x, pd)
                 except Exception as exc:
-                    raise RuntimeExecutionError(
-                        f"sink {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
-                    ) from exc
+                    raise user_code_error("sink", node, exc, pd) from exc
 
         elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and op.attr("point_dims", ()):
             seed, order = self.seed, [s for s, _ in self.pdg.dims]
