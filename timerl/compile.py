@@ -30,10 +30,9 @@ class CompileOptions:
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
-    # JAX: a static loop whose statements are all traceable runs as one lax.scan. Off by default:
-    # at low load PPO on gymnax ran 0.43 s per iteration with it vs 0.34 s without (its outputs
-    # are copied into per-point rows); see docs/status.md
-    scan_loops: bool = False
+    # JAX: a static loop whose statements are all traceable runs as one lax.scan (its outputs
+    # kept as rows of the stacked arrays); see runtime/scan.py and docs/performance.md
+    scan_loops: bool = True
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = False  # free each read point after its last reader (frees placed by isl)
