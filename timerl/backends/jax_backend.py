@@ -247,7 +247,7 @@ class JaxBackend(AbstractBackend):
             return super().unstack(rows, axis)
         a = np.asarray(rows)
         return [
-            jax.device_put(np.ascontiguousarray(a[(slice(None),) * axis + (k,)]))
+            jax.device_put(np.array(a[(slice(None),) * axis + (k,)], order="C"))  # 0-d rows stay 0-d
             for k in range(a.shape[axis])
         ]
 
