@@ -78,6 +78,21 @@ def test_mask(measurer) -> None:
     assert np.all(legal <= structural)
 
 
+def test_mask_hides_the_action_that_undoes_the_previous_one(measurer) -> None:
+    st = _state([bm.cvtcolor(16, 16)], measurer)  # no dependences: every permutation is legal
+    st.reset({"i": 0})
+    assert st.mask(legal=True)[0][A["I(0,1)"]] == 1.0
+    st.step(np.array([A["I(0,1)"]]))
+    assert st.episodes[0].sched.key != st.episodes[0].task.initial.key
+    for legal in (False, True):
+        m = st.mask(legal=legal)[0]
+        assert m[A["I(0,1)"]] == 0.0  # would restore the untransformed schedule
+        assert m[A["R(1)"]] == 1.0
+    st.step(np.array([A["R(1)"]]))
+    m = st.mask(legal=False)[0]
+    assert m[A["I(0,1)"]] == 1.0 and m[A["R(1)"]] == 0.0
+
+
 def test_graph_state() -> None:
     p = bm.doitgen(2, 2, 3)
     x, adj, mask = graph(initial_schedule(p), focus=1)
