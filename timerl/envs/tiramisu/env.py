@@ -48,7 +48,7 @@ from timerl.rt.tensor import RecurrentTensor
 from timerl.rt.udf import UDFFn
 from timerl.symbolic import Sym
 
-__all__ = ["PENALTY", "EpisodeRecord", "TiramisuEnv", "TiramisuTask", "programs_of", "undoes"]
+__all__ = ["PENALTY", "EpisodeRecord", "TiramisuEnv", "TiramisuTask", "programs_of"]
 
 log = logging.getLogger("timerl.envs.tiramisu")
 
@@ -126,7 +126,7 @@ class _Episode:
         self.best, self.best_t = self.sched, self.t
         self.branch = 0
         self.actions: list[int] = []
-        self.last_applied = -1  # the last action that changed the schedule on this branch
+        self.visited = {self.sched.key}  # schedules of this episode (the mask hides returns)
         self.done = False
 
     def record(self) -> EpisodeRecord:
@@ -190,7 +190,6 @@ class _TiramisuState:
             raise RuntimeExecutionError(f"env {self.env_id}: action {a} outside 0..{NUM_ACTIONS - 1}")
         ep.actions.append(a)
         if a == NEXT:
-            ep.last_applied = -1
             ep.branch += 1
             if ep.branch >= len(ep.task.program.branches):
                 ep.done = True
@@ -219,7 +218,7 @@ class _TiramisuState:
             return PENALTY
         r = math.log(ep.t / t, 4)
         ep.sched, ep.t = new, t
-        ep.last_applied = a
+        ep.visited.add(new.key)
         if t < ep.best_t:
             ep.best, ep.best_t = new, t
         return r
@@ -257,19 +256,10 @@ class _TiramisuState:
             for a in range(NUM_ACTIONS):
                 if a == NEXT:
                     out[e, a] = 1.0
-                elif undoes(ep.last_applied, a):
-                    out[e, a] = 0.0
-                elif legal:
-                    out[e, a] = float(ep.task.try_action(ep.sched, ep.branch, a) is not None)
-                else:
-                    out[e, a] = float(apply_action(ep.sched, ep.branch, a) is not None)
+                    continue
+                new = (ep.task.try_action if legal else apply_action)(ep.sched, ep.branch, a)
+                out[e, a] = float(new is not None and new.key not in ep.visited)
         return out
-
-
-def undoes(prev: int, a: int) -> bool:
-    """Action ``a`` right after ``prev`` (on the same branch) restores the schedule before
-    ``prev``: a repeated interchange I(l, l+1) or reversal R(l)."""
-    return a == prev and ACTIONS[a].kind in "IR"
 
 
 class _MaskFn(UDFFn):
@@ -326,8 +316,9 @@ class TiramisuEnv(GymEnv):
 
     def action_mask(self, obs: RecurrentTensor, legal: bool = False) -> RecurrentTensor:
         """``1.0`` for the actions that apply to each env's state (``legal=True``: that are
-        also legal, a dependence check per action) and do not undo the previous action
-        (:func:`undoes`), ``0.0`` else; float32 ``(56,)`` per
+        also legal, a dependence check per action) and lead to a schedule not yet visited
+        in the episode (no undoing I(l,l+1) or R(l), no toggling between unroll factors),
+        ``0.0`` else; float32 ``(56,)`` per
         point of ``obs`` (computed after the step that made ``obs``)."""
         return self._action_mask_udf(_MaskFn(self._state, legal), NUM_ACTIONS, obs)
 
