@@ -1,7 +1,9 @@
 # Evaluation of the Tiramisu-style agent (papers/tiramisu_rl.txt §4.2.2, Fig. 4.4/4.5):
 # per benchmark, the speedup over the untransformed program (both gcc -O3) of the trained
-# policy's greedy schedule, of a beam search with the same number of measurements, and of
-# the best of random schedules with the same number again; geomean table and bar plot.
+# policy's greedy episode (the fastest schedule it measured, as the searches report theirs;
+# column agent_last: its last schedule), of a beam search with the same number of
+# measurements, and of the best of random schedules with the same number again; geomean
+# table and bar plot.
 # Every reported speedup is measured again by fresh measurers (no cache): the median of
 # --remeasure paired runs against the untransformed binary.
 from __future__ import annotations
@@ -17,10 +19,10 @@ import ppo_tiramisu  # examples/ppo_tiramisu.py, beside this file: the agent's n
 
 import timerl as trl
 from timerl.envs.tiramisu.actions import NEXT
-from timerl.envs.tiramisu.benchmarks import benchmark, benchmark_names
+from timerl.envs.tiramisu.benchmarks import HAND_SCHEDULES, benchmark, benchmark_names
 from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.measure import Measurer
-from timerl.envs.tiramisu.search import beam_search, random_search
+from timerl.envs.tiramisu.search import apply_sequence, beam_search, random_search
 
 
 @dataclass
@@ -41,13 +43,18 @@ class Args:
     """OpenMP threads (0: the CPU count)"""
     seed: int = 0
     """seed of the random search"""
+    hand: bool = True
+    """also re-measure the hand-written schedules of benchmarks.HAND_SCHEDULES (column hand:
+    the best of them; the action space's ceiling as far as it is known)"""
     out_dir: str = ""
     """where results.json, results.md and speedups.png go (default: run_dir)"""
 
 
 def replay(task: TiramisuTask, actions: tuple[int, ...]):
-    """The schedule at the end of an episode and the distinct schedules it measured."""
+    """``(last, best, n)``: the schedule at the end of an episode, the fastest one it
+    measured (by the shared measurer's cached times) and the distinct schedules measured."""
     s, br, seen = task.initial, 0, {task.initial.key}
+    best, best_t = s, task.seconds(s)
     for a in actions:
         if a == NEXT:
             br += 1
@@ -55,10 +62,12 @@ def replay(task: TiramisuTask, actions: tuple[int, ...]):
                 break
             continue
         new = task.try_action(s, br, a)
-        if new is not None and math.isfinite(task.seconds(new)):
+        if new is not None and math.isfinite(t := task.seconds(new)):
             seen.add(new.key)
             s = new
-    return s, len(seen)
+            if t < best_t:
+                best, best_t = new, t
+    return s, best, len(seen)
 
 
 def fresh_speedup(sched, n: int, threads: int | None) -> float:
@@ -119,10 +128,16 @@ def main(args: Args) -> dict:
         weights = ppo_tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
         recs = ppo_tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
         for rec, p in zip(recs, programs, strict=True):
-            sched, n = replay(tasks[p.name], rec.actions)
+            last, best, n = replay(tasks[p.name], rec.actions)
             used[p.name] = n
-            rows[p.name]["agent"] = fresh_speedup(sched, args.remeasure, threads)
-            rows[p.name]["agent_schedule"] = sched.key
+            rows[p.name]["agent"] = fresh_speedup(best, args.remeasure, threads)
+            rows[p.name]["agent_last"] = (
+                rows[p.name]["agent"]
+                if last.key == best.key
+                else fresh_speedup(last, args.remeasure, threads)
+            )
+            rows[p.name]["agent_schedule"] = best.key
+            rows[p.name]["agent_last_schedule"] = last.key
             rows[p.name]["agent_actions"] = list(rec.actions)
     agent_s = time.perf_counter() - t0
     for n in names:
@@ -134,6 +149,12 @@ def main(args: Args) -> dict:
         rows[n]["random"] = fresh_speedup(r.best, args.remeasure, threads)
         rows[n]["beam_schedule"], rows[n]["random_schedule"] = b.best.key, r.best.key
         rows[n]["untransformed_ms"] = 1e3 * measurer.base_seconds(tasks[n].program)
+        if args.hand and n in HAND_SCHEDULES:
+            hand = [
+                (fresh_speedup(apply_sequence(tasks[n], h), args.remeasure, threads), h)
+                for h in HAND_SCHEDULES[n]
+            ]
+            rows[n]["hand"], rows[n]["hand_schedule"] = max(hand)
         if args.ceiling_budget > 0:
             c = args.ceiling_budget
             bc = beam_search(tasks[n], c, width=args.beam_width)
@@ -147,10 +168,12 @@ def main(args: Args) -> dict:
                 f"{k} {rows[n][k]:.2f}x"
                 for k in (
                     "agent",
+                    "agent_last",
                     "beam",
                     "random",
                     f"beam@{args.ceiling_budget}",
                     f"random@{args.ceiling_budget}",
+                    "hand",
                 )
                 if k in rows[n]
             ),
@@ -160,7 +183,11 @@ def main(args: Args) -> dict:
     extra = (
         [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []
     )
-    methods = [k for k in ("agent", "beam", "random", *extra) if all(k in r for r in rows.values())]
+    methods = [
+        k
+        for k in ("agent", "agent_last", "beam", "random", *extra, "hand")
+        if all(k in r for r in rows.values())
+    ]
     geo = {k: geomean([rows[n][k] for n in names]) for k in methods}
     lines = [
         "| benchmark | -O3 ms | measurements | " + " | ".join(methods) + " |",

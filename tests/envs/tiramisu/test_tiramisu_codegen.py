@@ -96,3 +96,21 @@ def test_generated_programs_compile_and_match(measurer) -> None:
         assert measurer.measure(initial_schedule(p)).ok
     assert len(names) == 6 and all(n.startswith("gen123_") for n in names)
     assert random_program(123, 2) == random_program(123, 2)  # seeded
+
+
+def test_schedules_with_the_same_code_share_one_measurement(tmp_path) -> None:
+    """Tiles larger than the loops give the same C code whatever their sizes: the second
+    schedule is neither compiled nor run, also by a new measurer reading the disk cache."""
+    p = bm.jacobi2d(3, 24)
+    s0 = sc.initial_schedule(p)
+    a = sc.tile(sc.tile(s0, 0, 1, 32, 32), 1, 1, 32, 32)
+    b = sc.tile(sc.tile(s0, 0, 1, 64, 64), 1, 1, 64, 64)
+    assert a.key != b.key and kernel_c(a) == kernel_c(b) != kernel_c(s0)
+    m = Measurer(tmp_path, threads=1)
+    ta = m.seconds(a)
+    compiles, runs = m.compiles, m.runs
+    assert m.seconds(b) == ta and (m.compiles, m.runs) == (compiles, runs) and m.source_hits == 1
+    m2 = Measurer(tmp_path, threads=1)
+    c = sc.tile(sc.tile(s0, 0, 1, 128, 128), 1, 1, 128, 128)
+    assert m2.seconds(c) == ta and m2.source_hits == 1
+    assert m2.runs == 1  # the reference run of the untransformed program only

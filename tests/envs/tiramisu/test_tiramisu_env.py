@@ -78,6 +78,25 @@ def test_mask(measurer) -> None:
     assert np.all(legal <= structural)
 
 
+def test_mask_hides_actions_that_return_to_a_visited_schedule(measurer) -> None:
+    st = _state([bm.cvtcolor(16, 16)], measurer)  # no dependences: every permutation is legal
+    st.reset({"i": 0})
+    assert st.mask(legal=True)[0][A["I(0,1)"]] == 1.0
+    st.step(np.array([A["I(0,1)"]]))
+    assert st.episodes[0].sched.key != st.episodes[0].task.initial.key
+    for legal in (False, True):
+        m = st.mask(legal=legal)[0]
+        assert m[A["I(0,1)"]] == 0.0  # would restore the untransformed schedule
+        assert m[A["R(1)"]] == 1.0
+    st.step(np.array([A["R(1)"]]))
+    m = st.mask(legal=False)[0]
+    assert m[A["I(0,1)"]] == 1.0 and m[A["R(1)"]] == 0.0
+    st.step(np.array([A["U(32)"]]))
+    st.step(np.array([A["U(16)"]]))
+    m = st.mask(legal=False)[0]
+    assert m[A["U(32)"]] == 0.0 and m[A["U(8)"]] == 1.0  # no toggling back to a visited schedule
+
+
 def test_graph_state() -> None:
     p = bm.doitgen(2, 2, 3)
     x, adj, mask = graph(initial_schedule(p), focus=1)

@@ -126,6 +126,7 @@ class _Episode:
         self.best, self.best_t = self.sched, self.t
         self.branch = 0
         self.actions: list[int] = []
+        self.visited = {self.sched.key}  # schedules of this episode (the mask hides returns)
         self.done = False
 
     def record(self) -> EpisodeRecord:
@@ -217,6 +218,7 @@ class _TiramisuState:
             return PENALTY
         r = math.log(ep.t / t, 4)
         ep.sched, ep.t = new, t
+        ep.visited.add(new.key)
         if t < ep.best_t:
             ep.best, ep.best_t = new, t
         return r
@@ -254,10 +256,9 @@ class _TiramisuState:
             for a in range(NUM_ACTIONS):
                 if a == NEXT:
                     out[e, a] = 1.0
-                elif legal:
-                    out[e, a] = float(ep.task.try_action(ep.sched, ep.branch, a) is not None)
-                else:
-                    out[e, a] = float(apply_action(ep.sched, ep.branch, a) is not None)
+                    continue
+                new = (ep.task.try_action if legal else apply_action)(ep.sched, ep.branch, a)
+                out[e, a] = float(new is not None and new.key not in ep.visited)
         return out
 
 
@@ -315,7 +316,9 @@ class TiramisuEnv(GymEnv):
 
     def action_mask(self, obs: RecurrentTensor, legal: bool = False) -> RecurrentTensor:
         """``1.0`` for the actions that apply to each env's state (``legal=True``: that are
-        also legal, a dependence check per action), ``0.0`` else; float32 ``(56,)`` per
+        also legal, a dependence check per action) and lead to a schedule not yet visited
+        in the episode (no undoing I(l,l+1) or R(l), no toggling between unroll factors),
+        ``0.0`` else; float32 ``(56,)`` per
         point of ``obs`` (computed after the step that made ``obs``)."""
         return self._action_mask_udf(_MaskFn(self._state, legal), NUM_ACTIONS, obs)
 

@@ -5,9 +5,12 @@
 and flags), runs it once to compare the output arrays with the untransformed program's
 (``rtol`` relative to the largest reference value), then takes the median of ``reps``
 timed runs. Results are cached in memory and in a JSON-lines file keyed by the
-schedule key and the thread count. A schedule that fails to compile, crashes, times out
-or computes a wrong result measures ``inf`` seconds and is logged (never raised): the
-environment penalises it.
+schedule key and the thread count, and by the hash of the generated program: schedules
+that isl turns into the same C code (tiles larger than their loops, ...) share one
+measurement instead of being compiled and timed again, and one whose kernel is the
+untransformed one measures the untransformed time. A schedule that fails to compile,
+crashes, times out or computes a wrong result measures ``inf`` seconds and is logged
+(never raised): the environment penalises it.
 
 Timing rules (``shared/notes/loop_envs.md``): one measuring process at a time, and
 enough repeats that a run's total is ~0.1 s (3..15 repeats).
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from timerl.envs.tiramisu.codegen import program_c
+from timerl.envs.tiramisu.codegen import kernel_c, program_c
 from timerl.envs.tiramisu.program import Program
 from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
 from timerl.errors import TimeRLError
@@ -88,6 +91,8 @@ class Measurer:
         self.timeout = timeout
         self.target_seconds = target_seconds
         self._mem: dict[str, Measurement] = {}
+        self._by_src: dict[str, Measurement] = {}  # source hash @ threads -> measurement
+        self.source_hits = 0
         self._refs: dict[str, np.ndarray] = {}
         self._base: dict[str, float] = {}
         self.compiles = 0
@@ -98,16 +103,23 @@ class Measurer:
             for line in self._db.read_text().splitlines():
                 try:
                     rec = json.loads(line)
-                    self._mem[rec["key"]] = Measurement(float(rec["seconds"]), rec.get("error", ""))
+                    m = Measurement(float(rec["seconds"]), rec.get("error", ""))
+                    self._mem[rec["key"]] = m
+                    if rec.get("src"):
+                        self._by_src[rec["src"]] = m
                 except (ValueError, KeyError):
                     continue
 
     # -- compile and run ---------------------------------------------------------------
-    def compile(self, sched: Schedule, baseline: Schedule | None = None) -> Path:
-        """The binary of ``sched`` (timed against ``baseline`` if given; compiled unless
-        cached). Raises TimeRLError on failure."""
-        src = program_c(sched, baseline)
-        h = hashlib.sha256((src + " ".join(CFLAGS)).encode()).hexdigest()[:24]
+    @staticmethod
+    def _hash(src: str) -> str:
+        return hashlib.sha256((src + " ".join(CFLAGS)).encode()).hexdigest()[:24]
+
+    def compile(self, sched: Schedule, baseline: Schedule | None = None, src: str | None = None) -> Path:
+        """The binary of ``sched`` (timed against ``baseline`` if given; ``src``: its
+        :func:`program_c` if already made; compiled unless cached). Raises TimeRLError on failure."""
+        src = program_c(sched, baseline) if src is None else src
+        h = self._hash(src)
         exe = self.dir / "bin" / f"{sched.program.uid}-{h}"
         if exe.exists():
             return exe
@@ -172,12 +184,20 @@ class Measurer:
             return hit
         t0 = time.perf_counter()
         initial = initial_schedule(sched.program)
+        src_key = ""
         try:
             ref = self.reference(sched.program)
-            if sched.key == initial.key:
+            src = program_c(sched, initial) if sched.key != initial.key else ""
+            src_key = f"{self._hash(src)}@{self.threads}" if src else ""
+            if not src or kernel_c(sched) == kernel_c(initial):  # the untransformed code
                 m = Measurement(self._base[sched.program.uid])
+                if src:
+                    self.source_hits += 1
+            elif src_key in self._by_src:
+                m = self._by_src[src_key]
+                self.source_hits += 1
             else:
-                exe = self.compile(sched, baseline=initial)
+                exe = self.compile(sched, baseline=initial, src=src)
                 data, times = self._run(exe, self._reps(sched.program))
                 scale = float(np.max(np.abs(ref))) if ref.size else 1.0
                 if data.shape != ref.shape or not np.allclose(
@@ -192,9 +212,12 @@ class Measurer:
             m = Measurement(math.inf, str(e)[:300])
         self.seconds_spent += time.perf_counter() - t0
         self._mem[key] = m
+        if src_key:
+            self._by_src.setdefault(src_key, m)
         if self.disk_cache:
+            rec = {"key": key, "seconds": m.seconds, "error": m.error, "src": src_key}
             with self._db.open("a") as f:
-                f.write(json.dumps({"key": key, "seconds": m.seconds, "error": m.error}) + "\n")
+                f.write(json.dumps(rec) + "\n")
         return m
 
     def seconds(self, sched: Schedule) -> float:

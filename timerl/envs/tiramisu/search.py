@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from timerl.envs.tiramisu.actions import NEXT, NUM_ACTIONS, apply_action
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS, apply_action
 from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.schedule import Schedule
+from timerl.errors import TimeRLError
 
-__all__ = ["SearchResult", "beam_search", "random_search"]
+__all__ = ["SearchResult", "apply_sequence", "beam_search", "random_search"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,24 @@ class SearchResult:
     @property
     def speedup(self) -> float:
         return self.initial_seconds / self.best_seconds
+
+
+def apply_sequence(task: TiramisuTask, spec: str) -> Schedule:
+    """The schedule after ``spec``, whitespace-separated ``branch:action`` tokens (action
+    names as :attr:`.actions.Action.name`, e.g. ``"1:I(2,3) 1:U(8)"``), each checked for
+    legality; raises TimeRLError naming the first token that is unknown, does not apply
+    or is illegal. Nothing is measured."""
+    by_name = {a.name: k for k, a in enumerate(ACTIONS)}
+    s = task.initial
+    for tok in spec.split():
+        br, _, name = tok.partition(":")
+        if name not in by_name or not br.isdigit() or int(br) >= len(task.program.branches):
+            raise TimeRLError(f"{task.program.name}: bad schedule token {tok!r} in {spec!r}")
+        new = task.try_action(s, int(br), by_name[name])
+        if new is None:
+            raise TimeRLError(f"{task.program.name}: {tok} does not apply or is illegal in {spec!r}")
+        s = new
+    return s
 
 
 class _Budget:
