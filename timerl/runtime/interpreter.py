@@ -393,7 +393,7 @@ class Executor:
             db = self._dyn[b]
             kf = None
             for st in walk(sub):
-                if not isinstance(st, Exec):
+                if not isinstance(st, (Exec, Dealloc)):  # a free's point names its episode too
                     continue
                 dom = self.pdg.nodes[st.node].domain
                 if not set(db.enclosing) <= set(dom):
