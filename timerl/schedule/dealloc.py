@@ -7,10 +7,14 @@ added after the last reader of each point.
 
 1. **Uses.** ``uses_X``: ``F_X[p] -> C[q]`` for every data edge ``C[q] <- X[phi(q)]``
    (the inverted dependence map, ``phi^-1``), with clustered nodes read through their
-   cluster's statement. A point of ``X`` over a dynamic dim ``t`` also counts ``T``'s
-   setter ``Z[e, t]`` as a use: whether ``X[.., t, ..]`` has a later reader (``x[t + 1]``
-   exists only if ``t + 1 < T``) is known only once ``Z`` ran at ``t``, so the free waits
-   for it (otherwise isl guards it by ``t + 1 == T`` before ``T`` is known).
+   cluster's statement. Under a dynamic bound ``T`` (per enclosing point ``e``, set by
+   ``Z[e, t]``), the frees of ``X[p]`` (``X`` over ``e``) also use every setter point
+   ``Z[e, s]`` before which ``p``'s readers are not determined: two values of ``T`` that
+   the runtime cannot tell apart before ``Z[e, s]`` give ``p`` different readers
+   (:func:`_bound_waits`). ``x[t]`` read by ``x[t + 1]`` waits for ``Z[e, t]``,
+   ``x[p]`` read at ``t // 2`` for ``Z[e, 2 p]``, ``a[e]`` read along ``t < T - 1`` for
+   ``Z[e, T - 1]``; otherwise isl guards the free by ``t + 1 == T``, ``T <= 2 p`` or
+   ``T == 1`` where ``T`` is not known yet.
 2. **Last use.** With the compute schedule ``theta`` (restricted to the domain and to the
    run's parameters), ``last = lexmax(uses . theta)`` and
    ``U = last . theta^-1 & uses``: each point with its last reader's instance.
