@@ -36,8 +36,8 @@ precede ``t`` in the SET_SYMBOL node's domain (``(i,)`` for an episode bound). R
   (a loop init/cond, an ``If``, an ``Exec``/``Dealloc`` point) is decided once, when the
   AST is compiled: the first ``Exec`` or ``Dealloc`` below the site of a node having all
   enclosing dims (``reset(c0)``, ``step(c0, c1)``, ``free g(c0, T - 1 - c1)``) gives the
-  enclosing coordinates as expressions in the counters in scope (``i = c0`` for ``for (c1 = 0; c1 < T; ...)``
-  inside ``for c0``). So ``T`` "resets" exactly when the enclosing counters move to an
+  enclosing coordinates as expressions in the counters in scope (``i = c0`` for
+  ``for (c1 = 0; c1 < T; ...)`` inside ``for c0``). So ``T`` "resets" exactly when the enclosing counters move to an
   episode whose ``T`` is not known yet, and a schedule that acts for every episode in one
   ``i`` loop and learns in a second one still reads each episode's own ``T``.
   Fallback, for a site without such a statement below it: the *current* enclosing point,

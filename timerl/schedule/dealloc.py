@@ -144,7 +144,9 @@ def _bound_waits(
 
     pdg, stmt = req.pdg, req.stmt_of
     bound, t, zid = setter
-    name = next(n for n, b in prog.param_syms.items() if b == bound)
+    name = next((n for n, b in prog.param_syms.items() if b == bound), None)
+    if name is None:  # the bound does not reach isl (no statement uses it)
+        return isl.UnionMap.empty(reads.get_space())
     a, b = _renamed(reads, name, _WAIT_A), _renamed(reads, name, _WAIT_B)
     exists = isl.UnionSet.from_set(prog.node_domain(x_stmt).set_tuple_name(free_name(k)))
     differ = (
