@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,16 +29,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import timerl as trl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
+from timerl.run import RunArgs, checkpoint_and_compile
 
 log = logging.getLogger("dqn")
 
 
 @dataclass
-class Args(CheckpointArgs):
+class Args(RunArgs):
     env_id: str = "looptune.mm"
     """environment id with its family prefix (e.g. looptune.mm, gym.CartPole-v1)"""
     measurer: str = ""
@@ -55,7 +51,8 @@ class Args(CheckpointArgs):
     remeasure: int = 3
     """looptune only: report the untuned and tuned schedules as the best of this many fresh measurers"""
     out_dir: str = "runs/dqn_looptune"
-    """looptune only: where the checkpoint, results and plots go"""
+    """run directory: metrics.csv, TensorBoard events, learning_curve.png; on LoopTune also
+    the checkpoint, results and plots"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 4
@@ -99,7 +96,7 @@ class Args(CheckpointArgs):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(Args, defaults, "DQN with prioritised replay as a timerl program")
+    return trl.run.parse_args(Args, defaults, "DQN with prioritised replay as a timerl program")
 
 
 # -- prioritised replay ---------------------------------------------------------------------
@@ -476,23 +473,25 @@ def build(
 
 
 def main(args: Args) -> list[float]:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     returns: dict[int, list[float]] = {}
     stats: dict[int, tuple[float, float]] = {}
     means: list[float] = []
     t0 = time.perf_counter()
     steps = 0
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def report(it: int) -> None:
         if len(returns.get(it, ())) == args.num_envs and it in stats:
             m = float(np.mean(returns[it]))
             means.append(m)
             loss, eps = stats[it]
-            print(
+            line = (
                 f"iter {it:4d}  mean return {m:9.3f}  best actor {max(returns[it]):9.3f}  eps {eps:5.3f}  "
-                f"loss {loss:8.4f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s",
-                flush=True,
+                f"loss {loss:8.4f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
             )
+            assert run is not None
+            run.log(it, line, mean_return=m, best_actor=max(returns[it]), eps=eps, loss=loss, env_steps=steps)
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
         nonlocal steps
@@ -516,7 +515,9 @@ def main(args: Args) -> list[float]:
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations "
         f"of {args.env_id} on {args.backend}"
     )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"DQN {args.env_id}", args.quiet)
     ex.execute()
+    run.close(curve="mean_return", x="env_steps")
     if looptune:
         from timerl.looptune import Policy
 
@@ -546,7 +547,7 @@ def evaluate_looptune(args: Args, means: list[float], train_s: float) -> Any:
     print(f"trained in {train_s:.0f}s; tuning {len(test)} test problems with the greedy Q-policy", flush=True)
     tuners = {"dqn": evaluate.policy_rollout_tuner(policy, fresh(), reference)}
     meta = {"args": asdict(args), "train_seconds": train_s, "mean_returns": means}
-    report = evaluate.evaluate(test, tuners, reference, meta=meta, progress=True)
+    report = evaluate.evaluate(test, tuners, reference, meta=meta, progress=not args.quiet)
     paths = evaluate.write_report(report, args.out_dir)
     print(evaluate.format_summary(report))
     print(f"results: {paths['results.csv']}, plots: {paths['fig8.png']}, {paths['fig9.png']}")

@@ -7,23 +7,17 @@
 # (CleanRL's minibatches, taken as rows), episodic over the steps t with t % M == m.
 from __future__ import annotations
 
-import logging
-import os
-import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 import timerl as trl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
+from timerl.run import RunArgs, checkpoint_and_compile
 
 
 @dataclass
-class Args(CheckpointArgs):
+class Args(RunArgs):
     env_id: str = "CartPole-v1"
     """the environment: a gymnasium id, brax.<name>, gymnax.<id> or looptune.<dataset>"""
     backend: str = "jax"
@@ -75,14 +69,12 @@ class Args(CheckpointArgs):
     """build the (i, e, m) program even for one epoch and one minibatch (a check of it)"""
     out_dir: str = "runs/ppo"
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
-    quiet: bool = False
-    """no progress bar (the per-iteration lines are still printed)"""
     seed: int = 0
     """random seed"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(Args, defaults, "PPO with GAE as a timerl program")
+    return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program")
 
 
 def _gae(args: Args, b, i, t, T, v, r, d):
@@ -301,7 +293,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None, **options):
 
 
 def main(args: Args, env_fn=make_env) -> list[float]:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     if args.num_steps > 0:
         return main_fixed(args, env_fn)
     returns: dict[int, list[float]] = {}

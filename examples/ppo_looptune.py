@@ -8,21 +8,15 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import ppo  # examples/ppo.py, beside this file: the PPO program over any env
 
 import timerl as trl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo  # noqa: E402
 
 
 @dataclass
@@ -70,11 +64,12 @@ class Args(ppo.Args):
     progress: bool = True
     """progress bars with the time left (tqdm) instead of one line per iteration"""
     out_dir: str = "runs/ppo_looptune"
-    """where the policy checkpoint, results (CSV/JSON) and plots go"""
+    """where the policy checkpoint, results (CSV/JSON), plots and the training metrics
+    (metrics.csv, TensorBoard events) go"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(Args, defaults, "LoopTune: PPO over loop-nest schedules, as a timerl program")
+    return trl.run.parse_args(Args, defaults, "LoopTune: PPO over loop-nest schedules, as a timerl program")
 
 
 def _subset(problems: list, n: int, seed: int) -> list:
@@ -152,7 +147,8 @@ def train(args: Args, problems: list) -> tuple[list[float], list[float]]:
 
     returns: dict[int, list[float]] = {}
     means: list[float] = []
-    bar = _bar(args.iterations, "training", "iter") if args.progress else None
+    quiet = args.quiet or not args.progress
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
     t0 = time.perf_counter()
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
@@ -160,27 +156,19 @@ def train(args: Args, problems: list) -> tuple[list[float], list[float]]:
         returns.setdefault(it, []).append(float(v[0]))
         if len(returns[it]) == args.num_envs:
             means.append(float(np.mean(returns[it])))
-            if bar is not None:
-                bar.set_postfix_str(f"mean return {means[-1]:.3f}")
-                bar.update(1)
-            else:
-                print(f"iter {it:4d}  mean return {means[-1]:8.3f}  time {time.perf_counter() - t0:6.1f}s")
+            line = f"iter {it:4d}  mean return {means[-1]:8.3f}  time {time.perf_counter() - t0:6.1f}s"
+            assert run is not None
+            run.log(it, line if quiet else None, mean_return=means[-1])
 
     ex = ppo.build(args, log_fn, env_fn)
+    run = trl.run.RunLog(args.out_dir, args.iterations, "training", quiet)
     ex.execute()
-    if bar is not None:
-        bar.close()
+    run.close()  # metrics.csv and TensorBoard events; main plots the two-panel learning curve
     speedups: dict[int, list[float]] = {}
     for rec in envs[0].history:
         if rec.initial_gflops > 0 and rec.best_gflops > 0:
             speedups.setdefault(rec.reset_point, []).append(math.log(rec.best_gflops / rec.initial_gflops))
     return means, [math.exp(float(np.mean(speedups[k]))) for k in sorted(speedups)]
-
-
-def _bar(total: int, desc: str, unit: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
 
 
 def plot_learning_curve(means: list[float], speedups: list[float], path: Path) -> None:
@@ -212,7 +200,7 @@ def fresh_measurers(args: Args):
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     from timerl.envs.looptune import dataset, evaluate
 
     name = args.env_id.split(".", 1)[1]
@@ -250,7 +238,7 @@ def main(args: Args) -> dict:
             evaluate.search_tuners(names, fresh, time_limit=args.search_time_limit, remeasure=reference)
         )
     meta = {"args": asdict(args), "train_seconds": train_s, "mean_returns": means, "train_speedups": speedups}
-    report = evaluate.evaluate(test, tuners, reference, meta=meta, progress=args.progress)
+    report = evaluate.evaluate(test, tuners, reference, meta=meta, progress=args.progress and not args.quiet)
     paths = evaluate.write_report(report, out)
     print(evaluate.format_summary(report))
     print(f"training: {train_s:.0f}s, mean return per iteration {[round(m, 3) for m in means]}")

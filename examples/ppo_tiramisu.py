@@ -10,29 +10,23 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ppo  # examples/ppo.py, beside this file: its clipped PPO loss
 
 import timerl as trl
 from timerl.envs.tiramisu.actions import NUM_ACTIONS
 from timerl.envs.tiramisu.features import MAX_NODES, NUM_FEATURES
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo  # noqa: E402
-from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
+from timerl.run import RunArgs, checkpoint_and_compile
 
 
 @dataclass
-class Args(CheckpointArgs):
+class Args(RunArgs):
     env_id: str = "tiramisu.benchmarks"
     """the program set: tiramisu.benchmarks (the paper trains and evaluates on them),
     tiramisu.random (generated nests), or one benchmark (tiramisu.mvt)"""
@@ -82,13 +76,13 @@ class Args(CheckpointArgs):
     seed: int = 0
     """random seed"""
     progress: bool = True
-    """tqdm progress bar"""
+    """progress bar with the time left (off: as --quiet)"""
     out_dir: str = "runs/ppo_tiramisu"
-    """where checkpoints, the learning curve and results go"""
+    """where checkpoints, train.json, metrics.csv, TensorBoard events and learning_curve.png go"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(
+    return trl.run.parse_args(
         Args, defaults, "Tiramisu-style loop optimisation: PPO + GATv2, as a timerl program"
     )
 
@@ -340,7 +334,7 @@ def greedy_rollouts(args: Args, weights: dict, programs: list, measurer=None) ->
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoints"
@@ -349,11 +343,8 @@ def main(args: Args) -> dict:
     args.checkpoint_dir = str(ckpt)
     returns: dict[int, list[float]] = {}
     means: list[float] = []
-    bar = None
-    if args.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.iterations, desc="training", unit="iter", dynamic_ncols=True)
+    quiet = args.quiet or not args.progress
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
     t0 = time.perf_counter()
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
@@ -361,19 +352,14 @@ def main(args: Args) -> dict:
         returns.setdefault(it, []).append(float(v[0]))
         if len(returns[it]) == args.num_envs:
             means.append(float(np.mean(returns[it])))
-            if bar is not None:
-                bar.set_postfix_str(f"mean return {means[-1]:.3f}")
-                bar.update(1)
-            else:
-                print(
-                    f"iter {it:4d} mean return {means[-1]:8.3f} time {time.perf_counter() - t0:6.0f}s",
-                    flush=True,
-                )
+            line = f"iter {it:4d} mean return {means[-1]:8.3f} time {time.perf_counter() - t0:6.0f}s"
+            assert run is not None
+            run.log(it, line if quiet else None, mean_return=means[-1], episodes=len(env.history))
 
     ex, env = build(args, log_fn)
+    run = trl.run.RunLog(out, args.iterations, "training", quiet)
     ex.execute()
-    if bar is not None:
-        bar.close()
+    run.close(curve="mean_return")
     train_s = time.perf_counter() - t0
     hist = env.history
     best = {}

@@ -3,23 +3,17 @@
 # g[t] = sum_{k = t}^{min(t+n, T)-1} gamma^(k-t) r[k] (examples/reinforce_nstep.py).
 from __future__ import annotations
 
-import logging
-import os
-import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 import timerl as trl
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-from _common import CheckpointArgs, checkpoint_and_compile  # noqa: E402
+from timerl.run import RunArgs, checkpoint_and_compile
 
 
 @dataclass
-class Args(CheckpointArgs):
+class Args(RunArgs):
     env_id: str = "CartPole-v1"
     """the gymnasium environment id"""
     backend: str = "jax"
@@ -40,12 +34,10 @@ class Args(CheckpointArgs):
     """random seed"""
     out_dir: str = "runs/reinforce"
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
-    quiet: bool = False
-    """no progress bar (the per-iteration lines are still printed)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(Args, defaults, "REINFORCE as a timerl program")
+    return trl.run.parse_args(Args, defaults, "REINFORCE as a timerl program")
 
 
 def build(args: Args, log_fn, **options):
@@ -72,7 +64,7 @@ def build(args: Args, log_fn, **options):
 
 
 def main(args: Args) -> list[float]:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     returns: dict[int, list[float]] = {}
     means: list[float] = []
     t0 = time.perf_counter()

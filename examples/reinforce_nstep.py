@@ -5,12 +5,7 @@
 # in the last 5 steps of an episode).
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from reinforce import Args, main, parse_args  # noqa: E402
+from reinforce import Args, main, parse_args  # examples/reinforce.py, beside this file
 
 if __name__ == "__main__":
     main(parse_args(Args(n=20)))

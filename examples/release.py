@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Set
@@ -20,18 +19,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import ppo  # examples/ppo.py, beside this file: the PPO program over any env
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo  # noqa: E402
-
-from timerl.envs.release.cost_model import CostModel  # noqa: E402
-from timerl.envs.release.env import KnobEnv  # noqa: E402
-from timerl.envs.release.measure import TemplateMeasurer  # noqa: E402
-from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler  # noqa: E402
-from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited  # noqa: E402
-from timerl.envs.release.space import Config, KnobSpace, layer, template_space  # noqa: E402
-from timerl.envs.release.tuner import TuneResult, tune  # noqa: E402
+import timerl as trl
+from timerl.envs.release.cost_model import CostModel
+from timerl.envs.release.env import KnobEnv
+from timerl.envs.release.measure import TemplateMeasurer
+from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler
+from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited
+from timerl.envs.release.space import Config, KnobSpace, layer, template_space
+from timerl.envs.release.tuner import TuneResult, tune
 
 COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adaptive"))
 
@@ -107,13 +104,14 @@ class Args(ppo.Args):
     """also tune the matmul layers with TVM MetaSchedule for this many trials (0: off; needs
     pip install 'timerl[metaschedule]', whose xgboost wheel is ~0.5 GB; conv2d is not wired up)"""
     progress: bool = True
-    """tqdm progress bars"""
+    """a progress bar per tuning run (off: as --quiet)"""
     out_dir: str = "runs/release"
-    """where results.json and curves.png go"""
+    """where results.json and curves.png go; runs/<layer>/<combo>/seed<k>/ holds each tuning
+    run's metrics.csv, TensorBoard events and learning_curve.png (best GFLOPS)"""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return _common.parse_args(
+    return trl.run.parse_args(
         Args, defaults, "RELEASE: PPO search + adaptive sampling vs AutoTVM's SA + greedy"
     )
 
@@ -159,6 +157,7 @@ class RLSearch:
             checkpoint_every=a.iterations,
             checkpoint_dir=self.dir,
             resume=self.dir if self.round else "",
+            show_schedule=a.show_schedule and self.round == 0,  # the program is the same each round
         )
         ex = ppo.build(run, lambda v, pt: None, env_fn)
         ex.execute()
@@ -187,19 +186,23 @@ def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, li
                 if m_name == "greedy"
                 else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative)
             )
-            bar = _bar(args.budget, f"{name} {combo} seed {seed}") if args.progress else None
+            log = trl.run.RunLog(
+                Path(args.out_dir) / "runs" / name / combo / f"seed{seed}",
+                args.budget,
+                f"{name} {combo} seed {seed}",
+                quiet=args.quiet or not args.progress,
+            )
+            best = [0.0]
 
-            def tick(m, bar=bar) -> None:
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{m.gflops:.1f} GFLOPS")
+            def tick(m, log=log, best=best) -> None:
+                best[0] = max(best[0], m.gflops)
+                log.log(len(log.rows), measurements=len(log.rows) + 1, gflops=m.gflops, best_gflops=best[0])
 
             t0 = time.perf_counter()
             try:
                 r = tune(space, search, sampler, measurer, args.budget, seed, args.n_init, tick)
             finally:
-                if bar is not None:
-                    bar.close()
+                log.close(curve="best_gflops", x="measurements")
                 if isinstance(search, RLSearch):
                     search.close()
             results.setdefault(combo, []).append(r)
@@ -213,12 +216,6 @@ def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, li
                 time.perf_counter() - t0,
             )
     return results
-
-
-def _bar(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="meas", dynamic_ncols=True, leave=False)
 
 
 def retime(name: str, results: dict[str, list[TuneResult]], times: int) -> dict[str, list[float]]:
@@ -363,7 +360,7 @@ def run_metaschedule(args: Args, names: list[str]) -> list[dict]:
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     names = [n for n in args.workloads.split(",") if n]
     print(

@@ -7,25 +7,20 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import ppo_tiramisu  # examples/ppo_tiramisu.py, beside this file: the agent's network and rollouts
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _common  # noqa: E402
-import ppo_tiramisu  # noqa: E402
-
-from timerl.envs.tiramisu.actions import NEXT  # noqa: E402
-from timerl.envs.tiramisu.benchmarks import benchmark, benchmark_names  # noqa: E402
-from timerl.envs.tiramisu.env import TiramisuTask  # noqa: E402
-from timerl.envs.tiramisu.measure import Measurer  # noqa: E402
-from timerl.envs.tiramisu.search import beam_search, random_search  # noqa: E402
+import timerl as trl
+from timerl.envs.tiramisu.actions import NEXT
+from timerl.envs.tiramisu.benchmarks import benchmark, benchmark_names
+from timerl.envs.tiramisu.env import TiramisuTask
+from timerl.envs.tiramisu.measure import Measurer
+from timerl.envs.tiramisu.search import beam_search, random_search
 
 
 @dataclass
@@ -104,7 +99,7 @@ def plot(rows: dict, path: Path) -> None:
 
 
 def main(args: Args) -> dict:
-    logging.basicConfig(level=logging.WARNING)
+    trl.run.setup_logging()
     names = [n for n in args.benchmarks.split(",") if n] or benchmark_names()
     programs = [benchmark(n) for n in names]
     out = Path(args.out_dir or args.run_dir or "runs/tiramisu_eval")
@@ -189,4 +184,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(_common.parse_args(Args, None, "Evaluate the Tiramisu agent against beam and random search"))
+    main(trl.run.parse_args(Args, None, "Evaluate the Tiramisu agent against beam and random search"))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import csv
+import logging
+from dataclasses import dataclass
+
+import pytest
 
 import timerl as trl
 
@@ -21,3 +25,39 @@ def test_run_log_writes_metrics_events_and_curve(tmp_path, capsys) -> None:
     data = events[0].read_bytes()
     assert b"mean_return" in data and b"env_steps" in data
     assert capsys.readouterr().out.splitlines() == ["line 0", "line 1", "line 2"]
+
+
+@dataclass
+class _Args(trl.run.RunArgs):
+    lr: float = 1e-3
+    """Adam learning rate"""
+    out_dir: str = "runs/test"
+    """where the run goes"""
+
+
+def test_parse_args_types_bools_and_defaults() -> None:
+    a = trl.run.parse_args(_Args, argv=["--lr", "0.5", "--quiet", "--show-schedule", "false"])
+    assert (a.lr, a.quiet, a.show_schedule, a.out_dir, a.backend) == (0.5, True, False, "runs/test", "jax")
+    b = trl.run.parse_args(_Args, _Args(backend="torch"), argv=["--checkpoint-every", "3"])
+    assert (b.backend, b.checkpoint_every) == ("torch", 3)
+    with pytest.raises(SystemExit):
+        trl.run.parse_args(_Args, argv=["--quiet", "maybe"])
+
+
+def test_field_docs_subclass_wins() -> None:
+    docs = trl.run.field_docs(_Args)
+    assert docs["out_dir"] == "where the run goes"
+    assert docs["lr"] == "Adam learning rate"
+    assert docs["resume"].startswith("continue from a checkpoint")
+
+
+def test_show_schedule_writes_the_picture_into_the_run_directory(tmp_path, caplog) -> None:
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        (trl.as_tensor(t) + trl.as_tensor(i)).sink(lambda v, pt: None)
+    args = _Args(out_dir=str(tmp_path), show_schedule=True, backend="torch")
+    with caplog.at_level(logging.INFO, logger="timerl.run"):
+        ex = trl.run.checkpoint_and_compile(ctx, args, None, i, {I: 2, T: 3})
+    assert (tmp_path / "schedule.txt").stat().st_size > 0 and (tmp_path / "schedule.png").stat().st_size > 0
+    assert "for i (" in caplog.text and str(tmp_path / "schedule.png") in caplog.text
+    ex.execute()

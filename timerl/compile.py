@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from timerl.errors import TimeRLError
@@ -29,10 +30,9 @@ class CompileOptions:
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
-    # JAX: a static loop whose statements are all traceable runs as one lax.scan. Off by default:
-    # at low load PPO on gymnax ran 0.43 s per iteration with it vs 0.34 s without (its outputs
-    # are copied into per-point rows); see docs/status.md
-    scan_loops: bool = False
+    # JAX: a static loop whose statements are all traceable runs as one lax.scan (its outputs
+    # kept as rows of the stacked arrays); see runtime/scan.py and docs/performance.md
+    scan_loops: bool = True
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
@@ -102,6 +102,16 @@ class Executor:
     def pretty(self) -> str:
         """The PDG and the schedule's AST, for debugging."""
         return f"{self.pdg.pretty()}\n\n{self.schedule.pretty()}"
+
+    def plot_schedule(self, path: str | Path) -> tuple[Path, Path]:
+        """A picture of the schedule: ``<path>.txt`` holds the loop nest (each loop named by
+        the dim it walks) with the statements it runs in order, summarised by the source
+        lines that defined them, then the full listing with every statement named;
+        ``<path>.png`` draws the loop nest as nested boxes. Returns both paths
+        (:mod:`timerl.schedule.picture`)."""
+        from timerl.schedule.picture import write_picture
+
+        return write_picture(self.pdg, self.schedule.ast, path)
 
 
 def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) -> PDG:

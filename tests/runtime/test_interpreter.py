@@ -86,7 +86,9 @@ def test_batched_mixed_inputs(backend: AbstractBackend) -> None:
         h = e.value(ids["h"], (k,))
         assert h.shape == (4,)
         np.testing.assert_allclose(h, np.stack(z2[: k + 1], axis=1).sum(axis=(1, 2)), rtol=1e-5)
-    assert_matches_reference(e, reference_evaluate(prog.pdg, backend, seed=7), prog.pdg, min_points=16)
+    # z is read only by z2 at its own point: inside one fused region with z2 and h (ev, an
+    # EVAL_SYMBOL between them in the AST, runs first), so it is not stored
+    assert_matches_reference(e, reference_evaluate(prog.pdg, backend, seed=7), prog.pdg, min_points=13)
 
 
 def test_random_is_deterministic_per_point(backend: AbstractBackend) -> None:

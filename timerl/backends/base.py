@@ -188,16 +188,16 @@ class AbstractBackend(abc.ABC):
         """Stack tensors of equal shape along a new ``axis``."""
 
     def restack(self, rows: Any, start: int, stop: int, axis: int) -> Any:
-        """``stack([rows[k] for k in range(start, stop)], axis)`` from rows already stacked on
-        axis 0 (what a scanned loop leaves, see ``runtime/scan.py``)."""
-        x = rows[start:stop] if (start, stop) != (0, rows.shape[0]) else rows
-        if axis == 0:
-            return x
-        return self.permute_axes(x, tuple(range(1, axis + 1)) + (0,) + tuple(range(axis + 1, x.ndim)))
+        """``stack([row k of rows for k in range(start, stop)], axis)`` from rows already
+        stacked on ``axis`` (what a scanned loop leaves, see ``runtime/scan.py``): the rows
+        themselves when the range is all of them, else that range along ``axis``."""
+        if (start, stop) == (0, rows.shape[axis]):
+            return rows
+        return rows[(slice(None),) * axis + (slice(start, stop),)]
 
-    def unstack(self, rows: Any) -> list[Any]:
-        """The rows of ``rows`` along axis 0, one array each (the inverse of ``stack(xs, 0)``)."""
-        return [rows[k] for k in range(rows.shape[0])]
+    def unstack(self, rows: Any, axis: int = 0) -> list[Any]:
+        """The rows of ``rows`` along ``axis``, one array each (the inverse of ``stack(xs, axis)``)."""
+        return [self.take(rows, axis, k) for k in range(rows.shape[axis])]
 
     def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> Any:
         """Stack along a new ``axis``, then zero-pad that axis to ``size >= len(xs)``."""

@@ -6,12 +6,15 @@
 * :func:`point_dict`: the ``{dim name: value}`` dict handed to UDFs and sinks.
 * :func:`udf_outputs`: checks and converts what a UDF returned.
 * :func:`udf_dlpack_outputs`: the same for UDFs with ``array_io = "dlpack"`` (backend tensors).
+* :func:`user_code_error`: the error for an exception raised by user code (a sink, a UDF, an env).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import os
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +63,24 @@ def draw_points(
 def point_dict(domain: Sequence[Sym], point: Sequence[int]) -> dict[str, int]:
     """``{dim name: coordinate}`` for a point of a node's domain."""
     return {s.name: int(p) for s, p in zip(domain, point, strict=True)}
+
+
+def user_code_error(kind: str, node: Node, exc: Exception, pd: dict[str, int]) -> RuntimeExecutionError:
+    """The error for ``exc``, raised by the user code that ``node`` (a ``kind``: sink, UDF)
+    ran at point ``pd``: it names the node, the point and the function and line where
+    ``exc`` was raised. Raise it ``from exc``: Python then prints the user's own traceback
+    first ("The above exception was the direct cause of the following exception")."""
+    who = f"{kind} {node.label} defined at {node.where}" if node.name else node.label
+    batch = f", all of {', '.join(d.name for d in node.batch_dims)} at once" if node.batch_dims else ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = (
+        f"; raised in {frames[-1].name} ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"
+        if frames
+        else ""
+    )
+    return RuntimeExecutionError(
+        f"{who} raised {type(exc).__name__}: {exc} (at point {pd}{batch}{at}; its traceback is above)"
+    )
 
 
 def udf_outputs(node: Node, result: Any, pd: dict[str, int]) -> list[np.ndarray]:

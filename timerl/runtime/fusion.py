@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import OpKind
+from timerl.runtime.layout import InputLayout, input_layout
 from timerl.symbolic import TRUE, Expr, Slice, free_symbols
 
 if TYPE_CHECKING:
@@ -58,38 +59,52 @@ def fusable(node: Node) -> bool:
     return not any(_symbolic(v) for _, v in node.op.attrs)
 
 
-def _same_point_identity(e: Edge, pdg: PDG) -> bool:
+def internal_read(e: Edge, pdg: PDG) -> InputLayout | None:
+    """How a region member reads another member inside the compiled function, or None when
+    it must gather that input from the store. A read at the member's own point qualifies
+    (identity indices, no condition or selection), also through batch dims when the
+    layout's steps do not depend on the point (``batch[t=0:T]`` of a vectorized member,
+    ``T`` static: the whole rollout, narrowed and moved inside the function); a read that
+    stacks the source's points (``to_batch``) or depends on the point does not."""
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
-    return (
-        e.select is None
-        and e.cond is TRUE
-        and not e.batch_read
-        and e.to_batch is None
-        and src.batch_dims == sink.batch_dims
-        and len(e.phi) == len(src.domain) == len(sink.domain)
-        and all(c is d for c, d in zip(e.phi, src.domain, strict=True))
-    )
+    if (
+        e.order_only
+        or e.select is not None
+        or e.cond is not TRUE
+        or e.to_batch is not None
+        or not len(e.phi) == len(src.domain) == len(sink.domain)
+        or not all(c is d for c, d in zip(e.phi, src.domain, strict=True))
+    ):
+        return None
+    static = pdg.static_bounds.keys()
+    if any(free_symbols(c) - static for _, c in e.batch_read):
+        return None
+    try:
+        return input_layout(src, sink, e)
+    except ValueError:
+        return None
 
 
 def joins_region(node: Node, region: Sequence[int], pdg: PDG) -> bool:
-    """Whether ``node`` may extend ``region``: it reads region members only at its own point.
+    """Whether ``node`` may extend ``region``: it reads region members only inside the
+    compiled function (:func:`internal_read`).
 
     (Other reads of members are gathered from the store before the region runs, when the
     members' outputs at this point are not stored yet.)
     """
     inside = set(region)
-    return all(_same_point_identity(e, pdg) for e in pdg.data_in_edges(node.id) if e.src in inside)
+    return all(internal_read(e, pdg) is not None for e in pdg.data_in_edges(node.id) if e.src in inside)
 
 
 def stored_members(nodes: Sequence[Node], pdg: PDG) -> list[int]:
     """Positions of the members whose output must be stored: read by a node outside the
-    region, or inside it other than at the same point, or by no edge at all (kept for
-    :meth:`Executor.value`, as the unfused interpreter keeps it)."""
+    region, or inside it other than through :func:`internal_read`, or by no edge at all
+    (kept for :meth:`Executor.value`, as the unfused interpreter keeps it)."""
     inside = {n.id for n in nodes}
     keep = []
     for k, n in enumerate(nodes):
-        outs = pdg.out_edges(n.id)
-        if not outs or any(e.sink not in inside or not _same_point_identity(e, pdg) for e in outs):
+        outs = [e for e in pdg.out_edges(n.id) if not e.order_only]
+        if not outs or any(e.sink not in inside or internal_read(e, pdg) is None for e in outs):
             keep.append(k)
     return keep
 
@@ -107,8 +122,9 @@ def make_fused_thunk(
     point_env, enter = ex._point_env_fns(nodes[0])
     static = dict(ex._static)
     # Per member, each input is ("ext", k): the k-th gathered external input, or
-    # ("int", j): output of member j at the same point.
+    # ("int", j): output of member j at the same point (its layout applied when tracing).
     plans: list[list[tuple[str, int]]] = []
+    layouts: dict[tuple[int, int], InputLayout] = {}
     gathers: list[Callable[[Any], Any]] = []
     flags: list[tuple[bool, ...]] = []
     for n in nodes:
@@ -116,9 +132,12 @@ def make_fused_thunk(
         fl = []
         edges = pdg.data_in_edges(n.id)
         for e in edges:
-            if e.src in inside and _same_point_identity(e, pdg) and inside[e.src] < inside[n.id]:
+            lay = internal_read(e, pdg) if e.src in inside and inside[e.src] < inside[n.id] else None
+            if lay is not None:
+                if lay.steps:
+                    layouts[(len(plans), len(plan))] = lay
                 plan.append(("int", inside[e.src]))
-                fl.append(bool(pdg.nodes[e.src].batch) and bool(n.batch))
+                fl.append(lay.batched)
             else:
                 plan.append(("ext", len(gathers)))
                 g, batched = ex._make_input(n, e)
@@ -131,8 +150,14 @@ def make_fused_thunk(
 
     def region(*ext: Any) -> tuple[Any, ...]:
         outs: list[Any] = []
-        for (op, batch), plan, fl in zip(specs, plans, flags, strict=True):
-            ins = [ext[k] if kind == "ext" else outs[k] for kind, k in plan]
+        for m, ((op, batch), plan, fl) in enumerate(zip(specs, plans, flags, strict=True)):
+            ins = []
+            for j, (kind, k) in enumerate(plan):
+                if kind == "ext":
+                    ins.append(ext[k])
+                    continue
+                lay = layouts.get((m, j))
+                ins.append(outs[k] if lay is None else lay.apply(outs[k], static, be))
             outs.append(be.run(op, ins, batch, fl, static))
         return tuple(outs[k] for k in keep)
 

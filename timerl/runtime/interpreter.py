@@ -77,11 +77,14 @@ from timerl.runtime.common import (
     point_seed,
     udf_dlpack_outputs,
     udf_outputs,
+    user_code_error,
 )
-from timerl.runtime.fusion import fusable, joins_region, make_fused_thunk
+from timerl.runtime.fusion import make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
 from timerl.runtime.host_memory import keep_freed_host_memory
 from timerl.runtime.layout import input_layout
+from timerl.runtime.regions import FusedExec, plan_regions
+from timerl.runtime.rows_table import RowsTable
 from timerl.runtime.store import DEFAULT_TOP, MemoryStats, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
@@ -219,13 +222,6 @@ def _dyn_bounds(pdg: PDG) -> dict[Sym, _DynBound]:
 
 
 @dataclass(frozen=True, slots=True)
-class _FusedExec(Exec):
-    """Runtime-only AST node: ``members`` (pure, same domain) at one point, as one region."""
-
-    members: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class _Site:
     """An AST expression site using dynamic bounds: per bound, how to find its enclosing point."""
 
@@ -277,11 +273,14 @@ class Executor:
         self._static: Env = {s: int(v) for s, v in pdg.static_bounds.items()}
         self._dyn = _dyn_bounds(pdg)
         self._env: Env = dict(self._static)
+        # outputs a scanned loop may store as rows of its stacked results (runtime/scan.py)
+        self.row_outputs: set[tuple[int, int]] = set()
         self.store = self._new_store()
         self.exec_count = 0
         self.scanned_entries = 0  # loop entries run as one lax.scan (runtime/scan.py)
         # (node, output) -> {point with None along a scanned dim: (first coordinate, rows, stacked
-        # array)}: the rows a scanned loop stored, kept stacked for slice reads (runtime/scan.py)
+        # array with the rows after the batch dims)}: the rows a scanned loop stored, kept
+        # stacked for slice reads (runtime/scan.py)
         self.stack_hints: dict[tuple[int, int], dict[Any, tuple[int, int, Any]]] = {}
         self._thunks: dict[int, Callable[[Point], None]] = {}
         self._check_ast(ast)
@@ -312,6 +311,8 @@ class Executor:
             store.declare(n.id, max(1, len(n.outputs)))
         for (nid, oid), spec in self.block_plan.items():
             store.declare_block(nid, oid, BlockTable(spec, self.backend, self.pdg.nodes[nid].label))
+        for nid, oid in sorted(self.row_outputs - self.block_plan.keys()):
+            store.declare_rows(nid, oid, RowsTable(self.backend.take, self.backend.nbytes))
         return store
 
     def memory_stats(self, top: int = DEFAULT_TOP) -> MemoryStats:
@@ -467,7 +468,7 @@ class Executor:
         pt = compile_exprs(node.point)
         site = self._site(_syms(node.point) & dynamic.keys(), node, scope)
         nid = node.node
-        if isinstance(node, _FusedExec):
+        if isinstance(node, FusedExec):
             fused, members = self._fused, node.members
             labels = ", ".join(self.pdg.nodes[m].label for m in members)
 
@@ -502,37 +503,12 @@ class Executor:
         return run_free
 
     def _fuse_runs(self, children: Sequence[AstNode]) -> list[AstNode]:
-        """Replace runs of consecutive fusable ``Exec``s at one point by a :class:`_FusedExec`."""
+        """The statements of a ``Seq`` with pure ``Exec``s at one point grouped into
+        :class:`FusedExec` regions (reordered where dependences allow, see
+        :mod:`~timerl.runtime.regions`)."""
         if not self.fuse:
             return list(children)
-        out: list[AstNode] = []
-        run: list[Exec] = []
-
-        def flush() -> None:
-            if len(run) >= 2:
-                out.append(_FusedExec(run[0].node, run[0].point, tuple(x.node for x in run)))
-            else:
-                out.extend(run)
-            run.clear()
-
-        for c in children:
-            ok = isinstance(c, Exec) and not isinstance(c, _FusedExec) and fusable(self.pdg.nodes[c.node])
-            if ok and run:
-                first = self.pdg.nodes[run[0].node]
-                ok_same = (
-                    self.pdg.nodes[c.node].domain == first.domain
-                    and all(a is b for a, b in zip(c.point, run[0].point, strict=True))
-                    and joins_region(self.pdg.nodes[c.node], [x.node for x in run], self.pdg)
-                )
-                if not ok_same:
-                    flush()
-            if ok:
-                run.append(c)
-            else:
-                flush()
-                out.append(c)
-        flush()
-        return out
+        return plan_regions(children, self.pdg, frozenset(self._dyn))
 
     def _compile_loop(self, node: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
         env = self._env
@@ -755,9 +731,7 @@ class Executor:
                 try:
                     res = fn(ins, pd)
                 except Exception as exc:
-                    raise RuntimeExecutionError(
-                        f"UDF {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
-                    ) from exc
+                    raise user_code_error("UDF", node, exc, pd) from exc
                 if dlpack:
                     for k, x in enumerate(udf_dlpack_outputs(node, res, pd, be)):
                         put(nid, k, point, x)
@@ -774,9 +748,7 @@ class Executor:
                 try:
                     fn(x, pd)
                 except Exception as exc:
-                    raise RuntimeExecutionError(
-                        f"sink {node.label} raised {type(exc).__name__}: {exc} (at point {pd})"
-                    ) from exc
+                    raise user_code_error("sink", node, exc, pd) from exc
 
         elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and op.attr("point_dims", ()):
             seed, order = self.seed, [s for s, _ in self.pdg.dims]

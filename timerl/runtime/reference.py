@@ -32,7 +32,14 @@ from timerl.backends.base import AbstractBackend
 from timerl.errors import BoundError, RuntimeExecutionError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import EFFECTFUL_OPS, OpKind
-from timerl.runtime.common import draw_points, eval_shape, point_dict, point_seed, udf_outputs
+from timerl.runtime.common import (
+    draw_points,
+    eval_shape,
+    point_dict,
+    point_seed,
+    udf_outputs,
+    user_code_error,
+)
 from timerl.runtime.layout import NumpyOps, input_layout
 from timerl.symbolic import Sym, evaluate, free_symbols
 
@@ -404,9 +411,7 @@ class ReferenceEvaluator:
                 else:
                     res = fn([np.array(x) for x in ins], pd)
             except Exception as exc:
-                raise RuntimeExecutionError(
-                    f"UDF {n.label} raised {type(exc).__name__}: {exc} (at point {pd})"
-                ) from exc
+                raise user_code_error("UDF", n, exc, pd) from exc
             if dlpack:
                 from timerl.runtime.common import udf_dlpack_outputs
 
@@ -416,9 +421,7 @@ class ReferenceEvaluator:
             try:
                 n.op.attr("fn")(np.array(ins[0]), pd)
             except Exception as exc:
-                raise RuntimeExecutionError(
-                    f"sink {n.label} raised {type(exc).__name__}: {exc} (at point {pd})"
-                ) from exc
+                raise user_code_error("sink", n, exc, pd) from exc
             outs = []
         elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and n.op.attr("point_dims", ()):
             y = draw_points(be, n, self.seed, p, [s for s, _ in self.pdg.dims], env)

@@ -22,8 +22,11 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
   first iterations of a loop entry that take another branch (``o[0] = reset``) run through
   the interpreter first (peeled); the scan starts after them.
 * **Outputs** read after the loop (or by a branch the scan does not take) are stacked by
-  the scan and stored per point as the interpreter would, so every other statement and
-  the reference checks see the same store.
+  the scan, with the rows after the batch dims (the layout the interpreter gives a stack of
+  points), and recorded per point as rows of that array
+  (:class:`~timerl.runtime.rows_table.RowsTable`: a row is copied out only when a point read
+  needs it), so every other statement and the reference checks see the same store; slice
+  reads of a whole entry's rows take the stacked array itself (``Executor.stack_hints``).
 
 Values are those of the interpreted loop: the same ops on the same inputs, with XLA free
 to fuse across the statements (float results may differ in the last bits where XLA
@@ -83,8 +86,8 @@ def _why_not(ex: Executor, loop: Loop) -> tuple[str, list[Exec]]:
         if type(c) is not Exec:
             return f"its body holds a {type(c).__name__}", []
         execs.append(c)
-    if len(execs) < 2:
-        return "its body has fewer than two statements", []
+    if not execs:
+        return "its body has no statement", []
     if (free_symbols(loop.init) | free_symbols(loop.cond)) & ex._dyn.keys():
         return "its bounds are dynamic", []
     for c in execs:
@@ -143,6 +146,10 @@ class ScannedLoop:
             if n.op.kind is OpKind.MERGE:
                 m.branch_conds = [ex._node_expr((e.cond,), n, False) for e in edges]
             self.members.append(m)
+            ex.row_outputs.update((n.id, oid) for oid in range(len(n.outputs)))
+            for e in ex.pdg.out_edges(n.id):  # slice reads take the stacked rows (``_hint``),
+                if e.select is None and any(isinstance(c, Slice) for c in e.phi):  # first entry too
+                    ex.stack_hints.setdefault((n.id, e.oid), {})
         body_nodes = _flat(loop.body)
         inner = scope | {loop.var}
         self.frees = [ex._compile(c, inner) for c in body_nodes if _frees_only(c)]
@@ -343,10 +350,13 @@ class ScannedLoop:
                 if keep:
                     stored.append((k, oid))
         states0 = [m.pure.get_state() if m.pure is not None else None for m in self.members]
-        sig = (tuple(map(tuple, kinds)), tuple(choice), len(vals))
+        # a loop that counts a member's points down (GAE's ``t = T - 1 - c``) gives its rows
+        # in descending order: the scan flips them, so every stacked array ascends
+        flips = tuple(self._descends(self.members[k], vals) for k, _ in stored)
+        sig = (tuple(map(tuple, kinds)), tuple(choice), len(vals), flips)
         fn = self._compiled.get(sig)
         if fn is None:
-            fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored, len(vals))
+            fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored, len(vals), flips)
             log.debug(
                 "loop over %s: %d iterations of [%s] as one scan (%d peeled before), %d carried, "
                 "%d scanned inputs, %d outputs stored",
@@ -363,12 +373,14 @@ class ScannedLoop:
             if m.pure is not None:
                 m.pure.set_state(st)
         n = len(vals)
-        for (k, oid), y in zip(stored, ys, strict=True):
+        for (k, oid), y, flip in zip(stored, ys, flips, strict=True):
             m = self.members[k]
-            rows = self.ex.backend.unstack(y)
-            for v, row in zip(vals, rows, strict=True):
-                store.put(m.node.id, oid, self._point_env(m, v)[0], row)
-            self._hint(m, oid, peeled, vals, y)
+            axis = len(m.node.batch)  # the scan's rows come after the batch dims
+            pts = [self._point_env(m, v)[0] for v in (reversed(vals) if flip else vals)]
+            if not store.put_rows(m.node.id, oid, pts, y, axis):
+                for p, row in zip(pts, self.ex.backend.unstack(y, axis), strict=True):
+                    store.put(m.node.id, oid, p, row)
+            self._hint(m, oid, peeled, vals, y, flip)
         ex.exec_count += n * len(self.members)
         if self.frees:  # the body's frees (and their conditions), per iteration, after the scan
             env = ex._env
@@ -378,15 +390,22 @@ class ScannedLoop:
                     free()
             env.pop(self.var, None)
 
-    def _hint(self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any) -> None:
+    def _descends(self, m: _Member, vals: list[int]) -> bool:
+        """Whether one coordinate of ``m``'s points counts down by one as the loop goes on."""
+        a, b = (self._point_env(m, v)[0] for v in vals[:2])
+        moved = [y - x for x, y in zip(a, b, strict=True) if x != y]
+        return moved == [-1]
+
+    def _hint(self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any, flip: bool) -> None:
         """Leave the rows of every iteration of this entry (peeled ones too) stacked for slice
-        reads of them (``x[i, 0:T]``), when one coordinate of ``m``'s points counts up with
-        the loop and the others stay; the rows stay stored per point too."""
+        reads of them (``x[i, 0:T]``), when one coordinate of ``m``'s points counts up (or,
+        with ``flip``, down) by one with the loop and the others stay; ``ys`` holds the
+        scanned rows, ascending, after the batch dims."""
         hints = self.ex.stack_hints.get((m.node.id, oid))
         if hints is None:  # no slice read of it was planned
             return
-        allv = peeled + vals
-        pts = [self._point_env(m, v)[0] for v in allv[:2]]
+        order = list(reversed(vals)) + list(reversed(peeled)) if flip else peeled + vals
+        pts = [self._point_env(m, v)[0] for v in order[:2]]
         moved = [k for k, (a, b) in enumerate(zip(*pts, strict=True)) if a != b]
         if len(moved) != 1 or pts[1][moved[0]] - pts[0][moved[0]] != 1:
             return
@@ -395,10 +414,11 @@ class ScannedLoop:
         hints.clear()  # one loop entry's rows at a time
         if peeled:  # joined on first use: no third copy of the rows unless a read needs them
             tab = self.ex.store.table(m.node.id, oid)
-            head = [tab[self._point_env(m, v)[0]] for v in peeled]
-            hints[key] = (pts[0][k], len(allv), _Joined(head, ys))
+            rows = [tab[self._point_env(m, v)[0]] for v in (reversed(peeled) if flip else peeled)]
+            before, after = ([], rows) if flip else (rows, [])
+            hints[key] = (pts[0][k], len(order), _Joined(before, ys, after, len(m.node.batch)))
         else:
-            hints[key] = (pts[0][k], len(allv), ys)
+            hints[key] = (pts[0][k], len(order), ys)
 
     def _scanned_input(self, m: _Member, j: int, vals: list[int]) -> Any:
         """Input ``j`` of ``m`` at every scanned iteration, stacked on a new leading axis. A row
@@ -438,8 +458,10 @@ class ScannedLoop:
         carry_src: list[tuple[int, int]],
         stored: list[tuple[int, int]],
         length: int,
+        flips: tuple[bool, ...],
     ) -> Callable[..., Any]:
         import jax
+        import jax.numpy as jnp
         from jax import lax
 
         be = self.ex.backend
@@ -484,18 +506,26 @@ class ScannedLoop:
             ys = tuple(vals[k * 16 + oid] for k, oid in stored)
             return (new_carry, tuple(states)), ys
 
+        axes = [len(members[k].node.batch) for k, _ in stored]
+
         def run(carry0: tuple[Any, ...], inv: tuple[Any, ...], xs: tuple[Any, ...], states0: tuple[Any, ...]):
             (_, states), ys = lax.scan(lambda c, x: step(c, x, inv), (carry0, states0), xs, length=length)
-            return states, ys
+            # rows after the batch dims, as the interpreter stacks points (``stack(xs, nb)``):
+            # slice reads of the whole rollout then take the array as it is
+            return states, tuple(
+                jnp.moveaxis(jnp.flip(y, 0) if f else y, 0, a)
+                for y, a, f in zip(ys, axes, flips, strict=True)
+            )
 
         return jax.jit(run)
 
 
 class _Joined:
-    """Peeled rows and the scan's stacked rows, concatenated when first read."""
+    """Peeled rows ``before`` and ``after`` the scan's stacked rows (after ``axis`` batch
+    dims), concatenated along ``axis`` when first read."""
 
-    def __init__(self, head: list[Any], tail: Any) -> None:
-        self.head, self.tail = head, tail
+    def __init__(self, before: list[Any], tail: Any, after: list[Any], axis: int) -> None:
+        self.before, self.tail, self.after, self.axis = before, tail, after, axis
         self._full: Any = None
 
     def full(self) -> Any:
@@ -504,12 +534,21 @@ class _Joined:
         import numpy as np
 
         if self._full is None:
+            ax = self.axis
             if all(d.platform == "cpu" for d in self.tail.devices()):  # on the host: no compilation
-                rows = [np.asarray(x)[None] for x in self.head] + [np.asarray(self.tail)]
-                self._full = jax.device_put(np.concatenate(rows))
+                parts = (
+                    [np.expand_dims(np.asarray(x), ax) for x in self.before]
+                    + [np.asarray(self.tail)]
+                    + [np.expand_dims(np.asarray(x), ax) for x in self.after]
+                )
+                self._full = jax.device_put(np.concatenate(parts, axis=ax))
             else:
-                self._full = jnp.concatenate([jnp.stack(self.head), self.tail])
-            self.head, self.tail = [], None
+                parts = [jnp.stack(self.before, axis=ax)] if self.before else []
+                parts.append(self.tail)
+                if self.after:
+                    parts.append(jnp.stack(self.after, axis=ax))
+                self._full = jnp.concatenate(parts, axis=ax)
+            self.before, self.tail, self.after = [], None, []
         return self._full
 
 

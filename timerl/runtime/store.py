@@ -7,7 +7,10 @@ passes can be measured rather than claimed.
 
 A table is a dict (point storage) or, for outputs declared with :meth:`PointStore.declare_block`,
 a :class:`~timerl.runtime.block_store.BlockTable` (preallocated buffers along one dim for
-slice-accessed tensors): its bytes are those of its buffers, whole, from allocation on.
+slice-accessed tensors): its bytes are those of its buffers, whole, from allocation on;
+or, for outputs declared with :meth:`PointStore.declare_rows`, a
+:class:`~timerl.runtime.rows_table.RowsTable` whose points may be rows of a stacked array
+(a scanned loop's output) copied out when first read.
 
 Values are immutable backend tensors; the same object may be stored at several points
 (for example a ``CONST``); each stored point is counted once per point, which is what a
@@ -25,11 +28,12 @@ from __future__ import annotations
 
 import resource
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from timerl.runtime.block_store import BlockTable
+from timerl.runtime.rows_table import RowsTable
 
 Point = tuple[int, ...]
 
@@ -142,6 +146,24 @@ class PointStore:
             raise ValueError(f"%{nid} output {oid} already holds points; declare its block table first")
         tabs[oid] = table
         self._blocks.append(table)
+
+    def declare_rows(self, nid: int, oid: int, table: RowsTable) -> None:
+        """Keep output ``oid`` of ``nid`` (declared, still empty) in a :class:`RowsTable`, so
+        that :meth:`put_rows` can record rows of stacked arrays without copying them."""
+        tabs = self._tables[nid]
+        if tabs[oid]:
+            raise ValueError(f"%{nid} output {oid} already holds points; declare its rows table first")
+        tabs[oid] = table
+
+    def put_rows(self, nid: int, oid: int, points: Sequence[Point], arr: Any, axis: int) -> bool:
+        """Store ``points[k]`` as row ``k`` of ``arr`` along ``axis``; False (nothing stored)
+        when the output is not kept in a :class:`RowsTable`."""
+        tab = self._tables[nid][oid]
+        if type(tab) is not RowsTable:
+            return False
+        db, dn = tab.put_rows(points, arr, axis)
+        self._account(nid, db, dn)
+        return True
 
     def table(self, nid: int, oid: int) -> Any:
         """The dict (or :class:`BlockTable`) holding output ``oid`` of node ``nid`` (read-only use)."""

@@ -1,19 +1,4 @@
-"""Run plumbing for training scripts: progress, metrics files and a learning curve.
-
-``RunLog`` is what CleanRL / SB3 users expect around a training loop, for timerl programs
-whose iterations report through a sink: a progress bar with the time left (``tqdm``), every
-iteration's metrics appended to ``metrics.csv`` and written as TensorBoard events
-(``tensorboardX``; ``tensorboard --logdir <out_dir>``) in the run directory, and at the end a
-learning-curve PNG (``matplotlib``)::
-
-    log = trl.run.RunLog("runs/ppo", total=args.iterations, desc="PPO")
-    def log_fn(v, pt):                      # a sink, once per iteration
-        log.log(pt["i"], mean_return=..., env_steps=...)
-    ctx.compile(...).execute()
-    log.close(curve="mean_return")          # -> runs/ppo/learning_curve.png
-
-``quiet=True`` drops the bar (scripts); ``line`` prints each iteration's line above the bar.
-"""
+"""``RunLog``: the progress bar, metrics files and learning curve of one training run."""
 
 from __future__ import annotations
 
@@ -23,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("timerl.run")
 
 
 class RunLog:
@@ -62,7 +47,7 @@ class RunLog:
                 self.bar.write(line)
         self.bar.update(1)
         if "mean_return" in metrics:
-            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.1f}")
+            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.4g}")
 
     def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
         """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
