@@ -35,7 +35,7 @@ class CompileOptions:
     scan_loops: bool = True
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
-    dealloc: bool = False  # free each read point after its last reader (frees placed by isl)
+    dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 

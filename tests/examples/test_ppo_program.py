@@ -135,6 +135,7 @@ def _fixed_run(backend: str, epochs: int = 1, **options) -> tuple[list, dict[str
         num_minibatches=mbs,
     )
     got: list = []
+    options.setdefault("dealloc", False)  # the final parameters are read from the store after the run
     ex = ppo.build_fixed(args, lambda v, p: got.append((p["i"], v.copy())), **options)
     ex.execute()
     params = {n.name: n.id for n in ex.pdg if n.name and n.name.startswith("dnn.")}

@@ -92,7 +92,7 @@ def test_passes_on_equal_off(backend: str, n: int) -> None:
     """Every optimising pass on and every one off: the same episode returns (the same actions)
     and parameters within float rounding after 3 iterations."""
     runs = []
-    for options in ({}, PASSES_OFF):
+    for options in ({"dealloc": False}, {**PASSES_OFF, "dealloc": False}):  # parameters read after the run
         got: list[tuple[int, int, float]] = []
         args = reinforce.Args(backend=backend, n=n, iterations=3, num_envs=3, seed=5)
         ex = reinforce.build(args, lambda v, p, got=got: got.append((p["i"], p["b"], float(v))), **options)

@@ -30,9 +30,10 @@ class IllConditioned(Exception):
 
 
 def _option_sets(long: bool) -> list[dict[str, bool]]:
-    sets = [{}, dict.fromkeys(SWITCHES, False), {"dealloc": True}]
+    # defaults, all off, frees flipped from their default (on: the quick profile checks both)
+    sets = [{}, dict.fromkeys(SWITCHES, False), {"dealloc": not CompileOptions().dealloc}]
     if long:
-        sets += [{name: False} for name in SWITCHES]
+        sets += [{name: False} for name in SWITCHES if {name: False} not in sets]
     return sets
 
 

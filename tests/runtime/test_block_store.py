@@ -233,7 +233,9 @@ def _reinforce(backend: str, n: int, block_store: bool, iterations: int = 2):
     orig = trl.Context.compile
 
     def compile_with(self, bounds, **kw):
-        return orig(self, bounds, block_store=block_store, **kw)
+        return orig(
+            self, bounds, block_store=block_store, dealloc=False, **kw
+        )  # values are read from the store after the run: no frees
 
     trl.Context.compile = compile_with  # type: ignore[method-assign]
     try:

@@ -86,3 +86,64 @@ def test_dealloc_frees_every_read_point_and_keeps_unread_ones() -> None:
     assert left and all(not n.domain for n in left)
     keep = _run(20, "torch", dealloc=False, free_iterations=False)[1]
     assert ex.memory_stats().live_points == len(left) and keep.memory_stats().live_points > 100
+
+
+# -- a per-episode dynamic T: frees wait until T decides their readers --------------------------
+def _half_program(sink: Any) -> tuple[trl.Context, dict]:
+    """``y[i, t] = 2 x[i, t // 2]``, ``x[i, t] = t + i`` (also sunk), ``T = i + 3``: whether
+    ``x[i, p]`` has a reader at ``2 p`` is known only once the episode reached ``2 p``."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        x = trl.as_tensor(t) * 1.0 + trl.as_tensor(i)
+        x.sink(lambda v, p: sink.__setitem__(("x", p["i"], p["t"]), float(v)))
+        (x[i, t // 2] * 2.0).sink(lambda v, p: sink.__setitem__(("y", p["i"], p["t"]), float(v)))
+        done = trl.as_tensor(t) >= trl.as_tensor(i) + 2.0
+    return ctx, {I: 3, T: done}
+
+
+def _backward_program(sink: Any) -> tuple[trl.Context, dict]:
+    """``x[i, T - 1] = 0``, ``x[i, t] = 0.9 x[i, t + 1] + a[i]`` with ``a[i] = i / 2 + 1`` (also
+    sunk), ``T = 2 i + 1``: ``a[i]`` is read along ``t`` only if ``T >= 2``."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        a = trl.as_tensor(i) * 0.5 + 1.0
+        a.sink(lambda v, p: sink.__setitem__(("a", p["i"]), float(v)))
+        x = trl.empty((), domain=(i, t), name="x")
+        x[i, T - 1] = trl.zeros(())
+        x[i, t] = x[i, t + 1] * 0.9 + a
+        x.sink(lambda v, p: sink.__setitem__(("x", p["i"], p["t"]), float(v)))
+        done = trl.as_tensor(t) >= trl.as_tensor(i) * 2.0
+    return ctx, {I: 3, T: done}
+
+
+def _expected(program: Any) -> dict:
+    if program is _half_program:
+        out = {("x", i, t): float(t + i) for i in range(3) for t in range(i + 3)}
+        out.update({("y", i, t): 2.0 * (t // 2 + i) for i in range(3) for t in range(i + 3)})
+        return out
+    out = {}
+    for i in range(3):
+        a, x = i / 2 + 1, 0.0
+        out[("a", i)] = a
+        for t in reversed(range(2 * i + 1)):
+            x = 0.0 if t == 2 * i else 0.9 * x + a
+            out[("x", i, t)] = x
+    return out
+
+
+@pytest.mark.parametrize("program", [_half_program, _backward_program])
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_frees_wait_for_the_per_episode_bound_that_decides_their_readers(program: Any, backend: str) -> None:
+    """Issue 15 fuzz seeds 6057 and 6054: a free whose readers depend on ``T`` further than the
+    current step (``x[t // 2]``; ``a[i]`` read along ``t < T - 1``) was guarded by
+    ``T <= 2 * c1`` / ``T == 1`` before ``T`` was known (``BoundError``). Now it waits for the
+    setter point that decides it, and every read point is still freed."""
+    got: dict = {}
+    ctx, bounds = program(got)
+    ex = ctx.compile(bounds, backend=backend, dealloc=True, free_iterations=False)
+    ex.execute()
+    want = _expected(program)
+    assert sorted(got) == sorted(want)
+    np.testing.assert_allclose([got[k] for k in sorted(want)], [want[k] for k in sorted(want)], rtol=1e-6)
+    assert any(isinstance(x, Dealloc) for x in walk(ex.schedule.ast))
+    assert all(not n.domain for n in ex.pdg if ex._interp.points(n.id))  # only the prologue's constants

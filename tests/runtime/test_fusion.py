@@ -55,7 +55,7 @@ def test_only_outputs_read_outside_a_region_are_stored() -> None:
     (not stored); a member read elsewhere is stored at every point it ran."""
     out: list = []
     ctx, (I, T) = _program(out)
-    ex = ctx.compile({I: 2, T: 3}, backend="jax")
+    ex = ctx.compile({I: 2, T: 3}, backend="jax", dealloc=False)  # the store is read after the run
     ex.execute()
     interp, pdg = ex._interp, ex.pdg
     internal, external = [], []

@@ -10,14 +10,17 @@ import pytest
 from helpers_rt import assert_matches_reference
 from runtime_pdgs import (
     Builder,
+    I,
     Program,
     T,
     batched_program,
     c0,
+    c1,
     chain_program,
     cumsum_program,
     episode_program,
     ex,
+    free,
     loop,
     select_program,
     t,
@@ -28,7 +31,7 @@ from timerl.errors import BoundError, RuntimeExecutionError, ScheduleError
 from timerl.pdg.ops import DType, OpKind
 from timerl.runtime.interpreter import Executor
 from timerl.runtime.reference import reference_evaluate
-from timerl.schedule.ast import Seq
+from timerl.schedule.ast import If, Seq
 from timerl.symbolic import TRUE, Sym
 
 
@@ -289,3 +292,27 @@ def test_memory_stats_per_tensor_names_nodes(backend: AbstractBackend) -> None:
     labels = {t.node: t.label for t in s.tensors}
     assert labels[prog.ids["y"]] == e.pdg.nodes[prog.ids["y"]].label
     assert len(e.memory_stats(top=1).tensors) == 1
+
+
+def test_free_points_use_their_own_episode_bound(backend: AbstractBackend) -> None:
+    """Issue 15 fuzz seed 6038: every episode acts in one ``i`` loop, then a second ``i`` loop
+    frees each episode's points through ``T`` (``free step(c0, T - 1 - c1)`` for ``c1 < T``).
+    The frees' loop bound and points must use episode ``c0``'s ``T``, not the last episode's
+    (which freed the wrong points, or too few)."""
+    ep_len = (5, 3, 1)
+    prog = episode_program(ep_len, "split")
+    o, step, g = prog.ids["o"], prog.ids["step"], prog.ids["g"]
+    acting = (ex(o, c0, c1), ex(step, c0, c1), ex(prog.ids["done"], c0, c1))
+    act = loop(c0, 0, c0 < I, ex(prog.ids["reset"], c0), loop(c1, 0, c1 < T, *acting))
+    learn = loop(
+        c0,
+        0,
+        c0 < I,
+        loop(c1, 0, c1 < T, ex(g, c0, c1)),
+        ex(prog.ids["tot"], c0),
+        ex(prog.ids["sink"], c0),
+        loop(c1, 0, c1 < T, free(step, c0, T - 1 - c1), If(c1 + 1 < T, free(o, c0, T - 1 - c1))),
+    )
+    e = run(Program(prog.pdg, Seq((act, learn)), prog.ids), backend)
+    assert not e.points(step)
+    assert e.points(o) == [(k, 0) for k in range(len(ep_len))]

@@ -141,7 +141,9 @@ def test_ppo_on_gymnax_scans_its_rollout(epochs: int) -> None:
             num_minibatches=2 if epochs > 1 else 1,
         )
         log: list = []
-        ex = ppo.build_fixed(args, lambda v, p, log=log: log.append((p["i"], v.copy())), scan_loops=scan)
+        ex = ppo.build_fixed(
+            args, lambda v, p, log=log: log.append((p["i"], v.copy())), scan_loops=scan, dealloc=False
+        )  # the final parameters are read from the store after the run
         ex.execute()
         params = {n.name: n.id for n in ex.pdg if n.name in ("dnn.w0", "dnn.vw2")}
         last = (2,) if epochs == 1 else (2, epochs - 1, 1)

@@ -34,13 +34,13 @@ precede ``t`` in the SET_SYMBOL node's domain (``(i,)`` for an episode bound). R
   or even after later episodes acted).
 * The AST uses one symbol ``T``. Which enclosing point it means at an expression site
   (a loop init/cond, an ``If``, an ``Exec``/``Dealloc`` point) is decided once, when the
-  AST is compiled: the first ``Exec`` below the site of a node having all enclosing dims
-  (``reset(c0)``, ``step(c0, c1)``, ``g(c0, c1)``) gives the enclosing coordinates as
-  expressions in the counters in scope (``i = c0`` for ``for (c1 = 0; c1 < T; ...)``
-  inside ``for c0``). So ``T`` "resets" exactly when the enclosing counters move to an
+  AST is compiled: the first ``Exec`` or ``Dealloc`` below the site of a node having all
+  enclosing dims (``reset(c0)``, ``step(c0, c1)``, ``free g(c0, T - 1 - c1)``) gives the
+  enclosing coordinates as expressions in the counters in scope (``i = c0`` for
+  ``for (c1 = 0; c1 < T; ...)`` inside ``for c0``). So ``T`` "resets" exactly when the enclosing counters move to an
   episode whose ``T`` is not known yet, and a schedule that acts for every episode in one
   ``i`` loop and learns in a second one still reads each episode's own ``T``.
-  Fallback, for a site without such an ``Exec`` below it: the *current* enclosing point,
+  Fallback, for a site without such a statement below it: the *current* enclosing point,
   the lexicographically greatest one of any executed node having all enclosing dims (it
   only moves forward, so a late exec of an older episode cannot swap it back).
 * While ``T`` is unknown, an AST expression that uses it is evaluated with ``T = lb`` and
@@ -380,8 +380,8 @@ class Executor:
     def _site(self, dyn: frozenset[Sym], sub: AstNode, scope: frozenset[Sym]) -> _Site | None:
         """How an AST expression site finds the values of the dynamic bounds it uses.
 
-        For each bound ``T`` the enclosing point is read from the first ``Exec`` in ``sub``
-        (the site's subtree) of a node with all of ``T``'s enclosing dims, when its
+        For each bound ``T`` the enclosing point is read from the first ``Exec`` or ``Dealloc``
+        in ``sub`` (the site's subtree) of a node with all of ``T``'s enclosing dims, when its
         coordinates for those dims only use counters in ``scope`` (``reset(c0)`` and
         ``step(c0, c1)`` inside ``for c0`` give ``i = c0`` for ``c1 < T``). Otherwise
         the current enclosing point is used (see the module doc).
@@ -394,7 +394,7 @@ class Executor:
             db = self._dyn[b]
             kf = None
             for st in walk(sub):
-                if not isinstance(st, Exec):
+                if not isinstance(st, (Exec, Dealloc)):  # a free's point names its episode too
                     continue
                 dom = self.pdg.nodes[st.node].domain
                 if not set(db.enclosing) <= set(dom):

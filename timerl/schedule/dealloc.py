@@ -7,10 +7,14 @@ added after the last reader of each point.
 
 1. **Uses.** ``uses_X``: ``F_X[p] -> C[q]`` for every data edge ``C[q] <- X[phi(q)]``
    (the inverted dependence map, ``phi^-1``), with clustered nodes read through their
-   cluster's statement. A point of ``X`` over a dynamic dim ``t`` also counts ``T``'s
-   setter ``Z[e, t]`` as a use: whether ``X[.., t, ..]`` has a later reader (``x[t + 1]``
-   exists only if ``t + 1 < T``) is known only once ``Z`` ran at ``t``, so the free waits
-   for it (otherwise isl guards it by ``t + 1 == T`` before ``T`` is known).
+   cluster's statement. Under a dynamic bound ``T`` (per enclosing point ``e``, set by
+   ``Z[e, t]``), the frees of ``X[p]`` (``X`` over ``e``) also use every setter point
+   ``Z[e, s]`` before which ``p``'s readers are not determined: two values of ``T`` that
+   the runtime cannot tell apart before ``Z[e, s]`` give ``p`` different readers
+   (:func:`_bound_waits`). ``x[t]`` read by ``x[t + 1]`` waits for ``Z[e, t]``,
+   ``x[p]`` read at ``t // 2`` for ``Z[e, 2 p]``, ``a[e]`` read along ``t < T - 1`` for
+   ``Z[e, T - 1]``; otherwise isl guards the free by ``t + 1 == T``, ``T <= 2 p`` or
+   ``T == 1`` where ``T`` is not known yet.
 2. **Last use.** With the compute schedule ``theta`` (restricted to the domain and to the
    run's parameters), ``last = lexmax(uses . theta)`` and
    ``U = last . theta^-1 & uses``: each point with its last reader's instance.
@@ -44,6 +48,8 @@ import islpy as isl
 from timerl.pdg.ir import PDG, Edge
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
+from timerl.schedule.isl import stmt_name
+from timerl.symbolic import ZERO, Slice, Sym
 
 log = logging.getLogger(__name__)
 
@@ -111,20 +117,74 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
         per[k] = um
         reads = reads.union(um)
     uses = reads
-    for _, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
+    for bound, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
         if zid not in stmt:
             continue
-        from timerl.schedule.scheduler import _setter_point  # the scheduler imports this module
-
-        z = pdg.nodes[zid]
         for k, um in per.items():
-            node = pdg.nodes[members[k][0]]
-            if t not in node.domain or not set(enclosing) <= set(node.domain):
-                continue
-            e = Edge(stmts[k], stmt[zid], _BOUND_USE_IID, 0, _setter_point(pdg, z, t, t), order_only=True)
-            m = prog.edge_map(e).set_tuple_name(isl.dim_type.in_, free_name(k))  # F_k[p] -> Z[e, t]
-            uses = uses.union(isl.UnionMap.from_map(m).intersect_domain(um.domain()))
+            if set(enclosing) <= set(pdg.nodes[members[k][0]].domain):
+                uses = uses.union(_bound_waits(prog, req, k, stmts[k], um, (bound, t, zid)))
     return _Frees(members, stmts, uses, reads)
+
+
+def _bound_waits(
+    prog: object, req: FreeRequest, k: int, x_stmt: int, reads: isl.UnionMap, setter: tuple[Sym, Sym, int]
+) -> isl.UnionMap:
+    """``F_k[p] -> Z[e, s]`` for every setter point of ``bound`` (``T``) before which the
+    readers of ``p`` are not determined yet.
+
+    After ``Z[e, s - 1]`` the runtime knows ``T`` if ``T <= s``, else only ``T >= s + 1``.
+    The free of ``p`` must wait for ``Z[e, s]`` when two values ``T1, T2 >= s + 1`` (at which
+    ``p`` exists) give ``p`` different readers: ``x[t + 1]`` reading ``x[t]`` makes the free
+    of ``x[t]`` wait for ``Z[e, t]``, ``y[t] = x[t // 2]`` the free of ``x[p]`` for
+    ``Z[e, 2 p]``, and a reader over ``t`` of ``w[e]`` (or ``x[T - 1 - t]``) for ``T``
+    itself (``Z[e, T - 1]``). Without it isl would guard a free by ``T == 1`` or
+    ``T <= 2 p`` where ``T`` is not known yet.
+    """
+    from timerl.schedule.scheduler import _setter_point  # the scheduler imports this module
+
+    pdg, stmt = req.pdg, req.stmt_of
+    bound, t, zid = setter
+    name = next((n for n, b in prog.param_syms.items() if b == bound), None)
+    if name is None:  # the bound does not reach isl (no statement uses it)
+        return isl.UnionMap.empty(reads.get_space())
+    a, b = _renamed(reads, name, _WAIT_A), _renamed(reads, name, _WAIT_B)
+    exists = isl.UnionSet.from_set(prog.node_domain(x_stmt).set_tuple_name(free_name(k)))
+    differ = (
+        a.subtract(b).union(b.subtract(a)).domain()
+        .intersect(_renamed(exists, name, _WAIT_A)).intersect(_renamed(exists, name, _WAIT_B))
+    )  # fmt: skip
+    if differ.is_empty():
+        return isl.UnionMap.empty(reads.get_space())
+    z, zs = pdg.nodes[zid], stmt[zid]
+    every = Edge(x_stmt, zs, _BOUND_USE_IID, 0, _setter_point(pdg, z, t, Slice(ZERO, bound)), order_only=True)
+    waits = isl.UnionMap.from_map(prog.edge_map(every).set_tuple_name(isl.dim_type.in_, free_name(k)))
+    zvars = [f"z{j}" for j in range(len(z.domain))]
+    s = zvars[z.domain.index(t)]
+    before = isl.UnionSet.read_from_str(
+        prog.ctx,
+        f"[{_WAIT_A}, {_WAIT_B}] -> {{ {stmt_name(zs)}[{', '.join(zvars)}] : {s} < {_WAIT_A} and {s} < {_WAIT_B} }}",
+    )
+    waits = waits.intersect_domain(differ).intersect_range(before)
+    ids = isl.IdList.from_id(isl.Id.read_from_str(prog.ctx, _WAIT_A)).add(
+        isl.Id.read_from_str(prog.ctx, _WAIT_B)
+    )
+    return waits.project_out_param_id_list(ids)
+
+
+_WAIT_A, _WAIT_B = "_Ta", "_Tb"  # two values of a dynamic bound, compared by _bound_waits
+
+
+def _renamed(x: isl.UnionMap | isl.UnionSet, old: str, new: str) -> isl.UnionMap | isl.UnionSet:
+    """``x`` with its parameter ``old`` renamed ``new`` (a different parameter for isl)."""
+    parts: list = []
+    (x.foreach_map if isinstance(x, isl.UnionMap) else x.foreach_set)(parts.append)
+    out = type(x).empty(x.get_space())
+    for part in parts:
+        pos = part.find_dim_by_name(isl.dim_type.param, old)
+        if pos >= 0:
+            part = part.set_dim_name(isl.dim_type.param, pos, new)
+        out = out.union(type(x).from_map(part) if isinstance(x, isl.UnionMap) else type(x).from_set(part))
+    return out
 
 
 def _leaves(node: isl.ScheduleNode, path: tuple[int, ...], out: list) -> None:
