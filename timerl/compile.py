@@ -29,7 +29,7 @@ class CompileOptions:
     scan_lift: bool = True  # first-order linear recurrences (GAE, returns) as one scan op
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
-    fuse: bool = True  # run consecutive pure ops of a statement as one compiled region
+    fuse: bool = True  # run pure ops at one point as compiled regions (runtime/regions.py)
     # JAX: a static loop whose statements are all traceable runs as one lax.scan (its outputs
     # kept as rows of the stacked arrays); see runtime/scan.py and docs/performance.md
     scan_loops: bool = True
