@@ -12,6 +12,8 @@
    and every statement over ``e`` without ``t`` whose reads or condition use ``T`` runs
    after ``Z[e, T - 1]`` (validity only, see :func:`bound_order_edges`): the runtime
    knows that a point exists before running it, and ``T`` before a read of ``0:T``;
+   and every statement over ``t`` keeps the dims enclosing ``t`` outside it
+   (:func:`episode_order_edges`): one loop over ``t`` has one ``T``;
 4. isl's scheduler (default options, with proximity) computes a schedule tree with the
    static bounds as parameters (so its work does not grow with their values; the
    substituted bounds are the fallback), within a time budget (Feautrier's algorithm
