@@ -61,3 +61,26 @@ def test_show_schedule_writes_the_picture_into_the_run_directory(tmp_path, caplo
     assert (tmp_path / "schedule.txt").stat().st_size > 0 and (tmp_path / "schedule.png").stat().st_size > 0
     assert "for i (" in caplog.text and str(tmp_path / "schedule.png") in caplog.text
     ex.execute()
+
+
+def test_progress_bar_iterates_writes_and_can_be_quiet(capsys) -> None:
+    bar = trl.run.progress(["a", "b"], desc="bench", unit="bench")
+    seen = []
+    for x in bar:
+        bar.set_postfix_str(x)
+        bar.write(f"done {x}")
+        seen.append(x)
+    assert seen == ["a", "b"]
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["done a", "done b"] and "bench" in err and "2/2" in err
+    assert list(trl.run.progress(range(3), quiet=True)) == [0, 1, 2]
+    assert capsys.readouterr().err == ""
+
+
+def test_write_csv_takes_every_key_and_joins_lists(tmp_path) -> None:
+    path = trl.run.write_csv(
+        tmp_path / "sub" / "results.csv", [{"name": "a", "x": 1.5}, {"name": "b", "y": [1, 2], "x": 2}]
+    )
+    rows = list(csv.DictReader(open(path)))
+    assert list(rows[0]) == ["name", "x", "y"]
+    assert rows == [{"name": "a", "x": "1.5", "y": ""}, {"name": "b", "x": "2", "y": "1 2"}]

@@ -1,23 +1,53 @@
-# PPO (Schulman et al., 2017) with GAE as one recurrent-tensor program over dims (b, i, t).
-# The TimeRL setting: one epoch, one minibatch (the whole rollout of iteration i), so the
-# policy's activations from acting are reused by the symbolic autodiff for learning.
-# With --update-epochs E / --num-minibatches M the updates are two more dims (e, m): the
-# parameters vary over (i, e, m), acting uses those at (i, 0, 0), and every (e, m) runs a
-# new forward pass: with --num-steps over minibatch m of the rollout shuffled per epoch
-# (CleanRL's minibatches, taken as rows), episodic over the steps t with t % M == m.
+"""PPO (Schulman et al., 2017) with GAE as one recurrent-tensor program over dims (b, i, t).
+
+The TimeRL setting: one epoch, one minibatch (the whole rollout of iteration i), so the
+policy's activations from acting are reused by the symbolic autodiff for learning.
+With ``update_epochs`` E / ``num_minibatches`` M the updates are two more dims (e, m): the
+parameters vary over (i, e, m), acting uses those at (i, 0, 0), and every (e, m) runs a
+new forward pass: with ``num_steps`` over minibatch m of the rollout shuffled per epoch
+(CleanRL's minibatches, taken as rows), episodic over the steps t with t % M == m.
+
+Public API (``examples/ppo.py`` is the training script around it)::
+
+    from timerl.agents import ppo
+    args = ppo.PPOArgs(env_id="CartPole-v1", num_envs=8, num_steps=128)
+    ex = ppo.build_fixed(args, log_fn)     # num_steps > 0: fixed-length rollouts
+    ex = ppo.build(args, log_fn)           # num_steps == 0: one episode per env and iteration
+    ex.execute()
+
+``log_fn(value, point)`` is a sink called once per env and iteration (:func:`build`) or
+once per iteration (:func:`build_fixed`). The pieces (:func:`gae`, :func:`normalise`,
+:func:`clipped_loss`, :func:`surrogate`, :func:`minibatch_loss`) serve agents with their own
+network or env (``examples/ppo_tiramisu.py``).
+"""
+
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import timerl as trl
 from timerl.run import RunArgs, checkpoint_and_compile
 
+if TYPE_CHECKING:
+    from timerl.compile import Executor
+    from timerl.rt.tensor import RecurrentTensor as RT
+    from timerl.symbolic import Sym
+
+LogFn = Callable[[np.ndarray, dict[str, int]], None]
+"""A sink: ``log_fn(host_value, point)``, ``point`` maps dim names to their values."""
+EnvFn = Callable[[Any, Any], Any]
+"""``env_fn(args, B)``: the env of ``args`` with ``B`` (a bound symbol) envs along dim b."""
+
 
 @dataclass
-class Args(RunArgs):
+class PPOArgs(RunArgs):
+    """PPO's hyperparameters and the run flags (``RunArgs``); every field is a flag of
+    ``examples/ppo.py`` (and of the agents that subclass it), its docstring the ``--help`` line."""
+
     env_id: str = "CartPole-v1"
     """the environment: a gymnasium id, brax.<name>, gymnax.<id> or looptune.<dataset>"""
     backend: str = "jax"
@@ -73,11 +103,7 @@ class Args(RunArgs):
     """random seed"""
 
 
-def parse_args(defaults: Args | None = None) -> Args:
-    return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program")
-
-
-def _gae(args: Args, b, i, t, T, v, r, d):
+def gae(args: PPOArgs, b: Sym, i: Sym, t: Sym, T: Sym, v: RT, r: RT, d: RT) -> tuple[RT, RT, RT]:
     """alive mask (the env had not finished before t), GAE advantages as a backward
     recurrence over t (dynamic T), and returns."""
     alive = trl.empty((), domain=(b, i, t), name="alive")
@@ -95,7 +121,7 @@ def _gae(args: Args, b, i, t, T, v, r, d):
     return alive, adv, ret
 
 
-def _normalise(args: Args, adv, alive, B, i, T):
+def normalise(args: PPOArgs, adv: RT, alive: RT, B: Sym, i: Sym, T: Sym) -> RT:
     """(adv - mean) / std over every alive step of iteration i's rollout."""
     if not args.norm_adv:
         return adv
@@ -106,11 +132,11 @@ def _normalise(args: Args, adv, alive, B, i, T):
     return (adv - mu) / (std + 1e-8)
 
 
-def _clip(x, lo: float, hi: float):
+def _clip(x: RT, lo: float, hi: float) -> RT:
     return trl.where(x < lo, trl.full((), lo), trl.where(x > hi, trl.full((), hi), x))
 
 
-def _surrogate(args: Args, logp, logp_old, adv_n):
+def surrogate(args: PPOArgs, logp: RT, logp_old: RT, adv_n: RT) -> RT:
     """Per-point clipped surrogate loss ``max(-A r, -A clip(r, 1 - c, 1 + c))``."""
     ratio = (logp - logp_old.detach()).exp()
     pg1 = -adv_n * ratio
@@ -118,13 +144,13 @@ def _surrogate(args: Args, logp, logp_old, adv_n):
     return trl.where(pg1 > pg2, pg1, pg2)
 
 
-def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
+def clipped_loss(args: PPOArgs, logp: RT, logp_old: RT, entropy: RT, v: RT, ret: RT, adv_n: RT) -> RT:
     """Per-point PPO loss: clipped surrogate + value loss - entropy bonus."""
     v_loss = 0.5 * (v - ret) * (v - ret)
-    return _surrogate(args, logp, logp_old, adv_n) + args.vf_coef * v_loss - args.ent_coef * entropy
+    return surrogate(args, logp, logp_old, adv_n) + args.vf_coef * v_loss - args.ent_coef * entropy
 
 
-def make_env(args: Args, B):
+def make_env(args: PPOArgs, B: Sym) -> Any:
     """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
     env_id = (
         args.env_id
@@ -135,7 +161,9 @@ def make_env(args: Args, B):
     return trl.env.make(env_id, num_envs=B, seed=args.seed, **extra)
 
 
-def _gae_fixed(args: Args, b, i, t, T, v, v_last, r, d):
+def gae_fixed(
+    args: PPOArgs, b: Sym, i: Sym, t: Sym, T: Sym, v: RT, v_last: RT, r: RT, d: RT
+) -> tuple[RT, RT]:
     """GAE over a fixed-length rollout: ``d[t]`` ends an episode at step t (the env reset
     inside that step), ``v_last`` bootstraps from the observation after the last step."""
     not_done = 1.0 - d.cast(trl.float32)
@@ -149,7 +177,7 @@ def _gae_fixed(args: Args, b, i, t, T, v, v_last, r, d):
     return adv, adv + v.detach()
 
 
-def _normalise_fixed(args: Args, adv, B, i, T):
+def normalise_fixed(args: PPOArgs, adv: RT, B: Sym, i: Sym, T: Sym) -> RT:
     """(adv - mean) / std over iteration i's whole rollout (the one minibatch); the sample
     standard deviation (n - 1), as the minibatch path and CleanRL's ``Tensor.std()``."""
     if not args.norm_adv:
@@ -161,7 +189,21 @@ def _normalise_fixed(args: Args, adv, B, i, T):
     return (adv - mu) / (std + 1e-8)
 
 
-def _minibatch_loss(args: Args, dnn, B, T, i, e, m, o, a, logp_old, v_old, adv, ret):
+def minibatch_loss(
+    args: PPOArgs,
+    dnn: Any,
+    B: Sym,
+    T: Sym,
+    i: Sym,
+    e: Sym,
+    m: Sym,
+    o: RT,
+    a: RT,
+    logp_old: RT,
+    v_old: RT,
+    adv: RT,
+    ret: RT,
+) -> tuple[RT, RT]:
     """PPO's loss on minibatch m of epoch e, as CleanRL computes it: iteration i's rollout
     flattened to ``B * T`` samples, shuffled once per epoch (``argsort`` of uniform keys),
     minibatch m the samples at ranks ``m * mb .. (m + 1) * mb``, taken as rows; advantages
@@ -184,7 +226,7 @@ def _minibatch_loss(args: Args, dnn, B, T, i, e, m, o, a, logp_old, v_old, adv, 
     if args.norm_adv:
         dev = adv_mb - adv_mb.mean()
         adv_mb = dev / (((dev * dev).sum() / float(max(mb - 1, 1))).sqrt() + 1e-8)
-    pg_loss = _surrogate(args, logp, rows(logp_old).take(idx), adv_mb).mean()
+    pg_loss = surrogate(args, logp, rows(logp_old).take(idx), adv_mb).mean()
     v_loss = (v_new - ret_mb) * (v_new - ret_mb)
     if args.clip_vloss:
         dv = _clip(v_new - v_mb, -args.clip_coef, args.clip_coef)
@@ -193,7 +235,13 @@ def _minibatch_loss(args: Args, dnn, B, T, i, e, m, o, a, logp_old, v_old, adv, 
     return pg_loss + args.vf_coef * 0.5 * v_loss.mean() - args.ent_coef * ent.mean(), idx
 
 
-def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
+def build_fixed(
+    args: PPOArgs,
+    log_fn: LogFn,
+    env_fn: EnvFn = make_env,
+    weights: dict[str, np.ndarray] | None = None,
+    **options: Any,
+) -> Executor:
     """PPO over fixed-length rollouts (``--num-steps N``): T = N static, envs auto-reset,
     done masks in GAE, bootstrap from V of the observation after step N - 1; the observation
     of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
@@ -221,14 +269,14 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
         o[b, i, 0] = o_next[b, i - 1, T - 1]
         o[b, i, t + 1] = o_next
         v_last = actor.value(o_next[b, i, T - 1])
-        adv, ret = _gae_fixed(args, b, i, t, T, v, v_last, r, d)
+        adv, ret = gae_fixed(args, b, i, t, T, v, v_last, r, d)
         if not epochs:
-            adv_n = _normalise_fixed(args, adv, B, i, T)
-            per_point = _clipped_loss(args, logp_old, logp_old, ent_old, v, ret, adv_n)
+            adv_n = normalise_fixed(args, adv, B, i, T)
+            per_point = clipped_loss(args, logp_old, logp_old, ent_old, v, ret, adv_n)
             (per_point * (1.0 / float(args.num_envs * args.num_steps))).backward()
         else:
             (e, _), (m, _) = upd
-            loss, _ = _minibatch_loss(args, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret)
+            loss, _ = minibatch_loss(args, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret)
             loss.backward()
         if args.anneal_lr:
             lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
@@ -242,7 +290,13 @@ def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 
-def build(args: Args, log_fn, env_fn=make_env, weights=None, **options):
+def build(
+    args: PPOArgs,
+    log_fn: LogFn,
+    env_fn: EnvFn = make_env,
+    weights: dict[str, np.ndarray] | None = None,
+    **options: Any,
+) -> Executor:
     """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
     the network from given values (e.g. a checkpoint's); ``options`` go to ``ctx.compile``."""
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
@@ -264,19 +318,19 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None, **options):
         a = actor(o)
         v = actor.value()  # V(o[t]) from the same forward pass
         o[b, i, t + 1], r, d = env.step(a)
-        alive, adv, ret = _gae(args, b, i, t, T, v, r, d)
-        adv_n = _normalise(args, adv, alive, B, i, T)
+        alive, adv, ret = gae(args, b, i, t, T, v, r, d)
+        adv_n = normalise(args, adv, alive, B, i, T)
         logp_old = actor.log_prob(a)
         if not epochs:
             # One update: the acting forward pass is the one differentiated (ratio = 1,
             # its gradient is grad log pi).
-            per_point = _clipped_loss(args, logp_old, logp_old, actor.entropy(), v, ret, adv_n)
+            per_point = clipped_loss(args, logp_old, logp_old, actor.entropy(), v, ret, adv_n)
         else:
             m = upd[1][0]
             logp, ent, v_new = dnn.evaluate(o, a)  # parameters at (i, e, m)
             step_mb = trl.as_tensor(t % args.num_minibatches, domain=(i,))  # per i: T is per episode
             in_mb = (step_mb == trl.as_tensor(m)).cast(trl.float32)
-            per_point = _clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
+            per_point = clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
         loss = per_point * alive / float(args.num_envs)
         loss.backward()
         if args.anneal_lr:
@@ -290,76 +344,3 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None, **options):
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
-
-
-def main(args: Args, env_fn=make_env) -> list[float]:
-    trl.run.setup_logging()
-    if args.num_steps > 0:
-        return main_fixed(args, env_fn)
-    returns: dict[int, list[float]] = {}
-    means: list[float] = []
-    t0 = time.perf_counter()
-    steps = 0
-    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
-
-    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
-        nonlocal steps
-        it = pt["i"]
-        returns.setdefault(it, []).append(float(v[0]))
-        steps += int(v[1])
-        if len(returns[it]) == args.num_envs:
-            m = float(np.mean(returns[it]))
-            means.append(m)
-            line = f"iter {it:4d}  mean return {m:9.3f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
-            assert run is not None
-            run.log(it, line, mean_return=m, env_steps=steps)
-
-    ex = build(args, log_fn, env_fn)
-    print(
-        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
-    )
-    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
-    ex.execute()
-    run.close(curve="mean_return", x="env_steps")
-    return means
-
-
-def main_fixed(args: Args, env_fn=make_env) -> list[float]:
-    """Train with fixed-length rollouts; returns, per iteration, the mean return of the
-    episodes that finished in it (the previous mean when none did)."""
-    t0 = time.perf_counter()
-    running = np.zeros(args.num_envs)  # return of each env's current episode
-    means: list[float] = []
-    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
-
-    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
-        it = pt["i"]
-        rewards, dones = v[0], v[1] > 0  # (envs, steps)
-        eps: list[float] = []
-        for k in range(rewards.shape[1]):
-            running[:] += rewards[:, k]
-            if dones[:, k].any():
-                eps.extend(running[dones[:, k]].tolist())
-                running[dones[:, k]] = 0.0
-        m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
-        means.append(m)
-        steps = (it + 1) * args.num_envs * args.num_steps
-        line = (
-            f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
-            f"time {time.perf_counter() - t0:7.1f}s"
-        )
-        assert run is not None
-        run.log(it, line, mean_return=m, episodes=len(eps), env_steps=steps)
-
-    ex = build_fixed(args, log_fn, env_fn)
-    print(
-        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
-    )
-    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
-    ex.execute()
-    run.close(curve="mean_return", x="env_steps")
-    return means
-
-
-if __name__ == "__main__":
-    main(parse_args())

@@ -1,0 +1,101 @@
+# PPO (Schulman et al., 2017) with GAE on any env (gymnasium, brax, gymnax, looptune), as
+# one recurrent-tensor program over dims (b, i, t): the TimeRL setting (one epoch, one
+# minibatch) reuses the acting forward pass for learning; --update-epochs E and
+# --num-minibatches M add the update dims (e, m), CleanRL's minibatches with --num-steps.
+# The program (GAE, clipped surrogate, value loss, entropy bonus, Adam) is
+# timerl/agents/ppo.py (`timerl.agents.ppo`); this script trains it and logs the returns.
+#   python examples/ppo.py --num-envs 8 --num-steps 128 --iterations 100 --backend torch
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import timerl as trl
+from timerl.agents.ppo import EnvFn, PPOArgs, build, build_fixed, make_env
+
+
+@dataclass
+class Args(PPOArgs):
+    """PPO's hyperparameters (``timerl.agents.ppo.PPOArgs``: --env-id, --num-envs, --lr, ...)
+    and the run flags (``timerl.run.RunArgs``); a field declared here adds a flag."""
+
+
+def parse_args(defaults: Args | None = None) -> Args:
+    return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program")
+
+
+def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
+    """Train with one episode per env and iteration (``--num-steps 0``), else with
+    fixed-length rollouts (:func:`main_fixed`); returns the mean return per iteration."""
+    trl.run.setup_logging()
+    if args.num_steps > 0:
+        return main_fixed(args, env_fn)
+    returns: dict[int, list[float]] = {}
+    means: list[float] = []
+    t0 = time.perf_counter()
+    steps = 0
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
+
+    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
+        nonlocal steps
+        it = pt["i"]
+        returns.setdefault(it, []).append(float(v[0]))
+        steps += int(v[1])
+        if len(returns[it]) == args.num_envs:
+            m = float(np.mean(returns[it]))
+            means.append(m)
+            line = f"iter {it:4d}  mean return {m:9.3f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
+            assert run is not None
+            run.log(it, line, mean_return=m, env_steps=steps)
+
+    ex = build(args, log_fn, env_fn)
+    print(
+        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+    )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
+    ex.execute()
+    run.close(curve="mean_return", x="env_steps")
+    return means
+
+
+def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
+    """Train with fixed-length rollouts; returns, per iteration, the mean return of the
+    episodes that finished in it (the previous mean when none did)."""
+    t0 = time.perf_counter()
+    running = np.zeros(args.num_envs)  # return of each env's current episode
+    means: list[float] = []
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
+
+    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
+        it = pt["i"]
+        rewards, dones = v[0], v[1] > 0  # (envs, steps)
+        eps: list[float] = []
+        for k in range(rewards.shape[1]):
+            running[:] += rewards[:, k]
+            if dones[:, k].any():
+                eps.extend(running[dones[:, k]].tolist())
+                running[dones[:, k]] = 0.0
+        m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
+        means.append(m)
+        steps = (it + 1) * args.num_envs * args.num_steps
+        line = (
+            f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
+            f"time {time.perf_counter() - t0:7.1f}s"
+        )
+        assert run is not None
+        run.log(it, line, mean_return=m, episodes=len(eps), env_steps=steps)
+
+    ex = build_fixed(args, log_fn, env_fn)
+    print(
+        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+    )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
+    ex.execute()
+    run.close(curve="mean_return", x="env_steps")
+    return means
+
+
+if __name__ == "__main__":
+    main(parse_args())
