@@ -1,14 +1,17 @@
-"""``RunLog``: the progress bar, metrics files and learning curve of one training run."""
+"""``RunLog``: the progress bar, metrics files and learning curve of one training run;
+``progress`` and ``write_csv`` for the long loops and result tables of other scripts."""
 
 from __future__ import annotations
 
 import csv
 import logging
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger("timerl.run")
+T = TypeVar("T")
 
 
 class RunLog:
@@ -73,3 +76,38 @@ class RunLog:
         plt.close(fig)
         log.info("learning curve: %s", path)
         return path
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    total: int | None = None,
+    desc: str = "",
+    quiet: bool = False,
+    unit: str = "it",
+) -> Any:
+    """A progress bar with the time left (``tqdm``, on stderr) over ``iterable`` (or
+    ``total`` steps, advanced with ``.update(1)``); ``quiet`` turns it off. Lines written
+    with its ``.write(line)`` go to stdout above the bar. For the long loops of scripts that
+    report tables rather than per-iteration metrics (evaluations, searches)."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, disable=quiet)
+
+
+def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write ``rows`` (one dict each) as CSV to ``path``: the columns are every key, in the
+    order first seen; a missing value is empty, a list or tuple its items joined by spaces.
+    Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        for row in rows:
+            w.writerow(
+                {k: " ".join(map(str, v)) if isinstance(v, list | tuple) else v for k, v in row.items()}
+            )
+    return path

@@ -22,7 +22,9 @@ CLI (``python -m timerl.envs.looptune.evaluate --help``)::
 runs the policy, the untuned nest and NumPy on all 440 test problems, and the searches
 (``--time-limit 60`` s each) on a fixed subset of 32 of them (``--search-problems``);
 ``--num-problems 5`` samples fewer problems. Besides Fig. 8/9 it plots Fig. 10, the
-policy's best speedup so far after each action.
+policy's best speedup so far after each action. A progress bar (tqdm, on stderr) shows the
+problem and tuner at work and the time left (``--quiet``: none); the results are
+``results.csv`` (one row per problem) and ``results.json`` in ``--out``.
 
 Fairness and noise: every search gets a fresh measurer without the disk cache, so its
 seconds count its own measurements. On a shared machine, interference only ever slows a
@@ -233,6 +235,8 @@ def evaluate(
         log.info("[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy)
         gflops, seconds, info = {}, {}, {}
         for name, tuner in tuners.items():
+            if bar is not None:
+                bar.set_postfix_str(f"{p.name} {name}")
             try:
                 out = tuner(p)
             except Exception:
@@ -532,7 +536,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--metaschedule-sizes", default="", help="e.g. 64,128: also tune n x n x n with MetaSchedule"
     )
     p.add_argument("--metaschedule-trials", type=int, default=64, help="MetaSchedule trials per size (64)")
-    p.add_argument("--out", default="looptune_eval", help="output folder (default ./looptune_eval)")
+    p.add_argument(
+        "--out",
+        default="looptune_eval",
+        help="output folder (default ./looptune_eval): results.csv, results.json, summary.txt and the "
+        "figures; a training run's folder keeps its metrics.csv and checkpoints",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar (the log lines stay)")
     return p.parse_args(argv)
 
 
@@ -637,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         meta["cpu"] = tvm_lower.host_cpu()
     report = evaluate(
-        problems, tuners, reference or measurer, numpy_fn=npy.__getitem__, meta=meta, progress=True
+        problems, tuners, reference or measurer, numpy_fn=npy.__getitem__, meta=meta, progress=not args.quiet
     )
     paths = write_report(report, args.out)
     print(format_summary(report))
