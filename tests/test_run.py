@@ -35,13 +35,16 @@ class _Args(trl.run.RunArgs):
     """where the run goes"""
 
 
-def test_parse_args_types_bools_and_defaults() -> None:
+def test_parse_args_types_bools_and_defaults(capsys) -> None:
     a = trl.run.parse_args(_Args, argv=["--lr", "0.5", "--quiet", "--show-schedule", "false"])
     assert (a.lr, a.quiet, a.show_schedule, a.out_dir, a.backend) == (0.5, True, False, "runs/test", "jax")
     b = trl.run.parse_args(_Args, _Args(backend="torch"), argv=["--checkpoint-every", "3"])
     assert (b.backend, b.checkpoint_every) == ("torch", 3)
     with pytest.raises(SystemExit):
         trl.run.parse_args(_Args, argv=["--quiet", "maybe"])
+    with pytest.raises(SystemExit):  # a backend typo fails while parsing, before anything runs
+        trl.run.parse_args(_Args, argv=["--backend", "jaxx"])
+    assert "invalid choice: 'jaxx'" in capsys.readouterr().err
 
 
 def test_field_docs_subclass_wins() -> None:

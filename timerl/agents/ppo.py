@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import timerl as trl
+from timerl.errors import TimeRLError
 from timerl.run import RunArgs, checkpoint_and_compile
 
 if TYPE_CHECKING:
@@ -101,6 +102,27 @@ class PPOArgs(RunArgs):
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
     seed: int = 0
     """random seed"""
+
+
+def check_args(args: PPOArgs) -> None:
+    """Raise a ``TimeRLError`` naming the flag when ``args`` cannot make a PPO program (before
+    anything is built: a bad flag is reported before the env starts or the program compiles)."""
+    for name in ("num_envs", "iterations", "update_epochs", "num_minibatches", "hidden"):
+        if getattr(args, name) < 1:
+            flag = "--" + name.replace("_", "-")
+            raise TimeRLError(f"{flag} must be at least 1, got {getattr(args, name)}")
+    if args.num_steps < 0:
+        raise TimeRLError(
+            f"--num-steps must be 0 (one episode per env) or a step count, got {args.num_steps}"
+        )
+    if args.layers < 0:
+        raise TimeRLError(f"--layers must be 0 or more, got {args.layers}")
+    n = args.num_envs * args.num_steps
+    if args.num_steps > 0 and n % args.num_minibatches:
+        raise TimeRLError(
+            f"--num-minibatches {args.num_minibatches} must divide --num-envs x --num-steps = "
+            f"{args.num_envs} x {args.num_steps} = {n}"
+        )
 
 
 def gae(args: PPOArgs, b: Sym, i: Sym, t: Sym, T: Sym, v: RT, r: RT, d: RT) -> tuple[RT, RT, RT]:
@@ -212,7 +234,7 @@ def minibatch_loss(
     Returns the loss and the minibatch's sample indices (into the rollout flattened b-major)."""
     n = args.num_envs * args.num_steps
     if n % args.num_minibatches:
-        raise ValueError(f"--num-minibatches {args.num_minibatches} must divide num_envs x num_steps = {n}")
+        raise TimeRLError(f"--num-minibatches {args.num_minibatches} must divide num_envs x num_steps = {n}")
     mb = n // args.num_minibatches
 
     def rows(x):  # iteration i's rollout of x as B * T rows
@@ -247,6 +269,7 @@ def build_fixed(
     of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
     iteration, the rewards and done flags of the rollout of every env (shape ``(2, B, N)``); ``options``
     go to ``ctx.compile`` (e.g. ``vectorize_time=False``)."""
+    check_args(args)
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
     with ctx as ((b, B), (i, I), *upd, (t, T)):
@@ -299,6 +322,7 @@ def build(
 ) -> Executor:
     """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
     the network from given values (e.g. a checkpoint's); ``options`` go to ``ctx.compile``."""
+    check_args(args)
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     # Dim order is loop order where isl has a choice: the update dims come before t, so
     # one (e, m) update sweeps the rollout over t.
