@@ -37,6 +37,7 @@ those figures; the search's own figure stays in the JSON (``search_gflops``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import logging
@@ -227,33 +228,46 @@ def evaluate(
         )
     results = []
     bar = _progress_bar(len(problems), "measuring") if progress else None
-    for i, p in enumerate(problems):
-        if bar is not None:
-            bar.set_postfix_str(p.name)
-        untuned = measurer.gflops(initial_state(p))
-        npy = numpy_fn(p)
-        log.info("[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy)
-        gflops, seconds, info = {}, {}, {}
-        for name, tuner in tuners.items():
+    # log lines go above the bar, not into it
+    with _logging_above(bar):
+        for i, p in enumerate(problems):
             if bar is not None:
-                bar.set_postfix_str(f"{p.name} {name}")
-            try:
-                out = tuner(p)
-            except Exception:
-                log.exception("tuner %s failed on %s; recorded as nan", name, p.name)
-                out = (math.nan, math.nan)
-            tuned = out if isinstance(out, Tuned) else Tuned(float(out[0]), float(out[1]))
-            gflops[name], seconds[name] = tuned.gflops, tuned.seconds
-            if tuned.info:
-                info[name] = dict(tuned.info)
-            if math.isfinite(tuned.gflops):
-                log.info("  %-10s %7.2f GFLOPS in %6.1f s", name, tuned.gflops, tuned.seconds)
-        results.append(ProblemResult(p, untuned, npy, gflops, seconds, info))
-        if bar is not None:
-            bar.update(1)
+                bar.set_postfix_str(p.name)
+            untuned = measurer.gflops(initial_state(p))
+            npy = numpy_fn(p)
+            log.info(
+                "[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy
+            )
+            gflops, seconds, info = {}, {}, {}
+            for name, tuner in tuners.items():
+                if bar is not None:
+                    bar.set_postfix_str(f"{p.name} {name}")
+                try:
+                    out = tuner(p)
+                except Exception:
+                    log.exception("tuner %s failed on %s; recorded as nan", name, p.name)
+                    out = (math.nan, math.nan)
+                tuned = out if isinstance(out, Tuned) else Tuned(float(out[0]), float(out[1]))
+                gflops[name], seconds[name] = tuned.gflops, tuned.seconds
+                if tuned.info:
+                    info[name] = dict(tuned.info)
+                if math.isfinite(tuned.gflops):
+                    log.info("  %-10s %7.2f GFLOPS in %6.1f s", name, tuned.gflops, tuned.seconds)
+            results.append(ProblemResult(p, untuned, npy, gflops, seconds, info))
+            if bar is not None:
+                bar.update(1)
     if bar is not None:
         bar.close()
     return Report(tuple(tuners), tuple(results), dict(meta or {}))
+
+
+def _logging_above(bar: Any) -> contextlib.AbstractContextManager[Any]:
+    """While ``bar`` shows, the root logger's console lines are written above it (tqdm)."""
+    if bar is None:
+        return contextlib.nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
 
 
 def _progress_bar(total: int, desc: str) -> Any:
