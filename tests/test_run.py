@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -87,3 +88,18 @@ def test_write_csv_takes_every_key_and_joins_lists(tmp_path) -> None:
     rows = list(csv.DictReader(open(path)))
     assert list(rows[0]) == ["name", "x", "y"]
     assert rows == [{"name": "a", "x": "1.5", "y": ""}, {"name": "b", "x": "2", "y": "1 2"}]
+
+
+def test_run_log_writes_log_lines_above_its_bar_and_restores_the_handlers(tmp_path) -> None:
+    root = logging.getLogger()
+    console = logging.StreamHandler(sys.stderr)
+    root.addHandler(console)
+    try:
+        before = list(root.handlers)
+        log = trl.run.RunLog(tmp_path / "r", total=2, desc="test")
+        assert console not in root.handlers  # tqdm's handler writes it above the bar instead
+        log.log(0, mean_return=1.0)
+        log.close()
+        assert root.handlers == before
+    finally:
+        root.removeHandler(console)

@@ -26,6 +26,13 @@ class RunLog:
         self.quiet = quiet
         self.t0 = time.perf_counter()
         self.bar = tqdm(total=total, desc=desc, unit="it", dynamic_ncols=True, disable=quiet)
+        # while the bar shows, console log lines (warnings of the run) are written above it
+        self._redirect: Any = None
+        if not quiet:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            self._redirect = logging_redirect_tqdm()
+            self._redirect.__enter__()
         self.tb = SummaryWriter(str(self.out_dir))
         self._csv_file = open(self.out_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
         self._csv: Any = None
@@ -55,6 +62,9 @@ class RunLog:
     def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
         """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
         (returns its path; None without ``curve`` or rows)."""
+        if self._redirect is not None:
+            self._redirect.__exit__(None, None, None)
+            self._redirect = None
         self.bar.close()
         self.tb.close()
         self._csv_file.close()
