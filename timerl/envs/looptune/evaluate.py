@@ -552,9 +552,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--metaschedule-trials", type=int, default=64, help="MetaSchedule trials per size (64)")
     p.add_argument(
         "--out",
-        default="looptune_eval",
-        help="output folder (default ./looptune_eval): results.csv, results.json, summary.txt and the "
-        "figures; a training run's folder keeps its metrics.csv and checkpoints",
+        default="runs/looptune_eval",
+        help="output folder (default runs/looptune_eval, beside the examples' runs): results.csv, "
+        "results.json, summary.txt and the figures; a training run's folder keeps its metrics.csv "
+        "and checkpoints",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar (the log lines stay)")
     return p.parse_args(argv)
