@@ -1,10 +1,10 @@
-# PPO (Schulman et al., 2017) with GAE as one recurrent-tensor program over dims (b, i, t).
-# The TimeRL setting: one epoch, one minibatch (the whole rollout of iteration i), so the
-# policy's activations from acting are reused by the symbolic autodiff for learning.
-# With --update-epochs E / --num-minibatches M the updates are two more dims (e, m): the
-# parameters vary over (i, e, m), acting uses those at (i, 0, 0), and every (e, m) runs a
-# new forward pass: with --num-steps over minibatch m of the rollout shuffled per epoch
-# (CleanRL's minibatches, taken as rows), episodic over the steps t with t % M == m.
+# PPO (Schulman et al., 2017) with GAE on any env (gymnasium, brax, gymnax, looptune), as
+# one recurrent-tensor program over dims (b, i, t): the TimeRL setting (one epoch, one
+# minibatch) reuses the acting forward pass for learning; --update-epochs E and
+# --num-minibatches M add the update dims (e, m), CleanRL's minibatches with --num-steps.
+# The program (GAE, clipped surrogate, value loss, entropy bonus, Adam) is
+# timerl/agents/ppo.py (`timerl.agents.ppo`); this script trains it and logs the returns.
+#   python examples/ppo.py --num-envs 8 --num-steps 128 --iterations 100 --backend torch
 from __future__ import annotations
 
 import time
@@ -13,286 +13,22 @@ from dataclasses import dataclass
 import numpy as np
 
 import timerl as trl
-from timerl.run import RunArgs, checkpoint_and_compile
+from timerl.agents.ppo import EnvFn, PPOArgs, build, build_fixed, make_env
 
 
 @dataclass
-class Args(RunArgs):
-    env_id: str = "CartPole-v1"
-    """the environment: a gymnasium id, brax.<name>, gymnax.<id> or looptune.<dataset>"""
-    backend: str = "jax"
-    """tensor backend: jax or torch"""
-    num_envs: int = 4
-    """parallel environments (the batch dim b)"""
-    iterations: int = 250
-    """training iterations (the dim i); each runs one episode per env (or --num-steps steps)"""
-    num_steps: int = 0
-    """steps per rollout: 0 runs one episode per env and iteration (T dynamic: the longest
-    episode); N > 0 runs N steps (T = N static) with envs reset as they finish and
-    iteration i continuing where i - 1 stopped (CleanRL's rollouts)"""
-    lr: float = 3e-3
-    """Adam learning rate (annealed linearly to 0 over the iterations)"""
-    anneal_lr: bool = True
-    """anneal the learning rate (an RT over i)"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """GAE lambda"""
-    clip_coef: float = 0.2
-    """surrogate clipping coefficient"""
-    ent_coef: float = 0.0
-    """entropy bonus coefficient"""
-    vf_coef: float = 0.5
-    """value-loss coefficient"""
-    max_grad_norm: float = 0.0
-    """clip the gradients' global norm to this before each Adam step (0: off; CleanRL: 0.5)"""
-    adam_eps: float = 1e-8
-    """Adam's epsilon (CleanRL: 1e-5)"""
-    norm_adv: bool = True
-    """normalise advantages over the rollout of each iteration"""
-    hidden: int = 64
-    """hidden units per layer"""
-    layers: int = 2
-    """hidden layers of the actor and of the critic"""
-    shared: bool = False
-    """share the actor and critic trunk"""
-    update_epochs: int = 1
-    """epochs over each rollout (a dim e); > 1 recomputes the forward pass"""
-    num_minibatches: int = 1
-    """minibatches per epoch (a dim m). With --num-steps: the rollout's B x N samples shuffled
-    each epoch and cut into M minibatches (CleanRL); episodic: minibatch m holds the steps
-    t with t % M == m"""
-    clip_vloss: bool = True
-    """with epochs/minibatches and --num-steps: clip the value loss around the rollout's
-    values by --clip-coef (CleanRL); a no-op for one epoch and one minibatch"""
-    update_dims: bool = False
-    """build the (i, e, m) program even for one epoch and one minibatch (a check of it)"""
-    out_dir: str = "runs/ppo"
-    """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
-    seed: int = 0
-    """random seed"""
+class Args(PPOArgs):
+    """PPO's hyperparameters (``timerl.agents.ppo.PPOArgs``: --env-id, --num-envs, --lr, ...)
+    and the run flags (``timerl.run.RunArgs``); a field declared here adds a flag."""
 
 
 def parse_args(defaults: Args | None = None) -> Args:
     return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program")
 
 
-def _gae(args: Args, b, i, t, T, v, r, d):
-    """alive mask (the env had not finished before t), GAE advantages as a backward
-    recurrence over t (dynamic T), and returns."""
-    alive = trl.empty((), domain=(b, i, t), name="alive")
-    alive[b, i, 0] = trl.ones(())
-    alive[b, i, t + 1] = 1.0 - d.cast(trl.float32)
-    not_done = 1.0 - d.cast(trl.float32)
-    v_next = trl.empty((), domain=(b, i, t), name="v_next")
-    v_next[b, i, T - 1] = trl.zeros(())
-    v_next[b, i, t] = v[b, i, t + 1]
-    delta = (r + args.gamma * not_done * v_next.detach() - v.detach()) * alive
-    adv = trl.empty((), domain=(b, i, t), name="adv")
-    adv[b, i, T - 1] = delta[b, i, T - 1]
-    adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
-    ret = adv + v.detach()
-    return alive, adv, ret
-
-
-def _normalise(args: Args, adv, alive, B, i, T):
-    """(adv - mean) / std over every alive step of iteration i's rollout."""
-    if not args.norm_adv:
-        return adv
-    n = alive[0:B, i, 0:T].sum()
-    mu = (adv[0:B, i, 0:T] * alive[0:B, i, 0:T]).sum() / n
-    dev = (adv[0:B, i, 0:T] - mu) * alive[0:B, i, 0:T]
-    std = ((dev * dev).sum() / n).sqrt()
-    return (adv - mu) / (std + 1e-8)
-
-
-def _clip(x, lo: float, hi: float):
-    return trl.where(x < lo, trl.full((), lo), trl.where(x > hi, trl.full((), hi), x))
-
-
-def _surrogate(args: Args, logp, logp_old, adv_n):
-    """Per-point clipped surrogate loss ``max(-A r, -A clip(r, 1 - c, 1 + c))``."""
-    ratio = (logp - logp_old.detach()).exp()
-    pg1 = -adv_n * ratio
-    pg2 = -adv_n * _clip(ratio, 1.0 - args.clip_coef, 1.0 + args.clip_coef)
-    return trl.where(pg1 > pg2, pg1, pg2)
-
-
-def _clipped_loss(args: Args, logp, logp_old, entropy, v, ret, adv_n):
-    """Per-point PPO loss: clipped surrogate + value loss - entropy bonus."""
-    v_loss = 0.5 * (v - ret) * (v - ret)
-    return _surrogate(args, logp, logp_old, adv_n) + args.vf_coef * v_loss - args.ent_coef * entropy
-
-
-def make_env(args: Args, B):
-    """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
-    env_id = (
-        args.env_id
-        if args.env_id.split(".")[0] in ("gym", "brax", "gymnax", "looptune")
-        else f"gym.{args.env_id}"
-    )
-    extra = {"autoreset": True} if args.num_steps > 0 else {}
-    return trl.env.make(env_id, num_envs=B, seed=args.seed, **extra)
-
-
-def _gae_fixed(args: Args, b, i, t, T, v, v_last, r, d):
-    """GAE over a fixed-length rollout: ``d[t]`` ends an episode at step t (the env reset
-    inside that step), ``v_last`` bootstraps from the observation after the last step."""
-    not_done = 1.0 - d.cast(trl.float32)
-    v_next = trl.empty((), domain=(b, i, t), name="v_next")
-    v_next[b, i, T - 1] = v_last
-    v_next[b, i, t] = v[b, i, t + 1]
-    delta = r + args.gamma * not_done * v_next.detach() - v.detach()
-    adv = trl.empty((), domain=(b, i, t), name="adv")
-    adv[b, i, T - 1] = delta[b, i, T - 1]
-    adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
-    return adv, adv + v.detach()
-
-
-def _normalise_fixed(args: Args, adv, B, i, T):
-    """(adv - mean) / std over iteration i's whole rollout (the one minibatch); the sample
-    standard deviation (n - 1), as the minibatch path and CleanRL's ``Tensor.std()``."""
-    if not args.norm_adv:
-        return adv
-    n = float(args.num_envs * args.num_steps)
-    mu = adv[0:B, i, 0:T].sum() / n
-    dev = adv[0:B, i, 0:T] - mu
-    std = ((dev * dev).sum() / max(n - 1.0, 1.0)).sqrt()
-    return (adv - mu) / (std + 1e-8)
-
-
-def _minibatch_loss(args: Args, dnn, B, T, i, e, m, o, a, logp_old, v_old, adv, ret):
-    """PPO's loss on minibatch m of epoch e, as CleanRL computes it: iteration i's rollout
-    flattened to ``B * T`` samples, shuffled once per epoch (``argsort`` of uniform keys),
-    minibatch m the samples at ranks ``m * mb .. (m + 1) * mb``, taken as rows; advantages
-    normalised over the minibatch; the value loss clipped around the rollout's values
-    (``--clip-vloss``). One forward pass over ``mb`` samples per update, not over the rollout.
-    Returns the loss and the minibatch's sample indices (into the rollout flattened b-major)."""
-    n = args.num_envs * args.num_steps
-    if n % args.num_minibatches:
-        raise ValueError(f"--num-minibatches {args.num_minibatches} must divide num_envs x num_steps = {n}")
-    mb = n // args.num_minibatches
-
-    def rows(x):  # iteration i's rollout of x as B * T rows
-        flat = x.detach()[0:B, i, 0:T]
-        return flat.reshape(-1, *flat.shape[2:])
-
-    perm = trl.rand((n,), domain=(i, e), name="shuffle").argsort()
-    idx = perm.reshape(args.num_minibatches, mb)[i, e, m]
-    logp, ent, v_new = dnn.evaluate(rows(o).take(idx), rows(a).take(idx))
-    adv_mb, ret_mb, v_mb = rows(adv).take(idx), rows(ret).take(idx), rows(v_old).take(idx)
-    if args.norm_adv:
-        dev = adv_mb - adv_mb.mean()
-        adv_mb = dev / (((dev * dev).sum() / float(max(mb - 1, 1))).sqrt() + 1e-8)
-    pg_loss = _surrogate(args, logp, rows(logp_old).take(idx), adv_mb).mean()
-    v_loss = (v_new - ret_mb) * (v_new - ret_mb)
-    if args.clip_vloss:
-        dv = _clip(v_new - v_mb, -args.clip_coef, args.clip_coef)
-        v_clip = (v_mb + dv - ret_mb) * (v_mb + dv - ret_mb)
-        v_loss = trl.where(v_clip > v_loss, v_clip, v_loss)
-    return pg_loss + args.vf_coef * 0.5 * v_loss.mean() - args.ent_coef * ent.mean(), idx
-
-
-def build_fixed(args: Args, log_fn, env_fn=make_env, weights=None, **options):
-    """PPO over fixed-length rollouts (``--num-steps N``): T = N static, envs auto-reset,
-    done masks in GAE, bootstrap from V of the observation after step N - 1; the observation
-    of iteration i's first step is the one after i - 1's last step. ``log_fn`` gets, per env
-    iteration, the rewards and done flags of the rollout of every env (shape ``(2, B, N)``); ``options``
-    go to ``ctx.compile`` (e.g. ``vectorize_time=False``)."""
-    epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
-    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
-    with ctx as ((b, B), (i, I), *upd, (t, T)):
-        env = env_fn(args, B)
-        pdims = (i, *(s for s, _ in upd))
-        dnn = (
-            trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
-            .build(weights)
-        )
-        actor = dnn.at(i, 0, 0) if epochs else dnn
-        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
-        o0 = env.reset(domain=(b,))
-        a = actor(o)
-        v = actor.value()
-        logp_old = actor.log_prob(a)
-        ent_old = actor.entropy()
-        o_next, r, d = env.step(a)
-        o[b, 0, 0] = o0
-        o[b, i, 0] = o_next[b, i - 1, T - 1]
-        o[b, i, t + 1] = o_next
-        v_last = actor.value(o_next[b, i, T - 1])
-        adv, ret = _gae_fixed(args, b, i, t, T, v, v_last, r, d)
-        if not epochs:
-            adv_n = _normalise_fixed(args, adv, B, i, T)
-            per_point = _clipped_loss(args, logp_old, logp_old, ent_old, v, ret, adv_n)
-            (per_point * (1.0 / float(args.num_envs * args.num_steps))).backward()
-        else:
-            (e, _), (m, _) = upd
-            loss, _ = _minibatch_loss(args, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret)
-            loss.backward()
-        if args.anneal_lr:
-            lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
-        else:
-            lr = args.lr
-        trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
-        trl.stack([r[0:B, i, 0:T], d[0:B, i, 0:T].cast(trl.float32)]).sink(log_fn)
-    bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
-    if epochs:
-        bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
-    return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
-
-
-def build(args: Args, log_fn, env_fn=make_env, weights=None, **options):
-    """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
-    the network from given values (e.g. a checkpoint's); ``options`` go to ``ctx.compile``."""
-    epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
-    # Dim order is loop order where isl has a choice: the update dims come before t, so
-    # one (e, m) update sweeps the rollout over t.
-    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
-    with ctx as ((b, B), (i, I), *upd, (t, T)):
-        env = env_fn(args, B)
-        pdims = (i, *(s for s, _ in upd))
-        dnn = (
-            trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
-            .build(weights)
-        )
-        actor = dnn.at(i, 0, 0) if epochs else dnn
-        # Acting.
-        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
-        o[b, i, 0] = env.reset(domain=(b, i))
-        a = actor(o)
-        v = actor.value()  # V(o[t]) from the same forward pass
-        o[b, i, t + 1], r, d = env.step(a)
-        alive, adv, ret = _gae(args, b, i, t, T, v, r, d)
-        adv_n = _normalise(args, adv, alive, B, i, T)
-        logp_old = actor.log_prob(a)
-        if not epochs:
-            # One update: the acting forward pass is the one differentiated (ratio = 1,
-            # its gradient is grad log pi).
-            per_point = _clipped_loss(args, logp_old, logp_old, actor.entropy(), v, ret, adv_n)
-        else:
-            m = upd[1][0]
-            logp, ent, v_new = dnn.evaluate(o, a)  # parameters at (i, e, m)
-            step_mb = trl.as_tensor(t % args.num_minibatches, domain=(i,))  # per i: T is per episode
-            in_mb = (step_mb == trl.as_tensor(m)).cast(trl.float32)
-            per_point = _clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
-        loss = per_point * alive / float(args.num_envs)
-        loss.backward()
-        if args.anneal_lr:
-            lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
-        else:
-            lr = args.lr
-        trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
-        # per env: (episode return, steps alive), reported once per iteration
-        trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
-    bounds = {B: args.num_envs, I: args.iterations, T: d}
-    if epochs:
-        bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
-    return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
-
-
-def main(args: Args, env_fn=make_env) -> list[float]:
+def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
+    """Train with one episode per env and iteration (``--num-steps 0``), else with
+    fixed-length rollouts (:func:`main_fixed`); returns the mean return per iteration."""
     trl.run.setup_logging()
     if args.num_steps > 0:
         return main_fixed(args, env_fn)
@@ -324,7 +60,7 @@ def main(args: Args, env_fn=make_env) -> list[float]:
     return means
 
 
-def main_fixed(args: Args, env_fn=make_env) -> list[float]:
+def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     """Train with fixed-length rollouts; returns, per iteration, the mean return of the
     episodes that finished in it (the previous mean when none did)."""
     t0 = time.perf_counter()

@@ -14,13 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import ppo  # examples/ppo.py, beside this file: the PPO program over any env
 
 import timerl as trl
+from timerl.agents import ppo  # the PPO program over any env (examples/ppo.py trains it)
 
 
 @dataclass
-class Args(ppo.Args):
+class Args(ppo.PPOArgs):
     env_id: str = "looptune.mm"
     """the LoopTune dataset (looptune.mm: matmuls with m, n, k in 64..256 step 16)"""
     num_envs: int = 8

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import ppo  # examples/ppo.py, beside this file: its clipped PPO loss
 
 import timerl as trl
+from timerl.agents import ppo  # GAE and the clipped PPO loss (the program of examples/ppo.py)
 from timerl.envs.tiramisu.actions import NUM_ACTIONS
 from timerl.envs.tiramisu.features import MAX_NODES, NUM_FEATURES
 from timerl.run import RunArgs, checkpoint_and_compile
@@ -279,8 +279,8 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
         a = actor(o, mask)
         v = actor.value()
         o[b, i, t + 1], r, d = env.step(a)
-        alive, adv, ret = ppo._gae(args, b, i, t, T, v, r, d)
-        adv_n = ppo._normalise(args, adv, alive, B, i, T)
+        alive, adv, ret = ppo.gae(args, b, i, t, T, v, r, d)
+        adv_n = ppo.normalise(args, adv, alive, B, i, T)
         logp_old = actor.log_prob(a)
         ent_coef = args.ent_coef * (1.0 - trl.as_tensor(i) / float(args.iterations))
         run = copy.copy(args)
@@ -292,7 +292,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
             in_mb = (step_mb == trl.as_tensor(m)).cast(trl.float32)
         else:
             logp, ent, v_new, in_mb = logp_old, actor.entropy(), v, 1.0
-        per_point = ppo._clipped_loss(run, logp, logp_old, ent, v_new, ret, adv_n) - ent_coef * ent
+        per_point = ppo.clipped_loss(run, logp, logp_old, ent, v_new, ret, adv_n) - ent_coef * ent
         loss = per_point * in_mb * alive / float(args.num_envs)
         loss.backward()
         lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))

@@ -1,11 +1,102 @@
-# n-step REINFORCE: returns over t:min(t+n, T). The scheduler interleaves learning
-# with acting (TimeRL §8.4): learning for step t runs n-1 steps after acting at t.
-# Same program as examples/reinforce.py with --n set. The default n=20 learns CartPole
-# reliably; n=5 gives a weak signal (the truncated return is the same constant except
-# in the last 5 steps of an episode).
+# n-step REINFORCE (Williams, 1992; TimeRL §8.4) as a recurrent-tensor program: the return
+# of step t is g[t] = sum_{k = t}^{min(t+n, T)-1} gamma^(k-t) r[k], a symbolic slice of the
+# rewards over the window t:min(t+n, T). The scheduler interleaves learning with acting:
+# learning for step t runs n-1 steps after acting at t (Monte-Carlo returns over t:T, as in
+# examples/reinforce.py, make it wait for the episode's end). The default n=20 learns
+# CartPole reliably; n=5 gives a weak signal (the truncated return is the same constant
+# except in the last 5 steps of an episode). examples/reinforce.py --n 20 runs the same program.
 from __future__ import annotations
 
-from reinforce import Args, main, parse_args  # examples/reinforce.py, beside this file
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import timerl as trl
+from timerl.run import RunArgs, checkpoint_and_compile
+
+
+@dataclass
+class Args(RunArgs):
+    env_id: str = "CartPole-v1"
+    """the gymnasium environment id"""
+    backend: str = "jax"
+    """tensor backend: jax or torch"""
+    num_envs: int = 16
+    """parallel environments (the batch dim b)"""
+    iterations: int = 60
+    """training iterations (the dim i)"""
+    lr: float = 1e-2
+    """Adam learning rate"""
+    gamma: float = 0.99
+    """discount factor"""
+    n: int = 20
+    """n-step returns window: steps t .. min(t + n, T) - 1"""
+    hidden: int = 32
+    """hidden units per layer (two layers)"""
+    seed: int = 0
+    """random seed"""
+    out_dir: str = "runs/reinforce_nstep"
+    """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
+
+
+def parse_args(defaults: Args | None = None) -> Args:
+    return trl.run.parse_args(Args, defaults, "n-step REINFORCE as a timerl program")
+
+
+def build(args: Args, log_fn, **options):
+    if args.n < 1:
+        raise trl.TimeRLError(
+            f"--n must be at least 1 (examples/reinforce.py: Monte-Carlo returns), got {args.n}"
+        )
+    ctx = trl.Context(dims=("b", "i", "t"))
+    with ctx as ((b, B), (i, I), (t, T)):
+        env = trl.env.make(f"gym.{args.env_id}", num_envs=B, seed=args.seed)
+        dnn = trl.DNNBuilder(domain=(i,), seed=args.seed).from_env(env, hidden=[args.hidden] * 2).build()
+        # Acting: o[0] from reset, o[t+1] from stepping the env with the sampled action.
+        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
+        o[b, i, 0] = env.reset(domain=(b, i))
+        a = dnn(o)
+        o[b, i, t + 1], r, d = env.step(a)
+        # Learning: n-step discounted returns over a symbolic slice of the rewards.
+        g = r[b, i, t : trl.min(t + args.n, T)].discounted_sum(args.gamma)
+        loss = -dnn.log_prob(a) * g
+        loss.backward()
+        trl.optim.Adam(dnn.params, lr=args.lr).step()
+        # Episode return per env, reported once per iteration.
+        r[b, i, 0:T].sum(0).sink(log_fn)
+    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d}, **options)
+
+
+def main(args: Args) -> list[float]:
+    trl.run.setup_logging()
+    returns: dict[int, list[float]] = {}
+    means: list[float] = []
+    t0 = time.perf_counter()
+    run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
+
+    def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
+        it = pt["i"]
+        returns.setdefault(it, []).append(float(v))
+        if len(returns[it]) == args.num_envs:
+            m = float(np.mean(returns[it]))
+            means.append(m)
+            assert run is not None
+            run.log(
+                it,
+                f"iter {it:4d}  mean return {m:7.1f}  time {time.perf_counter() - t0:7.1f}s",
+                mean_return=m,
+            )
+
+    ex = build(args, log_fn)
+    print(
+        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+    )
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"n-step REINFORCE {args.env_id}", args.quiet)
+    ex.execute()
+    run.close(curve="mean_return")
+    return means
+
 
 if __name__ == "__main__":
-    main(parse_args(Args(n=20)))
+    main(parse_args())

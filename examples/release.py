@@ -1,6 +1,6 @@
 # RELEASE (Ahn et al., 2019): tuning the knob spaces of ResNet-18 conv2d layers and a matmul
 # with a cost model of gradient-boosted trees, comparing the search (AutoTVM's simulated
-# annealing vs RELEASE's PPO agent, a timerl program: examples/ppo.py over the knob env with
+# annealing vs RELEASE's PPO agent, a timerl program: timerl.agents.ppo over the knob env with
 # many agents along the batch dim) and the sampler (AutoTVM's greedy top-k + epsilon vs
 # RELEASE's adaptive k-means sampling), all four at the same hardware-measurement budget.
 # Every measurement compiles the configuration with TVM, checks it against NumPy and times
@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import ppo  # examples/ppo.py, beside this file: the PPO program over any env
 
 import timerl as trl
+from timerl.agents import ppo  # the PPO program over any env (examples/ppo.py trains it)
 from timerl.envs.release.cost_model import CostModel
 from timerl.envs.release.env import KnobEnv
 from timerl.envs.release.measure import TemplateMeasurer
@@ -34,7 +34,7 @@ COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adapti
 
 
 @dataclass
-class Args(ppo.Args):
+class Args(ppo.PPOArgs):
     # RELEASE's Table 2: Adam 1e-3, discount 0.9, GAE 0.99, 3 epochs, clip 0.3, value 1.0, entropy 0.1
     lr: float = 1e-3
     """Adam step size (RELEASE Table 2)"""

@@ -5,7 +5,8 @@
 # measurements, and of the best of random schedules with the same number again; geomean
 # table and bar plot.
 # Every reported speedup is measured again by fresh measurers (no cache): the median of
-# --remeasure paired runs against the untransformed binary.
+# --remeasure paired runs against the untransformed binary. Results: results.md (the table),
+# results.json, results.csv (one row per benchmark) and speedups.png in --out-dir.
 from __future__ import annotations
 
 import json
@@ -47,7 +48,10 @@ class Args:
     """also re-measure the hand-written schedules of benchmarks.HAND_SCHEDULES (column hand:
     the best of them; the action space's ceiling as far as it is known)"""
     out_dir: str = ""
-    """where results.json, results.md and speedups.png go (default: run_dir)"""
+    """where results.json, results.csv, results.md and speedups.png go (default: run_dir,
+    beside the training run's files, which keep their names)"""
+    quiet: bool = False
+    """no progress bars (the per-benchmark lines are still printed)"""
 
 
 def replay(task: TiramisuTask, actions: tuple[int, ...]):
@@ -127,7 +131,10 @@ def main(args: Args) -> dict:
         )
         weights = ppo_tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
         recs = ppo_tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
-        for rec, p in zip(recs, programs, strict=True):
+        agent_bar = trl.run.progress(
+            list(zip(recs, programs, strict=True)), desc="agent: re-measuring", quiet=args.quiet, unit="bench"
+        )
+        for rec, p in agent_bar:
             last, best, n = replay(tasks[p.name], rec.actions)
             used[p.name] = n
             rows[p.name]["agent"] = fresh_speedup(best, args.remeasure, threads)
@@ -140,7 +147,9 @@ def main(args: Args) -> dict:
             rows[p.name]["agent_last_schedule"] = last.key
             rows[p.name]["agent_actions"] = list(rec.actions)
     agent_s = time.perf_counter() - t0
-    for n in names:
+    bar = trl.run.progress(names, desc="searches", quiet=args.quiet, unit="bench")
+    for n in bar:
+        bar.set_postfix_str(n)
         budget = args.budget or max(2, used.get(n, 2))
         b = beam_search(tasks[n], budget, width=args.beam_width)
         r = random_search(tasks[n], budget, seed=args.seed)
@@ -162,7 +171,7 @@ def main(args: Args) -> dict:
             rows[n][f"beam@{c}"] = fresh_speedup(bc.best, args.remeasure, threads)
             rows[n][f"random@{c}"] = fresh_speedup(rc.best, args.remeasure, threads)
             rows[n][f"beam@{c}_schedule"], rows[n][f"random@{c}_schedule"] = bc.best.key, rc.best.key
-        print(
+        bar.write(
             f"{n}: "
             + " ".join(
                 f"{k} {rows[n][k]:.2f}x"
@@ -176,9 +185,8 @@ def main(args: Args) -> dict:
                     "hand",
                 )
                 if k in rows[n]
-            ),
-            f"(budget {budget})",
-            flush=True,
+            )
+            + f" (budget {budget})"
         )
     extra = (
         [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []
@@ -204,9 +212,12 @@ def main(args: Args) -> dict:
     (out / "results.md").write_text(table + "\n")
     res = {"rows": rows, "geomean": geo, "agent_seconds": agent_s, "total_seconds": time.perf_counter() - t0}
     (out / "results.json").write_text(json.dumps(res, indent=1))
+    trl.run.write_csv(out / "results.csv", [{"benchmark": n, **rows[n]} for n in names])
     plot({n: {k: rows[n][k] for k in methods} for n in names}, out / "speedups.png")
     print(table)
-    print(f"written {out / 'results.md'}, {out / 'results.json'}, {out / 'speedups.png'}")
+    print(
+        f"written {out / 'results.md'}, {out / 'results.json'}, {out / 'results.csv'}, {out / 'speedups.png'}"
+    )
     return res
 
 

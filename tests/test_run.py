@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -35,13 +36,16 @@ class _Args(trl.run.RunArgs):
     """where the run goes"""
 
 
-def test_parse_args_types_bools_and_defaults() -> None:
+def test_parse_args_types_bools_and_defaults(capsys) -> None:
     a = trl.run.parse_args(_Args, argv=["--lr", "0.5", "--quiet", "--show-schedule", "false"])
     assert (a.lr, a.quiet, a.show_schedule, a.out_dir, a.backend) == (0.5, True, False, "runs/test", "jax")
     b = trl.run.parse_args(_Args, _Args(backend="torch"), argv=["--checkpoint-every", "3"])
     assert (b.backend, b.checkpoint_every) == ("torch", 3)
     with pytest.raises(SystemExit):
         trl.run.parse_args(_Args, argv=["--quiet", "maybe"])
+    with pytest.raises(SystemExit):  # a backend typo fails while parsing, before anything runs
+        trl.run.parse_args(_Args, argv=["--backend", "jaxx"])
+    assert "invalid choice: 'jaxx'" in capsys.readouterr().err
 
 
 def test_field_docs_subclass_wins() -> None:
@@ -61,3 +65,41 @@ def test_show_schedule_writes_the_picture_into_the_run_directory(tmp_path, caplo
     assert (tmp_path / "schedule.txt").stat().st_size > 0 and (tmp_path / "schedule.png").stat().st_size > 0
     assert "for i (" in caplog.text and str(tmp_path / "schedule.png") in caplog.text
     ex.execute()
+
+
+def test_progress_bar_iterates_writes_and_can_be_quiet(capsys) -> None:
+    bar = trl.run.progress(["a", "b"], desc="bench", unit="bench")
+    seen = []
+    for x in bar:
+        bar.set_postfix_str(x)
+        bar.write(f"done {x}")
+        seen.append(x)
+    assert seen == ["a", "b"]
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["done a", "done b"] and "bench" in err and "2/2" in err
+    assert list(trl.run.progress(range(3), quiet=True)) == [0, 1, 2]
+    assert capsys.readouterr().err == ""
+
+
+def test_write_csv_takes_every_key_and_joins_lists(tmp_path) -> None:
+    path = trl.run.write_csv(
+        tmp_path / "sub" / "results.csv", [{"name": "a", "x": 1.5}, {"name": "b", "y": [1, 2], "x": 2}]
+    )
+    rows = list(csv.DictReader(open(path)))
+    assert list(rows[0]) == ["name", "x", "y"]
+    assert rows == [{"name": "a", "x": "1.5", "y": ""}, {"name": "b", "x": "2", "y": "1 2"}]
+
+
+def test_run_log_writes_log_lines_above_its_bar_and_restores_the_handlers(tmp_path) -> None:
+    root = logging.getLogger()
+    console = logging.StreamHandler(sys.stderr)
+    root.addHandler(console)
+    try:
+        before = list(root.handlers)
+        log = trl.run.RunLog(tmp_path / "r", total=2, desc="test")
+        assert console not in root.handlers  # tqdm's handler writes it above the bar instead
+        log.log(0, mean_return=1.0)
+        log.close()
+        assert root.handlers == before
+    finally:
+        root.removeHandler(console)

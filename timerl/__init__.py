@@ -8,6 +8,7 @@ Public API (see ``docs/api.md``, ``docs/tutorial.md`` and ``docs/architecture.md
     executor = ctx.compile({I: 10, T: 5}, backend="jax"); executor.execute()
 """
 
+from timerl import agents as agents
 from timerl import envs as env
 from timerl import nn as nn
 from timerl import optim as optim
@@ -122,6 +123,7 @@ __all__ = [
     "DNNBuilder",
     "RecurrentTensor",
     "TimeRLError",
+    "agents",
     "as_tensor",
     "cat",
     "const",

@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import dqn_looptune as dqn  # noqa: E402  (the example programs, re-exported for the tests)
 import ppo  # noqa: E402
 import reinforce  # noqa: E402
+import reinforce_nstep  # noqa: E402
 
-__all__ = ["dqn", "lower_example", "ppo", "reinforce"]
+__all__ = ["dqn", "lower_example", "ppo", "reinforce", "reinforce_nstep"]
 
 
 def lower_example(build: Callable[..., Any], args: Any, *build_args: Any, seed: int = 0) -> PDG:

@@ -1,4 +1,5 @@
-"""``examples/ppo.py``: activations reused by learning (TimeRL Fig. 4), short training runs."""
+"""``timerl.agents.ppo`` (through ``examples/ppo.py``, which trains it): activations reused by
+learning (TimeRL Fig. 4), short training runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from example_pdg import lower_example, ppo
 
 import timerl as trl
+from timerl.agents.ppo import minibatch_loss
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
@@ -186,7 +188,7 @@ def test_fixed_length_learning_is_vectorized_over_t() -> None:
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_minibatch_loss_matches_cleanrl_on_the_same_rows(backend: str) -> None:
-    """``_minibatch_loss`` (rollout shuffled per epoch, rows taken, advantages normalised per
+    """``minibatch_loss`` (rollout shuffled per epoch, rows taken, advantages normalised per
     minibatch, clipped value loss) against CleanRL's loss written in eager PyTorch on the same
     rows and parameters: the loss and every parameter gradient, for each minibatch; the
     minibatches of an epoch partition the rollout."""
@@ -212,7 +214,7 @@ def test_minibatch_loss_matches_cleanrl_on_the_same_rows(backend: str) -> None:
     with ctx as ((b, B), (i, I), (e, E), (m, _), (t, T)):
         dnn = trl.DNNBuilder(domain=(i, e, m), seed=1).from_env(Spaces(), hidden=[5, 5], critic=True).build()
         rt = [trl.const(x)[b, i, t] for x in (obs, act, logp_old, v_old, adv, ret)]
-        loss, idx = ppo._minibatch_loss(args, dnn, B, T, i, e, m, *rt)
+        loss, idx = minibatch_loss(args, dnn, B, T, i, e, m, *rt)
         loss.backward()
         idx.sink(lambda v, p: seen["idx"].__setitem__(p["m"], np.array(v)))
         loss.sink(lambda v, p: seen["loss"].__setitem__(p["m"], float(v)))

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from timerl.envs.common import static_num_envs
-from timerl.errors import RTDefinitionError, RuntimeExecutionError
+from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.context import current
 from timerl.rt.creation import space_spec
@@ -166,7 +166,14 @@ class GymEnv:
     ) -> None:
         import gymnasium as gym
 
-        probe = gym.make(env_id, **kwargs)
+        try:
+            probe = gym.make(env_id, **kwargs)
+        except gym.error.Error as exc:  # unknown id, version or namespace: say what ids look like
+            raise TimeRLError(
+                f"gymnasium cannot make {env_id!r}: {exc} Ids look like 'CartPole-v1' ('gym.CartPole-v1' "
+                "in trl.env.make); other families take a prefix: 'brax.<name>', 'gymnax.<id>', "
+                "'looptune.<dataset>', 'tiramisu.<set>'"
+            ) from exc
         self.obs_space = probe.observation_space
         self.action_space = probe.action_space
         probe.close()

@@ -22,13 +22,17 @@ imports only ``timerl``::
 metrics to ``metrics.csv``, writes them as TensorBoard events (``tensorboardX``;
 ``tensorboard --logdir <out_dir>``) and at the end plots a learning curve (``matplotlib``).
 ``--quiet`` drops the bar; ``--show-schedule`` writes the compiled schedule's picture
-(``Executor.plot_schedule``) into the run directory.
+(``Executor.plot_schedule``) into the run directory. Scripts that report a table rather
+than per-iteration metrics (evaluations) use ``progress`` (the bar alone) and ``write_csv``
+(their results, one row per item), and write into their own files, not ``metrics.csv``.
 """
 
 from timerl.run._args import RunArgs as RunArgs
 from timerl.run._args import field_docs as field_docs
 from timerl.run._args import parse_args as parse_args
 from timerl.run._log import RunLog as RunLog
+from timerl.run._log import progress as progress
+from timerl.run._log import write_csv as write_csv
 from timerl.run._program import checkpoint_and_compile as checkpoint_and_compile
 from timerl.run._program import setup_logging as setup_logging
 from timerl.run._program import show_schedule as show_schedule
@@ -39,6 +43,8 @@ __all__ = [
     "checkpoint_and_compile",
     "field_docs",
     "parse_args",
+    "progress",
     "setup_logging",
     "show_schedule",
+    "write_csv",
 ]

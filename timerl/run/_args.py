@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
+from timerl.backends import BACKEND_NAMES
+
 A = TypeVar("A")
 
 
@@ -88,7 +90,9 @@ def parse_args(
         v = getattr(d, f.name)
         flag = f"--{f.name.replace('_', '-')}"
         doc = docs.get(f.name, " ").replace("%", "%%")
-        if isinstance(v, bool):
+        if f.name == "backend":  # a typo fails here, not after the program is built
+            p.add_argument(flag, choices=BACKEND_NAMES, default=v, help=doc, metavar="{jax,torch}")
+        elif isinstance(v, bool):
             p.add_argument(flag, type=_parse_bool, nargs="?", const=True, default=v, help=doc, metavar="BOOL")
         else:
             p.add_argument(flag, type=type(v), default=v, help=doc, metavar=type(v).__name__.upper())

@@ -1,14 +1,17 @@
-"""``RunLog``: the progress bar, metrics files and learning curve of one training run."""
+"""``RunLog``: the progress bar, metrics files and learning curve of one training run;
+``progress`` and ``write_csv`` for the long loops and result tables of other scripts."""
 
 from __future__ import annotations
 
 import csv
 import logging
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger("timerl.run")
+T = TypeVar("T")
 
 
 class RunLog:
@@ -23,6 +26,13 @@ class RunLog:
         self.quiet = quiet
         self.t0 = time.perf_counter()
         self.bar = tqdm(total=total, desc=desc, unit="it", dynamic_ncols=True, disable=quiet)
+        # while the bar shows, console log lines (warnings of the run) are written above it
+        self._redirect: Any = None
+        if not quiet:
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            self._redirect = logging_redirect_tqdm()
+            self._redirect.__enter__()
         self.tb = SummaryWriter(str(self.out_dir))
         self._csv_file = open(self.out_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
         self._csv: Any = None
@@ -52,6 +62,9 @@ class RunLog:
     def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
         """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
         (returns its path; None without ``curve`` or rows)."""
+        if self._redirect is not None:
+            self._redirect.__exit__(None, None, None)
+            self._redirect = None
         self.bar.close()
         self.tb.close()
         self._csv_file.close()
@@ -73,3 +86,38 @@ class RunLog:
         plt.close(fig)
         log.info("learning curve: %s", path)
         return path
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    total: int | None = None,
+    desc: str = "",
+    quiet: bool = False,
+    unit: str = "it",
+) -> Any:
+    """A progress bar with the time left (``tqdm``, on stderr) over ``iterable`` (or
+    ``total`` steps, advanced with ``.update(1)``); ``quiet`` turns it off. Lines written
+    with its ``.write(line)`` go to stdout above the bar. For the long loops of scripts that
+    report tables rather than per-iteration metrics (evaluations, searches)."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, disable=quiet)
+
+
+def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write ``rows`` (one dict each) as CSV to ``path``: the columns are every key, in the
+    order first seen; a missing value is empty, a list or tuple its items joined by spaces.
+    Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        for row in rows:
+            w.writerow(
+                {k: " ".join(map(str, v)) if isinstance(v, list | tuple) else v for k, v in row.items()}
+            )
+    return path

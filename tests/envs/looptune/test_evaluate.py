@@ -138,10 +138,16 @@ def test_cli_on_the_analytic_model(tmp_path, capsys) -> None:
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"mm_64x64x64": {"seconds": 0.1, "actions": ["split_8"]}}))
     argv = ["--measurer", "analytic", "--problems", "mm_64x64x64,mm_80x64x96", "--searches", "greedy1,random"]
-    argv += ["--time-limit", "0.3", "--policy-results", str(policy), "--out", str(out)]
+    argv += ["--time-limit", "0.3", "--policy-results", str(policy), "--out", str(out), "--quiet"]
     assert ev.main(argv) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "greedy1" in printed and "policy" in printed
+    assert "measuring" not in captured.err  # --quiet: no progress bar
+    with (out / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["problem"] for r in rows] == ["mm_64x64x64", "mm_80x64x96"]
+    assert float(rows[0]["greedy1_gflops"]) > 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["methods"] == ["greedy1", "random", "policy"]
     assert [p["problem"] for p in doc["problems"]] == ["mm_64x64x64", "mm_80x64x96"]
@@ -180,6 +186,7 @@ def test_cli_policy_on_every_problem_searches_on_a_fixed_subset(tmp_path, capsys
     ]
     argv += ["--time-limit", "0.2", "--policy", str(tmp_path / "run"), "--out", str(out), "--remeasure", "1"]
     assert ev.main(argv) == 0
+    assert "measuring" in capsys.readouterr().err  # the progress bar, with the time left
     doc = json.loads((out / "results.json").read_text())
     assert doc["methods"] == ["greedy1", "policy"]
     rows = doc["problems"]

@@ -22,7 +22,9 @@ CLI (``python -m timerl.envs.looptune.evaluate --help``)::
 runs the policy, the untuned nest and NumPy on all 440 test problems, and the searches
 (``--time-limit 60`` s each) on a fixed subset of 32 of them (``--search-problems``);
 ``--num-problems 5`` samples fewer problems. Besides Fig. 8/9 it plots Fig. 10, the
-policy's best speedup so far after each action.
+policy's best speedup so far after each action. A progress bar (tqdm, on stderr) shows the
+problem and tuner at work and the time left (``--quiet``: none); the results are
+``results.csv`` (one row per problem) and ``results.json`` in ``--out``.
 
 Fairness and noise: every search gets a fresh measurer without the disk cache, so its
 seconds count its own measurements. On a shared machine, interference only ever slows a
@@ -35,6 +37,7 @@ those figures; the search's own figure stays in the JSON (``search_gflops``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import logging
@@ -225,31 +228,46 @@ def evaluate(
         )
     results = []
     bar = _progress_bar(len(problems), "measuring") if progress else None
-    for i, p in enumerate(problems):
-        if bar is not None:
-            bar.set_postfix_str(p.name)
-        untuned = measurer.gflops(initial_state(p))
-        npy = numpy_fn(p)
-        log.info("[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy)
-        gflops, seconds, info = {}, {}, {}
-        for name, tuner in tuners.items():
-            try:
-                out = tuner(p)
-            except Exception:
-                log.exception("tuner %s failed on %s; recorded as nan", name, p.name)
-                out = (math.nan, math.nan)
-            tuned = out if isinstance(out, Tuned) else Tuned(float(out[0]), float(out[1]))
-            gflops[name], seconds[name] = tuned.gflops, tuned.seconds
-            if tuned.info:
-                info[name] = dict(tuned.info)
-            if math.isfinite(tuned.gflops):
-                log.info("  %-10s %7.2f GFLOPS in %6.1f s", name, tuned.gflops, tuned.seconds)
-        results.append(ProblemResult(p, untuned, npy, gflops, seconds, info))
-        if bar is not None:
-            bar.update(1)
+    # log lines go above the bar, not into it
+    with _logging_above(bar):
+        for i, p in enumerate(problems):
+            if bar is not None:
+                bar.set_postfix_str(p.name)
+            untuned = measurer.gflops(initial_state(p))
+            npy = numpy_fn(p)
+            log.info(
+                "[%d/%d] %s: untuned %.2f GFLOPS, numpy %.2f", i + 1, len(problems), p.name, untuned, npy
+            )
+            gflops, seconds, info = {}, {}, {}
+            for name, tuner in tuners.items():
+                if bar is not None:
+                    bar.set_postfix_str(f"{p.name} {name}")
+                try:
+                    out = tuner(p)
+                except Exception:
+                    log.exception("tuner %s failed on %s; recorded as nan", name, p.name)
+                    out = (math.nan, math.nan)
+                tuned = out if isinstance(out, Tuned) else Tuned(float(out[0]), float(out[1]))
+                gflops[name], seconds[name] = tuned.gflops, tuned.seconds
+                if tuned.info:
+                    info[name] = dict(tuned.info)
+                if math.isfinite(tuned.gflops):
+                    log.info("  %-10s %7.2f GFLOPS in %6.1f s", name, tuned.gflops, tuned.seconds)
+            results.append(ProblemResult(p, untuned, npy, gflops, seconds, info))
+            if bar is not None:
+                bar.update(1)
     if bar is not None:
         bar.close()
     return Report(tuple(tuners), tuple(results), dict(meta or {}))
+
+
+def _logging_above(bar: Any) -> contextlib.AbstractContextManager[Any]:
+    """While ``bar`` shows, the root logger's console lines are written above it (tqdm)."""
+    if bar is None:
+        return contextlib.nullcontext()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    return logging_redirect_tqdm()
 
 
 def _progress_bar(total: int, desc: str) -> Any:
@@ -532,7 +550,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--metaschedule-sizes", default="", help="e.g. 64,128: also tune n x n x n with MetaSchedule"
     )
     p.add_argument("--metaschedule-trials", type=int, default=64, help="MetaSchedule trials per size (64)")
-    p.add_argument("--out", default="looptune_eval", help="output folder (default ./looptune_eval)")
+    p.add_argument(
+        "--out",
+        default="runs/looptune_eval",
+        help="output folder (default runs/looptune_eval, beside the examples' runs): results.csv, "
+        "results.json, summary.txt and the figures; a training run's folder keeps its metrics.csv "
+        "and checkpoints",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar (the log lines stay)")
     return p.parse_args(argv)
 
 
@@ -637,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         meta["cpu"] = tvm_lower.host_cpu()
     report = evaluate(
-        problems, tuners, reference or measurer, numpy_fn=npy.__getitem__, meta=meta, progress=True
+        problems, tuners, reference or measurer, numpy_fn=npy.__getitem__, meta=meta, progress=not args.quiet
     )
     paths = write_report(report, args.out)
     print(format_summary(report))
