@@ -25,6 +25,7 @@ class CompileOptions:
     vectorize_time: bool = True  # vectorize the innermost static dim where no recurrence needs it
     simplify: bool = True  # readers of copies and of products with one read the operand
     cse: bool = True  # common-subexpression elimination
+    broadcast: bool = True  # elementwise readers of an EXPAND read its operand (NumPy broadcasting)
     contract: bool = True  # summed outer products (weight gradients) as one matmul
     scan_lift: bool = True  # first-order linear recurrences (GAE, returns) as one scan op
     dce: bool = True  # dead-code elimination
@@ -151,6 +152,10 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
         from timerl.pdg.passes.simplify import simplify
 
         pdg = verified(simplify(pdg), "simplify")
+    if options.broadcast:
+        from timerl.pdg.passes.broadcast import remove_broadcasts
+
+        pdg = verified(remove_broadcasts(pdg), "remove_broadcasts")
     if options.cse:
         from timerl.pdg.passes.cse import eliminate_common_subexpressions
 

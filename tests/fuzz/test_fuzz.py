@@ -140,3 +140,18 @@ def test_fuzz_long() -> None:
         f"{stats['compiles']} compiles, {stats['checks']} checks, {len(stats['failures'])} failures, {stats['seconds']}s"
     )
     assert not stats["failures"], "\n\n".join(stats["failures"][:10])
+
+
+REGRESSION_SEEDS = (9058,)
+"""Programs of long runs that failed before their fix, checked with the defaults on every run.
+
+9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
+``i``; isl put the ``t`` loop outside the ``i`` loop, so one ``T`` bounded every episode
+(``scheduler.episode_order_edges``)."""
+
+
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_fuzz_regressions(seed: int, backend: str) -> None:
+    prog = generate(seed)
+    assert check_program(prog, backend, {}) > 0

@@ -26,7 +26,7 @@ def _close(a: list, b: list, tol: float) -> None:
         np.testing.assert_allclose(x[2], y[2], rtol=tol, atol=tol, err_msg=f"sink {x[0]} at {x[1]}")
 
 
-PASSES = ("simplify", "cse", "contract", "scan_lift", "vectorize_time")
+PASSES = ("simplify", "broadcast", "cse", "contract", "scan_lift", "vectorize_time")
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])

@@ -86,3 +86,48 @@ def test_resume_other_program(tmp_path) -> None:
         _run("jax", 4, hidden=16, resume=ck)
     after = {f: os.path.getmtime(os.path.join(ck, f)) for f in os.listdir(ck)}
     assert before == after
+
+
+def _two_dim_params(out: list, ckpt: str | None):
+    ctx = trl.Context(dims=("i", "k"))
+    with ctx as ((i, I), (k, K)):
+        w = trl.param(np.ones(3, np.float32), domain=(i, k), name="dnn.w0")
+        x = trl.const(np.arange(3, dtype=np.float32))
+        target = w[i - i % 2, 0]  # a target network: w of an earlier iteration
+        loss = ((w * x).sum() - (target * x).sum().detach() * 0.5) ** 2
+        loss.backward()
+        trl.optim.Adam([w], lr=0.1).step()
+        w.sink(lambda v, p: out.append((p["i"], p["k"], np.array(v))))
+        if ckpt is not None:
+            w[(i + 1) % 2 == 0].checkpoint(ckpt)
+    return ctx, {I: 4, K: 2}
+
+
+def test_params_over_two_dims_keep_their_names(tmp_path) -> None:
+    """Params over ``(i, k)`` (Adam along ``k``, carried into ``i + 1``) read at an earlier
+    ``i`` too: ``w`` itself and its update ``w.next`` cross the ``i`` boundary. Both used to
+    fall back to ``%<id>.<out>`` (two values named ``dnn.w0``). Resuming stays bit-exact."""
+    from timerl.compile import CompileOptions, build_pdg
+    from timerl.runtime.checkpoint import carried_values
+
+    ctx, bounds = _two_dim_params([], None)
+    pdg = build_pdg(ctx, bounds, CompileOptions())
+    names = {c.name for c in carried_values(pdg, next(s for s, _ in pdg.dims if s.name == "i"))}
+    assert {"dnn.w0", "dnn.w0.next", "dnn.w0.adam_m", "dnn.w0.adam_v"} <= names
+    assert not any(n.startswith("%") for n in names)
+    full: list = []
+    ctx, bounds = _two_dim_params(full, None)
+    ctx.compile(bounds, backend="torch").execute()
+    ck = str(tmp_path / "ck")
+    ctx, bounds = _two_dim_params([], ck)
+    ctx.compile(bounds, backend="torch").execute()
+    meta = json.load(open(os.path.join(ck, "ckpt_1.json")))
+    assert "dnn.w0.next" in meta["fingerprint"]["carried"]
+    tail: list = []
+    ctx, bounds = _two_dim_params(tail, None)
+    ctx.compile(bounds, backend="torch", resume=os.path.join(ck, "ckpt_1.npz")).execute()
+    want = sorted((x for x in full if x[0] >= 2), key=lambda x: x[:2])
+    tail = sorted(tail, key=lambda x: x[:2])
+    assert [x[:2] for x in tail] == [x[:2] for x in want]
+    for a, b in zip(tail, want, strict=True):
+        assert np.array_equal(a[2], b[2]), a[:2]

@@ -218,7 +218,10 @@ class TorchBackend(AbstractBackend):
     def from_numpy(self, a: np.ndarray) -> torch.Tensor:
         """Copy into a new tensor with the same dtype."""
         # A fresh torch allocation: 64-byte aligned, so DLPack exports stay zero-copy.
-        return torch.from_numpy(np.asarray(a, order="C")).clone()
+        a = np.asarray(a, order="C")
+        if not a.flags.writeable:  # from_numpy warns about read-only arrays; torch.tensor copies
+            return torch.tensor(a)
+        return torch.from_numpy(a).clone()
 
     def to_numpy(self, x: Any) -> np.ndarray:
         """A NumPy view of ``x`` (shares memory: treat it as read-only)."""

@@ -20,7 +20,20 @@ from timerl.symbolic import Slice, Sym, free_symbols
 
 
 def lower(ctx: Context, bounds: Mapping[Any, Any]) -> PDG:
-    """Freeze ``ctx``'s graph into a PDG with the given bounds."""
+    """Freeze ``ctx``'s graph into a PDG with the given bounds.
+
+    The ``SET_SYMBOL`` nodes of dynamic bounds belong to this PDG only: they are taken out
+    of ``ctx``'s graph again, so that the program can be compiled more than once.
+    """
+    setters: list[int] = []
+    try:
+        return _lower(ctx, bounds, setters)
+    finally:
+        for nid in setters:
+            ctx.graph.nodes.pop(nid, None)
+
+
+def _lower(ctx: Context, bounds: Mapping[Any, Any], setters: list[int]) -> PDG:
     static: dict[Sym, int] = {}
     dynamic: set[Sym] = set()
     by_name = {b.name: b for _, b in ctx.dims}
@@ -41,6 +54,7 @@ def lower(ctx: Context, bounds: Mapping[Any, Any]) -> PDG:
                 Op.make(OpKind.SET_SYMBOL, bound=b, dim=dim), val.domain, (), [val._input()], cond=val.cond
             )
             node.where = val.node.where
+            setters.append(node.id)
             dynamic.add(b)
         else:
             try:

@@ -12,7 +12,9 @@ with ``i <= k``. Dynamic bounds found so far (``T`` per episode) are saved too.
 
 **Files.** ``<dir>/ckpt_<k>.npz`` holds one array per saved point, keyed
 ``<value name>@<point>``; a value is named by its source node's name, else by the name of
-the node reading it (``'dnn.w0'``, ``'dnn.w0.adam_m'``), else ``%<node id>.<output>``.
+the node reading it (``'dnn.w0'``, ``'dnn.w0.adam_m'``) — with ``.next`` when that reader
+is carried under its own name too (``w[i + 1, 0] = new[i, K - 1]`` beside a read of ``w[i - 1]``:
+``'dnn.w0'`` and ``'dnn.w0.next'``) — else ``%<node id>.<output>``.
 ``<dir>/ckpt_<k>.json`` holds the iteration, the fingerprint (per carried value: name,
 per-point shape, dtype, batch; the static bounds other than the iteration bound; the
 seed) and a config (compile options and the user's ``config=``).
@@ -96,10 +98,18 @@ def carried_values(pdg: PDG, i: Sym) -> list[Carried]:
         if sink.name:
             readers.setdefault(key, set()).add(sink.name)
     names: dict[tuple[int, int], str] = {}
+    derived: set[tuple[int, int]] = set()  # named after a reader, not by the user
     for nid, oid in lags:
         src = pdg.nodes[nid]
-        nm = src.name or (sorted(readers[(nid, oid)])[0] if readers.get((nid, oid)) else None)
+        nm = src.name
+        if nm is None and readers.get((nid, oid)):
+            nm = sorted(readers[(nid, oid)])[0]
+            derived.add((nid, oid))
         names[(nid, oid)] = f"%{nid}.{oid}" if nm is None else (nm if oid == 0 else f"{nm}:{oid}")
+    own = {names[k] for k in names if k not in derived}
+    for k in derived:  # `w[i + 1] = new[i]`: the update is `w.next` beside `w` itself
+        if names[k] in own:
+            names[k] = f"{names[k]}.next"
     counts: dict[str, int] = {}
     for nm in names.values():
         counts[nm] = counts.get(nm, 0) + 1

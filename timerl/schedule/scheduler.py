@@ -12,6 +12,8 @@
    and every statement over ``e`` without ``t`` whose reads or condition use ``T`` runs
    after ``Z[e, T - 1]`` (validity only, see :func:`bound_order_edges`): the runtime
    knows that a point exists before running it, and ``T`` before a read of ``0:T``;
+   and every statement over ``t`` keeps the dims enclosing ``t`` outside it
+   (:func:`episode_order_edges`): one loop over ``t`` has one ``T``;
 4. isl's scheduler (default options, with proximity) computes a schedule tree with the
    static bounds as parameters (so its work does not grow with their values; the
    substituted bounds are the fallback), within a time budget (Feautrier's algorithm
@@ -83,6 +85,7 @@ def schedule_pdg(
     dealloc: bool = False,
     keep: frozenset[int] = frozenset(),
     _frees: FreeRequest | None = None,
+    _episodes: tuple[tuple[Sym, tuple[Sym, ...]], ...] | None = None,
 ) -> Schedule:
     """Compute the execution schedule of ``pdg`` (see the module docstring).
 
@@ -94,6 +97,8 @@ def schedule_pdg(
     """
     if not _clustered and not any(e.iid == BOUND_ORDER_IID for e in pdg.edges):
         pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
+    if _episodes is None:
+        _episodes = episode_dims(pdg)
     if cluster:
         rest, prologue = split_prologue(pdg)
         small, members = cluster_pdg(rest)
@@ -103,12 +108,12 @@ def schedule_pdg(
             if dealloc:
                 req = FreeRequest(pdg, {m: r for r, ms in members.items() for m in ms}, keep)
             try:
-                s = schedule_pdg(small, cluster=False, _clustered=True, _frees=req)
+                s = schedule_pdg(small, cluster=False, _clustered=True, _frees=req, _episodes=_episodes)
             except ScheduleError:
                 if len(rest.nodes) > MAX_UNCLUSTERED:
                     raise  # isl takes minutes on hundreds of statements; the cluster error names them
                 # re-run unclustered for a precise error (or a schedule)
-                return schedule_pdg(pdg, cluster=False, dealloc=dealloc, keep=keep)
+                return schedule_pdg(pdg, cluster=False, dealloc=dealloc, keep=keep, _episodes=_episodes)
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             body = expand_ast(s.ast, members)
             return Schedule(tast.Seq(pro + (sink_frees(body) if dealloc else body,)), s.isl_text, s.c_text)
@@ -118,7 +123,7 @@ def schedule_pdg(
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
         static = IslProgram(pdg)
         _check_self_reads(pdg, static, static.dependences(proximity=False))
-    prog, validity, sched = _solve(pdg)
+    prog, validity, sched = _solve(pdg.with_(edges=pdg.edges + episode_order_edges(pdg, _episodes)))
     t1 = time.perf_counter()
     freed = None if _frees is None else _with_frees(prog, sched, validity, _clustered, _frees)
     if freed is not None:  # checked with the compute dependences too
@@ -324,6 +329,36 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
             elif bound in _node_syms(n, ins.get(n.id, ())):
                 phi = _setter_point(pdg, z, t, bound - 1)
                 out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
+    return tuple(out)
+
+
+def episode_dims(pdg: PDG) -> tuple[tuple[Sym, tuple[Sym, ...]], ...]:
+    """Per dynamic bound found per enclosing point: (its dim ``t``, the enclosing dims)."""
+    return tuple((t, enc) for t, enc, _ in enclosing_dims(pdg).values() if enc)
+
+
+def episode_order_edges(pdg: PDG, episodes: tuple[tuple[Sym, tuple[Sym, ...]], ...]) -> tuple[Edge, ...]:
+    """Order-only self-edges that keep each dim enclosing a dynamic dim outside it.
+
+    The runtime finds a dynamic bound ``T`` per enclosing point ``e`` (an episode's
+    length per iteration ``i``), so a loop over ``t`` must sit inside the loops over ``e``:
+    ``for t < T: for i: S(i, t)`` has one ``T`` for every episode. isl sees ``T`` as one
+    parameter and would accept that order when ``S`` reads nothing along ``e``. For every
+    node over ``t`` and its enclosing dims, and every enclosing dim ``d``:
+    ``S[.., d, .., t, ..]`` after ``S[.., d - 1, .., 0:T, ..]`` (other dims unchanged),
+    which no schedule with ``t`` before ``d`` satisfies (``S[d - 1, T - 1]`` would follow
+    ``S[d, 0]``). Validity only, added to the problem isl solves (after clustering).
+    """
+    out: list[Edge] = []
+    for t, enclosing in episodes:
+        for n in pdg:
+            if t not in n.domain or not set(enclosing) <= set(n.domain):
+                continue
+            for d in enclosing:
+                phi = tuple(
+                    d - 1 if x is d else Slice(Const(0), pdg.bound_of(t)) if x is t else x for x in n.domain
+                )
+                out.append(Edge(n.id, n.id, BOUND_ORDER_IID, 0, phi, cmp_le(Const(1), d), None, True))
     return tuple(out)
 
 
