@@ -436,11 +436,19 @@ def test_numpy_round_trip_keeps_dtype(be: AbstractBackend, dtype: DType) -> None
     np.testing.assert_array_equal(out, a)
 
 
-def test_from_numpy_copies(be: AbstractBackend) -> None:
-    a = np.zeros(3, np.float32)
+@pytest.mark.parametrize("n", [3, 70_000])  # JAX copies small and large arrays differently
+def test_from_numpy_copies(be: AbstractBackend, n: int) -> None:
+    a = np.zeros(n, np.float32)
     x = be.from_numpy(a)
     a[0] = 1
     assert be.to_numpy(x)[0] == 0
+    strided = np.arange(2 * n, dtype=np.int64)[::2]
+    y = be.from_numpy(strided)
+    assert be.to_numpy(y).dtype == np.int64
+    np.testing.assert_array_equal(be.to_numpy(y), strided)
+    ro = np.ones(n, np.float32)
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(be.to_numpy(be.from_numpy(ro)), ro)
 
 
 def test_float32_stays_float32(be: AbstractBackend) -> None:
