@@ -11,7 +11,7 @@ import pytest
 
 import timerl as trl
 from timerl.envs.tiramisu import benchmarks as bm
-from timerl.envs.tiramisu.actions import ACTIONS, NEXT
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS
 from timerl.envs.tiramisu.env import PENALTY, TiramisuTask, _TiramisuState
 from timerl.envs.tiramisu.features import MAX_NODES, NUM_FEATURES, OBS_SIZE, graph, unflatten
 from timerl.envs.tiramisu.measure import Measurer
@@ -147,11 +147,11 @@ def test_make_and_run(measurer) -> None:
             programs=[bm.mvt(64), bm.cvtcolor(32, 32)],
             measurer=measurer,
         )
-        assert env.obs_space.shape == (OBS_SIZE,) and env.action_space.n == 56
+        assert env.obs_space.shape == (OBS_SIZE,) and env.action_space.n == NUM_ACTIONS
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
         mask = env.action_mask(o)
-        a = (mask * 0.0 + trl.const(np.eye(56, dtype=np.float32)[A["P(0)"]])).argmax(-1)  # always P(0)
+        a = (mask * 0.0 + trl.const(np.eye(NUM_ACTIONS, dtype=np.float32)[A["P(0)"]])).argmax(-1)  # always P(0)
         o[b, i, t + 1], r, d = env.step(a)
         r[b, i, 0:T].sum(0).sink(lambda v, pt: rewards.append(float(v)))
     ctx.compile({B: 2, I: 1, T: d}, backend="torch").execute()
