@@ -122,16 +122,16 @@ def test_added_actions_compute_the_reference(measurer) -> None:
     legal schedules whose C output equals a Python run of the untransformed program."""
     cases = []
     p = bm.mvt(7)
-    cases.append((p, sc.fuse(sc.interchange(initial_schedule(p), 1, 0), 0, 1)))
+    cases.append((p, sc.fuse(sc.interchange(initial_schedule(p), 1, 0), 1, 1)))
     p = bm.blur(5, 6)
-    cases.append((p, sc.fuse(sc.shift(sc.shift(initial_schedule(p), 1, 0), 1, 0), 0, 1)))
-    cases.append((p, sc.fuse(sc.shift(sc.shift(initial_schedule(p), 1, 0), 1, 0), 0, 0)))
+    cases.append((p, sc.fuse(sc.shift(sc.shift(initial_schedule(p), 1, 0), 1, 0), 1, 1)))
+    cases.append((p, sc.fuse(sc.shift(sc.shift(initial_schedule(p), 1, 0), 1, 0), 1, 0)))
     p = bm.seidel2d(3, 12)
     cases.append((p, sc.unroll(sc.wavefront(initial_schedule(p), 0, 1, 2), 0, 4)))
     p = bm.heat2d(4, 12)
     tt = sc.shift(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 1, 1)
     cases.append((p, sc.tile(tt, 0, 0, 2, 5)))
-    cases.append((p, sc.tile(sc.fuse(tt, 0, 2), 0, 0, 3, 4)))
+    cases.append((p, sc.tile(sc.fuse(tt, 1, 2), 0, 0, 3, 4)))
     p = bm.heat3d(3, 6)
     cases.append((p, sc.tile(sc.shift(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 1, 1), 0, 0, 2, 3)))
     for p, s in cases:

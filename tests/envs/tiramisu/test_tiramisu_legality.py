@@ -92,12 +92,12 @@ def _seq(p, spec: str):
 
 # (program, schedule, legal?) for the added actions, each checked against the oracle too
 NEW_ACTION_CASES = [
-    (lambda: bm.mvt(5), "1:I(0,1) 0:F(1)", True),  # mvt's nests fused, both reading A[i][j]
-    (lambda: bm.mvt(5), "0:F(0)", True),
-    (lambda: bm.blur(4, 5), "0:F(1)", False),  # the second stage would read rows not yet blurred
-    (lambda: bm.blur(4, 5), "1:Sh(0) 0:F(1)", False),  # shifted by one row: still one short
-    (lambda: bm.blur(4, 5), "1:Sh(0) 1:Sh(0) 0:F(1)", True),
-    (lambda: bm.blur(4, 5), "1:Sh(0) 1:Sh(0) 0:F(0)", True),
+    (lambda: bm.mvt(5), "1:I(0,1) 1:F(1)", True),  # mvt's nests fused, both reading A[i][j]
+    (lambda: bm.mvt(5), "1:F(0)", True),
+    (lambda: bm.blur(4, 5), "1:F(1)", False),  # the second stage would read rows not yet blurred
+    (lambda: bm.blur(4, 5), "1:Sh(0) 1:F(1)", False),  # shifted by one row: still one short
+    (lambda: bm.blur(4, 5), "1:Sh(0) 1:Sh(0) 1:F(1)", True),
+    (lambda: bm.blur(4, 5), "1:Sh(0) 1:Sh(0) 1:F(0)", True),
     (lambda: bm.seidel2d(2, 6), "0:W(1,2,2)", True),  # the wavefront (t, 2i + j, i)
     (lambda: bm.seidel2d(2, 6), "0:W(0,1,1)", True),  # (t + i, t, j)
     (lambda: bm.seidel2d(2, 6), "0:R(1) 0:W(1,2,1)", False),
@@ -105,12 +105,12 @@ NEW_ACTION_CASES = [
     (lambda: bm.seidel2d(2, 6), "0:W(0,1,2)", True),
     (lambda: bm.seidel2d(2, 6), "0:S(1,2,2) 0:I(1,2)", True),
     (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 0:T(0,1,32,32)", True),  # time tiling
-    (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 0:F(2)", True),  # fused (t, 2t+i, j)
-    (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 1:Sh(2) 0:F(2)", True),
-    (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 0:F(2)", False),  # no shift: S1 reads B[i+1] too early
+    (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 1:F(2)", True),  # fused (t, 2t+i, j)
+    (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 1:Sh(2) 1:F(2)", True),
+    (lambda: bm.jacobi2d(2, 6), "0:S(0,1,2) 1:S(0,1,2) 1:F(2)", False),  # no shift: S1 reads B[i+1] too early
     (lambda: bm.heat3d(2, 4), "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 0:T(0,1,32,32)", True),
-    (lambda: bm.doitgen(2, 2, 3), "1:F(2)", False),  # S2 at p overwrites A[r][q][p] that S1 at p' > p reads
-    (lambda: bm.doitgen(2, 2, 3), "0:F(2)", True),  # the init inside the p loop, before the s loop
+    (lambda: bm.doitgen(2, 2, 3), "2:F(2)", False),  # S2 at p overwrites A[r][q][p] that S1 at p' > p reads
+    (lambda: bm.doitgen(2, 2, 3), "1:F(2)", True),  # the init inside the p loop, before the s loop
 ]
 
 
@@ -137,11 +137,11 @@ def test_added_actions_legality(case: int) -> None:
 
 
 def test_added_actions_structure() -> None:
-    """What does not apply: fusing the last branch, shifting beyond MAX_SHIFT, skewing a tile loop."""
+    """What does not apply: fusing the first branch, shifting beyond MAX_SHIFT, skewing a tile loop."""
     p = bm.mvt(5)
     s0 = initial_schedule(p)
-    assert apply_action(s0, 1, A["F(0)"]) is None  # no branch after the last
-    assert apply_action(apply_action(s0, 0, A["F(1)"]), 0, A["F(1)"]) is None  # already fused
+    assert apply_action(s0, 0, A["F(0)"]) is None  # no branch before the first
+    assert apply_action(apply_action(s0, 1, A["F(1)"]), 1, A["F(1)"]) is None  # already fused
     s = s0
     for _ in range(4):
         s = apply_action(s, 0, A["Sh(0)"])

@@ -9,9 +9,9 @@ Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine)
 - ``Sh(l)``: shift loop level ``l`` of the focused branch by +1 against the branches it
   shares the loop with (l < 4; repeatable up to ``schedule.MAX_SHIFT``): with a skew by 2
   it makes a two-statement time loop tileable (jacobi2d, heat2d, heat3d);
-- ``F(l)``: fuse the next branch into the focused branch's loops ``0..l`` (l < 4): blur's
-  two stages (after ``Sh(0)`` twice on the second), mvt's two nests (after interchanging
-  the second).
+- ``F(l)``: fuse the focused branch into the previous branch's loops ``0..l`` (l < 4):
+  blur's two stages (after ``Sh(0)`` twice on the second), mvt's two nests (after
+  interchanging the second), the two statements of a stencil's time step.
 
 ``PAPER_ACTIONS`` is the index set of the paper's 56.
 """

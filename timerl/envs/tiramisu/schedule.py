@@ -7,8 +7,8 @@ Level ``Level(coeffs, tile, shift)`` is the loop ``floor((coeffs . iterators + s
 tile)`` (tile 0: no floor). Interchange swaps two levels, reversal negates one, skewing
 adds ``f`` times level ``l`` to level ``l + 1``, the wavefront skew makes levels
 ``(l, l+1)`` into ``(f * l + (l+1), l)`` (skew then interchange, one step), shifting adds a
-constant to one level of one branch, fusion moves the next branch's statements into the
-focused branch's outer loops (their betas), tiling inserts two tile loops in front of
+constant to one level of one branch, fusion moves the focused branch's statements into
+the previous branch's outer loops (their betas), tiling inserts two tile loops in front of
 levels ``l, l+1``: every transformation keeps the point loops, so each statement's
 schedule stays injective. Legality (dependences) is decided elsewhere (:mod:`.legality`).
 """
@@ -239,28 +239,29 @@ def shift(sched: Schedule, branch: int, level: int, amount: int = 1) -> Schedule
 
 
 def fuse(sched: Schedule, branch: int, level: int) -> Schedule | None:
-    """F(l): the statements of branch ``branch + 1`` move into the loops ``0..l`` of
-    ``branch`` (their betas up to level ``l`` become the focused branch's; inside loop
-    ``l`` they run after every statement already there). Both run on the same schedule
-    dimensions, so isl emits one loop nest where their level expressions agree (e.g.
-    after interchanging one of them, mvt's two nests read ``A`` in the same order).
-    None when either branch has no loop ``l`` or nothing changes."""
-    p = sched.program
-    if branch + 1 >= len(p.branches):
+    """F(l): the statements of ``branch`` move into the loops ``0..l`` of the previous
+    branch (``branch - 1``): their betas up to level ``l`` become that branch's, and inside
+    loop ``l`` they run after every statement already there. Both then run on the same
+    schedule dimensions, so isl emits one loop nest where their level expressions agree
+    (e.g. after interchanging mvt's second nest, both read ``A[i][j]`` in one pass).
+    Fusing into the *previous* branch keeps the env's order (transform a branch, ``next``,
+    shift or interchange the next one, fuse it back). None when ``branch`` is the first,
+    either branch has no loop ``l``, or nothing changes."""
+    if branch < 1:
         return None
-    mine, theirs = sched.branch_stmts(branch), sched.branch_stmts(branch + 1)
-    if any(level >= len(sched.stmts[k].levels) for k in mine + theirs):
+    host, mine = sched.branch_stmts(branch - 1), sched.branch_stmts(branch)
+    if any(level >= len(sched.stmts[k].levels) for k in host + mine):
         return None
-    prefix = sched.stmts[mine[0]].betas[: level + 1]
+    prefix = sched.stmts[host[0]].betas[: level + 1]
     inside = [
         s.betas[level + 1]
         for k, s in enumerate(sched.stmts)
-        if k not in theirs and len(s.levels) > level and s.betas[: level + 1] == prefix
+        if k not in mine and len(s.levels) > level and s.betas[: level + 1] == prefix
     ]
-    low = min(sched.stmts[k].betas[level + 1] for k in theirs)
+    low = min(sched.stmts[k].betas[level + 1] for k in mine)
     start = max(inside) + 1
     stmts = list(sched.stmts)
-    for k in theirs:
+    for k in mine:
         b = stmts[k].betas
         stmts[k] = replace(stmts[k], betas=prefix + (start + b[level + 1] - low,) + b[level + 2 :])
     out = replace(sched, stmts=tuple(stmts))
