@@ -18,7 +18,7 @@ import numpy as np
 import ppo_tiramisu  # examples/ppo_tiramisu.py, beside this file: the agent's network and rollouts
 
 import timerl as trl
-from timerl.envs.tiramisu.actions import NEXT
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT
 from timerl.envs.tiramisu.benchmarks import HAND_SCHEDULES, benchmark, benchmark_names
 from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.measure import Measurer
@@ -178,6 +178,7 @@ def main(args: Args) -> dict:
                 if k in rows[n]
             ),
             f"(budget {budget})",
+            "agent actions: " + " ".join(ACTIONS[a].name for a in rows[n].get("agent_actions", [])),
             flush=True,
         )
     extra = (

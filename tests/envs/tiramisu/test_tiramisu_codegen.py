@@ -9,7 +9,7 @@ from tiramisu_brute import run_python
 
 from timerl.envs.tiramisu import benchmarks as bm
 from timerl.envs.tiramisu import schedule as sc
-from timerl.envs.tiramisu.codegen import kernel_c
+from timerl.envs.tiramisu.codegen import kernel_c, program_c
 from timerl.envs.tiramisu.generator import random_program
 from timerl.envs.tiramisu.legality import LegalityChecker
 from timerl.envs.tiramisu.measure import Measurer
@@ -144,3 +144,16 @@ def test_added_actions_compute_the_reference(measurer) -> None:
     assert not LegalityChecker(p)(bad) and not measurer.measure(bad).ok
     fused = kernel_c(cases[0][1])
     assert fused.count("for (") == 2 and "S0(c1, c3);" in fused and "S1(c3, c1);" in fused  # one nest
+
+
+def test_cpu_clock_with_one_thread() -> None:
+    """One thread: the harness times CPU time (load-proof), in its own cache file; the
+    default wall clock elsewhere."""
+    p = bm.jacobi2d(2, 20)
+    s = sc.unroll(initial_schedule(p), 0, 4)
+    m1 = Measurer(disk_cache=False, threads=1)
+    assert m1.cpu_clock and "CLOCK_PROCESS_CPUTIME_ID" in program_c(s, initial_schedule(p), m1.clock)
+    assert m1._db.name == "measurements-1t-cpu.jsonl"
+    assert m1.measure(s).ok and m1.base_seconds(p) > 0
+    m2 = Measurer(disk_cache=False, threads=2)
+    assert not m2.cpu_clock and "CLOCK_MONOTONIC" in program_c(s, initial_schedule(p), m2.clock)
