@@ -146,6 +146,7 @@ def test_added_actions_structure() -> None:
     for _ in range(4):
         s = apply_action(s, 0, A["Sh(0)"])
     assert s is not None and apply_action(s, 0, A["Sh(0)"]) is None
+    assert apply_action(initial_schedule(bm.seidel2d(2, 6)), 0, A["Sh(1)"]) is None  # one branch: no shift
     t = apply_action(s0, 0, A["T(0,1,32,32)"])
     assert apply_action(t, 0, A["S(0,1,2)"]) is None and apply_action(t, 0, A["W(0,1,2)"]) is None
     w = apply_action(initial_schedule(bm.seidel2d(2, 6)), 0, A["W(1,2,2)"])

@@ -223,7 +223,10 @@ def shift(sched: Schedule, branch: int, level: int, amount: int = 1) -> Schedule
     """Sh(l): loop level ``l`` of the branch's statements runs ``amount`` iterations later
     relative to the other branches' statements that share the loop (the loop-alignment
     step that makes a two-statement time loop tileable). Point loops only; ``|shift| <=
-    MAX_SHIFT``."""
+    MAX_SHIFT``. None for a program with one branch (a shift of every statement is a
+    translation of the whole schedule: the same code with offset bounds)."""
+    if len(sched.program.branches) < 2:
+        return None
 
     def fn(s: StmtSchedule) -> StmtSchedule | None:
         if level >= len(s.levels):
