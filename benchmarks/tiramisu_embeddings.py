@@ -16,8 +16,10 @@ layer (input mean-pool, GAT layer 1 and 2 mean+max pools, the shared trunk ``z``
 - ``cos``: the mean cosine similarity of two programs' initial-state embeddings (~1.0:
   the layer sees the same thing in every program).
 
-And per program the greedy action at its initial state, and the mean total-variation
-distance between two programs' action distributions (0: a program-blind policy).
+And per program the greedy action at its initial state (legal actions only, as in the
+evaluation), and the mean total-variation distance between two programs' masked action
+distributions at their initial states (the masks alone make it > 0, so compare it between
+weights), and the same without the masks (0: a program-blind policy).
 The forward pass is a NumPy copy of the RT network (``tests/examples/test_ppo_tiramisu.py``
 checks the RT network against an independent NumPy reference).
 """
@@ -78,12 +80,16 @@ def forward(w: dict, obs: np.ndarray, heads: int, hidden: int, arch: str) -> tup
     return layers, y
 
 
-def states(name: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+def states(name: str, n: int, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
     """The untransformed program and ``n - 1`` random legal schedules (a random walk of
-    legal actions), each with a random focused branch; the first is the initial state."""
+    legal actions), each with a random focused branch; the first is the initial state.
+    Also the legal-action mask of the initial state (as the evaluation's ``--eval-mask legal``)."""
     p = benchmark(name)
     legal = LegalityChecker(p)
     s = initial_schedule(p)
+    mask = np.asarray(
+        [a == NEXT or ((t := apply_action(s, 0, a)) is not None and legal(t)) for a in range(NEXT + 1)]
+    )
     out = [flatten(*graph(s, 0))]
     nb = len(p.branches)
     while len(out) < n:
@@ -93,7 +99,7 @@ def states(name: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
             break
         s = apply_action(s, br, int(rng.choice(cands)))
         out.append(flatten(*graph(s, br)))
-    return out
+    return out, mask
 
 
 def report(w: dict, heads: int, hidden: int, arch: str, n_states: int, seed: int) -> dict[str, float]:
@@ -101,15 +107,17 @@ def report(w: dict, heads: int, hidden: int, arch: str, n_states: int, seed: int
     names = list(BENCHMARKS)
     emb: dict[str, list[np.ndarray]] = {}
     labels: list[int] = []
-    logits0 = {}
+    logits0, raw0 = {}, {}
     for k, name in enumerate(names):
-        for j, obs in enumerate(states(name, n_states, rng)):
+        obs_list, mask = states(name, n_states, rng)
+        for j, obs in enumerate(obs_list):
             layers, logits = forward(w, obs, heads, hidden, arch)
             for ln, v in layers.items():
                 emb.setdefault(ln, []).append(v)
             labels.append(k)
             if j == 0:
-                logits0[name] = logits
+                logits0[name] = np.where(mask, logits, -np.inf)
+                raw0[name] = logits
     lab = np.asarray(labels)
     out: dict[str, float] = {}
     print(f"{'layer':8s} {'between/within':>15s} {'1-NN':>6s} {'cos(initial)':>13s}")
@@ -136,7 +144,11 @@ def report(w: dict, heads: int, hidden: int, arch: str, n_states: int, seed: int
         top = np.argsort(-lg)[:3]
         print(f"  {name:9s} greedy {ACTIONS[top[0]].name:16s} top-3 " + ", ".join(ACTIONS[a].name for a in top))
     tv = np.mean([0.5 * np.abs(probs[a] - probs[b]).sum() for a in names for b in names if a < b])
-    print(f"mean total-variation distance between the programs' action distributions: {tv:.3f}")
+    raw = {n: np.exp(v - v.max()) / np.exp(v - v.max()).sum() for n, v in raw0.items()}
+    tv_raw = np.mean([0.5 * np.abs(raw[a] - raw[b]).sum() for a in names for b in names if a < b])
+    print(f"mean total-variation distance between the programs' unmasked action distributions: {tv_raw:.3f}")
+    out["tv_unmasked"] = float(tv_raw)
+    print(f"mean total-variation distance between the programs' (legal-masked) action distributions: {tv:.3f}")
     out["tv"] = float(tv)
     return out
 
