@@ -34,6 +34,24 @@ def _tiles(br: int, lvl: int) -> list[str]:
     ]
 
 
+
+# time tiling of the two-statement stencils (added actions): skew i by 2t on both
+# statements, shift the second by one, tile (t, 2t + i) (the tile covers both statements,
+# which share the t loop); optionally fuse the second into the first's (t, i, j) loops.
+# All in the env's branch order (branch 0's actions, next, branch 1's).
+_TT = "0:S(0,1,2) 1:S(0,1,2) 1:Sh(1)"
+_TTU = "0:U(4) 0:S(0,1,2) 1:U(4) 1:S(0,1,2) 1:Sh(1)"
+_TIME_TILES = [
+    *(f"{_TT} 1:T(0,1,{x},{y})" for x, y in ((32, 32), (32, 64), (32, 128), (64, 32))),
+    f"{_TTU} 1:T(0,1,32,32)",
+    f"{_TTU} 1:T(0,1,32,64)",
+    f"{_TT} 1:F(2)",
+    f"{_TTU} 1:F(2)",
+    *(f"{_TT} 1:F(2) 1:T(0,1,{x},{y})" for x, y in ((32, 32), (32, 64), (32, 128))),
+    f"{_TTU} 1:F(2) 1:T(0,1,32,32)",
+    f"{_TTU} 1:F(2) 1:T(0,1,32,64)",
+]
+
 # candidate schedules per benchmark: branch:action tokens (branches as in program.branches)
 CANDIDATES: dict[str, list[str]] = {
     "mvt": [
@@ -50,6 +68,14 @@ CANDIDATES: dict[str, list[str]] = {
         *(f"{t.replace('1:', '0:')} {t}" for t in _tiles(1, 0)),
         "0:P(0) 1:I(0,1) 1:P(1)",
         "0:P(0) 1:P(0)",
+        # fusion (added actions): both nests read A[i][j] in one pass
+        "1:F(1)",
+        "1:I(0,1) 1:F(1)",
+        "0:U(4) 1:I(0,1) 1:F(1) 1:U(4)",
+        "0:U(8) 1:I(0,1) 1:F(1) 1:U(8)",
+        *(f"1:I(0,1) 1:F(1) {t}" for t in _tiles(1, 0)),
+        "0:U(4) 1:I(0,1) 1:F(1) 1:U(4) 1:T(0,1,128,32)",
+        "0:U(4) 1:I(0,1) 1:F(1) 1:U(4) 1:T(0,1,64,64)",
     ],
     "doitgen": [
         "1:I(2,3)",
@@ -65,6 +91,8 @@ CANDIDATES: dict[str, list[str]] = {
         "1:I(2,3) 1:T(0,1,32,32) 1:U(8)",
         "0:P(0) 1:P(0) 2:P(0)",
         "0:P(0) 1:I(2,3) 1:P(0) 2:P(0)",
+        "1:F(2) 1:U(8)",  # (added) the init inside the p loop
+        "1:F(2) 1:U(16)",
     ],
     "blur": [
         *_tiles(0, 0),
@@ -72,6 +100,13 @@ CANDIDATES: dict[str, list[str]] = {
         "0:U(4) 1:U(4)",
         "0:U(8) 1:U(8)",
         "0:P(0) 1:P(0)",
+        # fusion of the two stages after shifting the second by two rows (added actions)
+        "1:Sh(0) 1:Sh(0) 1:F(0)",
+        "1:Sh(0) 1:Sh(0) 1:F(1)",
+        "0:U(4) 1:Sh(0) 1:Sh(0) 1:F(0) 1:U(4)",
+        "0:U(8) 1:Sh(0) 1:Sh(0) 1:F(0) 1:U(8)",
+        "0:U(4) 1:Sh(0) 1:Sh(0) 1:F(1) 1:U(4)",
+        *(f"1:Sh(0) 1:Sh(0) 1:F(1) {t}" for t in _tiles(1, 0)),
     ],
     "seidel2d": [
         "0:U(4)",
@@ -88,6 +123,15 @@ CANDIDATES: dict[str, list[str]] = {
         "0:S(1,2) 0:S(1,2) 0:I(1,2) 0:T(1,2,128,32)",
         "0:S(1,2) 0:S(1,2) 0:I(1,2) 0:T(1,2,32,32)",
         "0:S(1,2) 0:S(1,2) 0:I(1,2) 0:S(0,1) 0:T(0,1,32,32)",
+        # the wavefront in one action (added)
+        "0:W(1,2,2)",
+        "0:W(1,2,2) 0:U(4)",
+        "0:W(1,2,2) 0:U(8)",
+        "0:W(1,2,2) 0:U(16)",
+        *(f"0:W(1,2,2) {t}" for t in _tiles(0, 1)),
+        "0:W(1,2,2) 0:S(0,1,2) 0:T(0,1,32,32)",
+        "0:W(1,2,2) 0:S(0,1,2) 0:T(0,1,32,128)",
+        "0:W(1,2,2) 0:S(0,1) 0:T(0,1,32,128) 0:U(8)",
     ],
     "jacobi2d": [
         *(f"{t} {t.replace('0:', '1:')}" for t in _tiles(0, 1)),
@@ -98,6 +142,7 @@ CANDIDATES: dict[str, list[str]] = {
         "0:T(0,1,32,32) 1:T(0,1,32,32)",
         "0:S(0,1) 1:S(0,1) 0:T(0,1,32,32) 1:T(0,1,32,32)",
         "0:P(1) 1:P(1)",
+        *_TIME_TILES,
     ],
     "heat2d": [
         *(f"{t} {t.replace('0:', '1:')}" for t in _tiles(0, 1)),
@@ -106,6 +151,7 @@ CANDIDATES: dict[str, list[str]] = {
         "0:U(16) 1:U(16)",
         "0:T(1,2,128,128) 1:T(1,2,128,128) 0:U(4) 1:U(4)",
         "0:P(1) 1:P(1)",
+        *_TIME_TILES,
     ],
     "heat3d": [
         *(f"{t} {t.replace('0:', '1:')}" for t in _tiles(0, 1)),
@@ -115,6 +161,7 @@ CANDIDATES: dict[str, list[str]] = {
         "0:U(16) 1:U(16)",
         "0:T(2,3,32,128) 1:T(2,3,32,128) 0:U(4) 1:U(4)",
         "0:P(1) 1:P(1)",
+        *_TIME_TILES,
     ],
     "cvtcolor": [
         *_tiles(0, 0),

@@ -1,6 +1,7 @@
 # Tiramisu-style loop optimisation with PPO as a timerl program (papers/tiramisu_rl.txt,
 # ch. 2-4): the agent transforms polyhedral loop nests (interchange, reversal, skewing,
-# parallelisation, tiling, unrolling, next branch; 56 actions, illegal ones rejected by
+# parallelisation, tiling, unrolling, next branch; the paper's 56 actions plus fusion,
+# shift, skew by 2 and wavefront skew (73), illegal ones rejected by
 # exact isl dependence analysis), every new schedule is compiled with gcc -O3 and timed,
 # reward log4(speedup over the previous state). The actor-critic is Table 3.2's: two
 # GATv2 attention layers over the padded AST graph (dense masked attention), mean+max
@@ -65,6 +66,10 @@ class Args(RunArgs):
     """attention heads per GATv2 layer (Table 3.2: 4)"""
     hidden: int = 64
     """channels per head and width of the dense layers (Table 3.2: 64)"""
+    arch: str = "v2"
+    """v1: Table 3.2's network; v2: plus an input skip (the raw node features, mean+max
+    pooled, projected into the summariser beside the two GAT layers' pools), so program
+    identity reaches the heads without passing the attention layers"""
     mask: str = "structural"
     """action masking: structural (actions that do not apply: a level beyond the nest, a
     second parallel loop, ...), legal (also the illegal ones: one dependence check per
@@ -100,6 +105,9 @@ def _cols(x, a: int, b: int):
     return x[(*x.domain, slice(a, b))] if x.domain else x[slice(a, b)]
 
 
+INPUT_GAIN = 1.0  # arch v2: init gain of the input skip (mean+max of the raw node features)
+
+
 def _init(rng: np.random.Generator, fan_in: int, fan_out: int, gain: float = 1.0) -> np.ndarray:
     return (rng.standard_normal((fan_in, fan_out)) * gain / math.sqrt(fan_in)).astype(np.float32)
 
@@ -115,11 +123,34 @@ class GATPolicy:
     """
 
     def __init__(
-        self, domain: tuple, seed: int, heads: int, hidden: int, weights: dict | None = None
+        self,
+        domain: tuple,
+        seed: int,
+        heads: int,
+        hidden: int,
+        weights: dict | None = None,
+        arch: str = "v1",
     ) -> None:
-        rng = np.random.default_rng(seed)
+        if arch not in ("v1", "v2"):
+            raise trl.TimeRLError(f"GATPolicy: arch must be v1 or v2, got {arch!r}")
         weights = dict(weights or {})
-        self.heads, self.hidden = heads, hidden
+        self.heads, self.hidden, self.arch = heads, hidden, arch
+        shapes = self.init_weights(seed, heads, hidden, arch)
+        self.domain = tuple(domain)
+        self.p: dict[str, Any] = {}
+        for name, init in shapes.items():
+            if name in weights:
+                init = np.asarray(weights.pop(name), np.float32)
+            self.p[name] = trl.param(init, self.domain, name=name)
+        if weights:
+            raise trl.TimeRLError(f"GATPolicy: unknown weights {sorted(weights)}")
+        self.params = list(self.p.values())
+        self._last: tuple | None = None
+
+    @staticmethod
+    def init_weights(seed: int, heads: int, hidden: int, arch: str = "v1") -> dict[str, np.ndarray]:
+        """The initial parameters by name (``arch`` v2 adds ``dnn.inp``: the input skip)."""
+        rng = np.random.default_rng(seed)
         hc = heads * hidden
         shapes: dict[str, np.ndarray] = {}
 
@@ -133,22 +164,15 @@ class GATPolicy:
             shapes[f"dnn.gat{k}.att"] = _init(rng, hidden, heads).T.copy()
             shapes[f"dnn.gat{k}.bias"] = np.zeros(hc, np.float32)
             lin(f"lin{k}", hc, hidden)
-        lin("summ", 4 * hidden, 2 * hidden)
+        lin("summ", (6 if arch == "v2" else 4) * hidden, 2 * hidden)
         lin("shared", 2 * hidden, hidden)
         for head, out, gain in (("pi", NUM_ACTIONS, 0.01), ("v", 1, 1.0)):
             lin(f"{head}0", hidden, hidden)
             lin(f"{head}1", hidden, hidden)
             lin(f"{head}2", hidden, out, gain)
-        self.domain = tuple(domain)
-        self.p: dict[str, Any] = {}
-        for name, init in shapes.items():
-            if name in weights:
-                init = np.asarray(weights.pop(name), np.float32)
-            self.p[name] = trl.param(init, self.domain, name=name)
-        if weights:
-            raise trl.TimeRLError(f"GATPolicy: unknown weights {sorted(weights)}")
-        self.params = list(self.p.values())
-        self._last: tuple | None = None
+        if arch == "v2":
+            lin("inp", 2 * NUM_FEATURES, 2 * hidden, INPUT_GAIN)
+        return shapes
 
     # -- network ---------------------------------------------------------------------
     def _gat(self, k: int, x, adj):
@@ -172,6 +196,10 @@ class GATPolicy:
         adj = _cols(obs, n * f, n * f + n * n).reshape(n, n)
         m = _cols(obs, n * f + n * n, n * f + n * n + n).unsqueeze(-1)  # (n, 1) node mask
         pooled = []
+        if self.arch == "v2":  # the raw features, pooled, straight to the summariser
+            mean_x = (x * m).sum(0) / m.sum(0)
+            max_x = (x + (m - 1.0) * 1e9).max(0)
+            pooled.append(self._lin("inp", trl.cat([mean_x, max_x], 0)))
         h = x
         for k in (1, 2):
             h = _selu(self._lin(f"lin{k}", self._gat(k, h, adj)))
@@ -271,7 +299,7 @@ def build(args: Args, log_fn, env_fn=make_env, weights=None):
     ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
     with ctx as ((b, B), (i, I), *upd, (t, T)):
         env = env_fn(args, B)
-        dnn = GATPolicy((i, *(s for s, _ in upd)), args.seed, args.heads, args.hidden, weights)
+        dnn = GATPolicy((i, *(s for s, _ in upd)), args.seed, args.heads, args.hidden, weights, args.arch)
         actor = dnn.at(i, 0, 0) if epochs else dnn
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
@@ -322,7 +350,8 @@ def greedy_rollouts(args: Args, weights: dict, programs: list, measurer=None) ->
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, Bs), (i, I), (t, T)):
         env = make_env(args, Bs, split="test", programs=programs, measurer=measurer)
-        dnn = GATPolicy((), args.seed, args.heads, args.hidden, weights)
+        arch = "v2" if "dnn.inp.w" in weights else "v1"
+        dnn = GATPolicy((), args.seed, args.heads, args.hidden, weights, arch)
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
         mask = env.action_mask(o, legal=args.eval_mask == "legal") if args.eval_mask != "none" else None

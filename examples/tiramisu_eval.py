@@ -19,7 +19,7 @@ import numpy as np
 import ppo_tiramisu  # examples/ppo_tiramisu.py, beside this file: the agent's network and rollouts
 
 import timerl as trl
-from timerl.envs.tiramisu.actions import NEXT
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT
 from timerl.envs.tiramisu.benchmarks import HAND_SCHEDULES, benchmark, benchmark_names
 from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.measure import Measurer
@@ -187,6 +187,8 @@ def main(args: Args) -> dict:
                 if k in rows[n]
             )
             + f" (budget {budget})"
+            + " agent actions: "
+            + " ".join(ACTIONS[a].name for a in rows[n].get("agent_actions", []))
         )
     extra = (
         [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []

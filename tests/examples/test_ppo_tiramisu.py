@@ -7,6 +7,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 
@@ -26,6 +27,9 @@ def _reference(w: dict, obs: np.ndarray, heads: int, hidden: int) -> tuple[np.nd
     x, adj, m = unflatten(obs)
     m = m[:, None]
     pooled = []
+    if "dnn.inp.w" in w:  # arch v2: the pooled raw features
+        real = x[m[:, 0] > 0]
+        pooled.append(np.concatenate([real.mean(0), real.max(0)]) @ w["dnn.inp.w"] + w["dnn.inp.b"])
     h = x
     for k in (1, 2):
         xl = (h @ w[f"dnn.gat{k}.wl"]).reshape(MAX_NODES, heads, hidden)
@@ -55,7 +59,8 @@ def _reference(w: dict, obs: np.ndarray, heads: int, hidden: int) -> tuple[np.nd
     return outs[0], outs[1][0]
 
 
-def test_gat_policy_matches_numpy() -> None:
+@pytest.mark.parametrize("arch", ["v1", "v2"])
+def test_gat_policy_matches_numpy(arch: str) -> None:
     heads, hidden = 2, 8
     p = bm.heat2d(2, 16)
     s = tile(initial_schedule(p), 0, 1, 32, 32)
@@ -63,12 +68,12 @@ def test_gat_policy_matches_numpy() -> None:
     got: dict[str, list] = {"pi": [], "v": []}
     ctx = trl.Context(dims=("b",))
     with ctx as ((b, B),):
-        pol = ppo_tiramisu.GATPolicy((), 0, heads, hidden)
+        pol = ppo_tiramisu.GATPolicy((), 0, heads, hidden, arch=arch)
         weights = {}
         rng = np.random.default_rng(1)
         for name, w in pol.p.items():
             weights[name] = (rng.standard_normal(w.shape) * 0.3).astype(np.float32)
-        pol = ppo_tiramisu.GATPolicy((), 0, heads, hidden, weights)
+        pol = ppo_tiramisu.GATPolicy((), 0, heads, hidden, weights, arch)
         o = trl.const(obs)[b]
         logits = pol.forward(o)
         v = pol.value(o)

@@ -9,7 +9,7 @@ from tiramisu_brute import run_python
 
 from timerl.envs.tiramisu import benchmarks as bm
 from timerl.envs.tiramisu import schedule as sc
-from timerl.envs.tiramisu.codegen import kernel_c
+from timerl.envs.tiramisu.codegen import kernel_c, program_c
 from timerl.envs.tiramisu.generator import random_program
 from timerl.envs.tiramisu.legality import LegalityChecker
 from timerl.envs.tiramisu.measure import Measurer
@@ -114,3 +114,46 @@ def test_schedules_with_the_same_code_share_one_measurement(tmp_path) -> None:
     c = sc.tile(sc.tile(s0, 0, 1, 128, 128), 1, 1, 128, 128)
     assert m2.seconds(c) == ta and m2.source_hits == 1
     assert m2.runs == 1  # the reference run of the untransformed program only
+
+
+def test_added_actions_compute_the_reference(measurer) -> None:
+    """Fusion (mvt's nests, blur's stages after a shift), the wavefront skew, and time
+    tiling of a two-statement stencil (skew by 2, shift, tiles that split the domain):
+    legal schedules whose C output equals a Python run of the untransformed program."""
+    cases = []
+    p = bm.mvt(7)
+    cases.append((p, sc.fuse(sc.interchange(initial_schedule(p), 1, 0), 1, 1)))
+    p = bm.blur(5, 6)
+    cases.append((p, sc.fuse(sc.shift(sc.shift(initial_schedule(p), 1, 0), 1, 0), 1, 1)))
+    cases.append((p, sc.fuse(sc.shift(sc.shift(initial_schedule(p), 1, 0), 1, 0), 1, 0)))
+    p = bm.seidel2d(3, 12)
+    cases.append((p, sc.unroll(sc.wavefront(initial_schedule(p), 0, 1, 2), 0, 4)))
+    p = bm.heat2d(4, 12)
+    tt = sc.shift(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 1, 1)
+    cases.append((p, sc.tile(tt, 0, 0, 2, 5)))
+    cases.append((p, sc.tile(sc.fuse(tt, 1, 2), 0, 0, 3, 4)))
+    p = bm.heat3d(3, 6)
+    cases.append((p, sc.tile(sc.shift(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 1, 1), 0, 0, 2, 3)))
+    for p, s in cases:
+        assert s is not None and LegalityChecker(p)(s), s.key
+        m = measurer.measure(s)
+        assert m.ok, (s.key, m.error)
+        np.testing.assert_allclose(measurer.reference(p), run_python(p), rtol=1e-5, atol=1e-5)
+    p = bm.heat2d(4, 12)  # without the shift: illegal, and the code it would give is wrong
+    bad = sc.tile(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 0, 0, 2, 5)
+    assert not LegalityChecker(p)(bad) and not measurer.measure(bad).ok
+    fused = kernel_c(cases[0][1])
+    assert fused.count("for (") == 2 and "S0(c1, c3);" in fused and "S1(c3, c1);" in fused  # one nest
+
+
+def test_cpu_clock_with_one_thread() -> None:
+    """One thread: the harness times CPU time (load-proof), in its own cache file; the
+    default wall clock elsewhere."""
+    p = bm.jacobi2d(2, 20)
+    s = sc.unroll(initial_schedule(p), 0, 4)
+    m1 = Measurer(disk_cache=False, threads=1)
+    assert m1.cpu_clock and "CLOCK_PROCESS_CPUTIME_ID" in program_c(s, initial_schedule(p), m1.clock)
+    assert m1._db.name == "measurements-1t-cpu.jsonl"
+    assert m1.measure(s).ok and m1.base_seconds(p) > 0
+    m2 = Measurer(disk_cache=False, threads=2)
+    assert not m2.cpu_clock and "CLOCK_MONOTONIC" in program_c(s, initial_schedule(p), m2.clock)

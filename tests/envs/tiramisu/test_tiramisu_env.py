@@ -11,7 +11,7 @@ import pytest
 
 import timerl as trl
 from timerl.envs.tiramisu import benchmarks as bm
-from timerl.envs.tiramisu.actions import ACTIONS, NEXT
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS, apply_action
 from timerl.envs.tiramisu.env import PENALTY, TiramisuTask, _TiramisuState
 from timerl.envs.tiramisu.features import MAX_NODES, NUM_FEATURES, OBS_SIZE, graph, unflatten
 from timerl.envs.tiramisu.measure import Measurer
@@ -115,6 +115,24 @@ def test_graph_state() -> None:
     np.testing.assert_array_equal(x2, x)
 
 
+def test_graph_shows_shift_and_shared_loops() -> None:
+    """Iterator nodes carry the level's shift and whether another branch runs inside the
+    loop (jacobi2d's t loop from the start; after F(2) also i and j)."""
+    from timerl.envs.tiramisu.features import COMP_FEATURES
+
+    it0 = 1 + COMP_FEATURES
+    p = bm.jacobi2d(2, 8)
+    s = initial_schedule(p)
+    for br, name in ((0, "S(0,1,2)"), (1, "S(0,1,2)"), (1, "Sh(1)")):
+        s = apply_action(s, br, A[name])
+    x, _, _ = graph(s, focus=1)
+    iters = x[x[:, 0] == 0.0][1:7]  # the root, then 3 levels per branch
+    assert list(iters[:, it0 + 7]) == [1, 0, 0, 1, 0, 0]  # only t is shared
+    assert list(iters[:, it0 + 6] * 4) == [0, 0, 0, 0, 1, 0]  # S1's i level shifted by one
+    x, _, _ = graph(apply_action(s, 1, A["F(2)"]), focus=1)
+    assert list(x[x[:, 0] == 0.0][1:7, it0 + 7]) == [1] * 6
+
+
 def test_unrepresentable_programs_raise_clear_errors() -> None:
     def prog(its, dom, write, reads=(), body="1.0f"):
         return Program(
@@ -147,11 +165,11 @@ def test_make_and_run(measurer) -> None:
             programs=[bm.mvt(64), bm.cvtcolor(32, 32)],
             measurer=measurer,
         )
-        assert env.obs_space.shape == (OBS_SIZE,) and env.action_space.n == 56
+        assert env.obs_space.shape == (OBS_SIZE,) and env.action_space.n == NUM_ACTIONS
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
         mask = env.action_mask(o)
-        a = (mask * 0.0 + trl.const(np.eye(56, dtype=np.float32)[A["P(0)"]])).argmax(-1)  # always P(0)
+        a = (mask * 0.0 + trl.const(np.eye(NUM_ACTIONS, dtype=np.float32)[A["P(0)"]])).argmax(-1)  # always P(0)
         o[b, i, t + 1], r, d = env.step(a)
         r[b, i, 0:T].sum(0).sink(lambda v, pt: rewards.append(float(v)))
     ctx.compile({B: 2, I: 1, T: d}, backend="torch").execute()

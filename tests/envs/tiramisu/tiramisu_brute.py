@@ -31,7 +31,7 @@ def time_of(sched: Schedule, k: int, x: tuple[int, ...]) -> tuple[int, ...]:
     s = sched.stmts[k]
     out = [s.betas[0]]
     for lvl, b in zip(s.levels, s.betas[1:], strict=True):
-        v = sum(c * xi for c, xi in zip(lvl.coeffs, x, strict=True))
+        v = sum(c * xi for c, xi in zip(lvl.coeffs, x, strict=True)) + lvl.shift
         out += [v // lvl.tile if lvl.tile else v, b]
     return tuple(out + [0] * (sched.width - len(out)))
 

@@ -1,4 +1,20 @@
-"""The 56 actions of §2.2.3 and how each applies to a schedule's focused branch."""
+"""The actions: the 56 of §2.2.3, plus 17 this environment adds (skews with a factor,
+wavefront skews, shifts, fusions), and how each applies to a schedule's focused branch.
+
+Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine):
+
+- ``S(l,l+1,2)``: skew by factor 2 in one step (l < 3);
+- ``W(l,l+1,f)``: wavefront skew, levels ``(a, b) -> (f*a + b, a)`` (l < 3, f in 1, 2):
+  seidel2d's wavefront ``(t, 2i + j, i)`` is ``W(1,2,2)``;
+- ``Sh(l)``: shift loop level ``l`` of the focused branch by +1 against the branches it
+  shares the loop with (l < 4; repeatable up to ``schedule.MAX_SHIFT``): with a skew by 2
+  it makes a two-statement time loop tileable (jacobi2d, heat2d, heat3d);
+- ``F(l)``: fuse the focused branch into the previous branch's loops ``0..l`` (l < 4):
+  blur's two stages (after ``Sh(0)`` twice on the second), mvt's two nests (after
+  interchanging the second), the two statements of a stencil's time step.
+
+``PAPER_ACTIONS`` is the index set of the paper's 56.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +23,7 @@ from dataclasses import dataclass
 from timerl.envs.tiramisu import schedule as sc
 from timerl.envs.tiramisu.schedule import Schedule
 
-__all__ = ["ACTIONS", "NEXT", "NUM_ACTIONS", "Action", "apply_action", "structurally_valid"]
+__all__ = ["ACTIONS", "NEXT", "NUM_ACTIONS", "PAPER_ACTIONS", "Action", "apply_action", "structurally_valid"]
 
 TILE_SIZES = ((32, 32), (64, 64), (128, 128), (32, 64), (32, 128), (64, 32), (64, 128), (128, 32), (128, 64))
 UNROLL_FACTORS = (2, 4, 8, 16, 32)
@@ -15,7 +31,8 @@ UNROLL_FACTORS = (2, 4, 8, 16, 32)
 
 @dataclass(frozen=True)
 class Action:
-    """``kind`` in I R S P T U N; ``level`` (the first level), tile sizes or unroll factor."""
+    """``kind`` in I R S P T U W H(shift) F N; ``level`` (the first level), tile sizes,
+    unroll factor or skew factor (``x``; 0 for the paper's factor-1 skew)."""
 
     kind: str
     level: int = 0
@@ -24,8 +41,14 @@ class Action:
 
     @property
     def name(self) -> str:
-        if self.kind in "IS":
+        if self.kind in "IS" and not self.x:
             return f"{self.kind}({self.level},{self.level + 1})"
+        if self.kind in "SW":
+            return f"{self.kind}({self.level},{self.level + 1},{self.x})"
+        if self.kind == "H":
+            return f"Sh({self.level})"
+        if self.kind == "F":
+            return f"F({self.level})"
         if self.kind in "RP":
             return f"{self.kind}({self.level})"
         if self.kind == "T":
@@ -42,11 +65,17 @@ ACTIONS: tuple[Action, ...] = (
     *(Action("P", i) for i in range(2)),
     *(Action("T", i, x, y) for i in range(4) for x, y in TILE_SIZES),
     *(Action("U", 0, f) for f in UNROLL_FACTORS),
+    # added by this environment (module doc)
+    *(Action("S", i, 2) for i in range(3)),
+    *(Action("W", i, f) for i in range(3) for f in (1, 2)),
+    *(Action("H", i) for i in range(4)),
+    *(Action("F", i) for i in range(4)),
     Action("N"),
 )
 NUM_ACTIONS = len(ACTIONS)
 NEXT = NUM_ACTIONS - 1
-assert NUM_ACTIONS == 56
+PAPER_ACTIONS: tuple[int, ...] = (*range(55), NEXT)
+assert NUM_ACTIONS == 73
 
 
 def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:
@@ -58,7 +87,13 @@ def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:
     if act.kind == "R":
         return sc.reverse(sched, branch, act.level)
     if act.kind == "S":
-        return sc.skew(sched, branch, act.level)
+        return sc.skew(sched, branch, act.level, act.x or 1)
+    if act.kind == "W":
+        return sc.wavefront(sched, branch, act.level, act.x)
+    if act.kind == "H":
+        return sc.shift(sched, branch, act.level)
+    if act.kind == "F":
+        return sc.fuse(sched, branch, act.level)
     if act.kind == "P":
         return sc.parallelize(sched, branch, act.level)
     if act.kind == "T":

@@ -134,13 +134,17 @@ _HEADER = """#include <stdio.h>
 """
 
 
-def program_c(sched: Schedule, baseline: Schedule | None = None) -> str:
+def program_c(sched: Schedule, baseline: Schedule | None = None, clock: str = "CLOCK_MONOTONIC") -> str:
     """A complete C program: ``./prog OUT_FILE REPS`` dumps the output arrays after one
     run of ``sched``'s kernel to OUT_FILE (float32, in the order of ``program.arrays``),
     then prints REPS kernel times in seconds, one per line. With ``baseline``, each line
     holds two times, ``baseline`` then ``sched``, alternating in the same process (both
-    under the same machine load)."""
+    under the same machine load). ``clock``: the ``clock_gettime`` clock of the timings
+    (``CLOCK_PROCESS_CPUTIME_ID``: CPU time, which a serial kernel does not accrue while
+    it waits for a core on a loaded machine)."""
     p: Program = sched.program
+    if clock not in ("CLOCK_MONOTONIC", "CLOCK_PROCESS_CPUTIME_ID"):
+        raise ValueError(f"unsupported clock {clock!r}")
     out = [_HEADER]
     for a in p.arrays:
         out.append(f"float {a.name}{''.join(f'[{n}]' for n in a.shape)};")
@@ -164,8 +168,8 @@ def program_c(sched: Schedule, baseline: Schedule | None = None) -> str:
         out.append("}")
     dumps = [f"  fwrite({a.name}, sizeof({a.name}), 1, f);" for a in p.arrays if a.output]
     timed = (
-        "    init();\n    clock_gettime(CLOCK_MONOTONIC, &t0);\n    kernel_base();\n"
-        "    clock_gettime(CLOCK_MONOTONIC, &t1);\n"
+        f"    init();\n    clock_gettime({clock}, &t0);\n    kernel_base();\n"
+        f"    clock_gettime({clock}, &t1);\n"
         '    printf("%.9f ", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));\n'
         if baseline is not None
         else ""
@@ -177,8 +181,8 @@ def program_c(sched: Schedule, baseline: Schedule | None = None) -> str:
         '  FILE *f = fopen(argv[1], "wb");\n  if (!f) return 2;\n' + "\n".join(dumps) + "\n  fclose(f);\n"
         "  for (int r = 0; r < reps; r++) {\n"
         "    struct timespec t0, t1;\n" + timed + "    init();\n"
-        "    clock_gettime(CLOCK_MONOTONIC, &t0);\n    kernel();\n"
-        "    clock_gettime(CLOCK_MONOTONIC, &t1);\n"
+        f"    clock_gettime({clock}, &t0);\n    kernel();\n"
+        f"    clock_gettime({clock}, &t1);\n"
         '    printf("%.9f\\n", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));\n'
         "  }\n  return 0;\n}\n"
     )

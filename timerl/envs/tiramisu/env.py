@@ -3,7 +3,8 @@
 Each of the ``B`` envs holds one program and its current :class:`~.schedule.Schedule`
 with a focused branch. Reset picks a program per env (see ``sets``) and returns the
 untransformed program's graph (:mod:`.features`, flattened to ``OBS_SIZE``). ``step(a)``
-applies one of the 56 actions (:mod:`.actions`) to the focused branch:
+applies one of the 73 actions (:mod:`.actions`: the paper's 56, plus skew by 2, wavefront
+skew, shift and fusion) to the focused branch:
 
 - a transformation that applies, is legal (exact isl dependences) and compiles to a
   correct program: reward ``log4(t_prev / t_new)`` (the speedup over the previous state);
@@ -318,7 +319,7 @@ class TiramisuEnv(GymEnv):
         """``1.0`` for the actions that apply to each env's state (``legal=True``: that are
         also legal, a dependence check per action) and lead to a schedule not yet visited
         in the episode (no undoing I(l,l+1) or R(l), no toggling between unroll factors),
-        ``0.0`` else; float32 ``(56,)`` per
+        ``0.0`` else; float32 ``(NUM_ACTIONS,)`` per
         point of ``obs`` (computed after the step that made ``obs``)."""
         return self._action_mask_udf(_MaskFn(self._state, legal), NUM_ACTIONS, obs)
 

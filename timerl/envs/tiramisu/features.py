@@ -6,8 +6,9 @@ branch's innermost level. Edges are undirected, with self-loops. Each node's fea
 vector (``NUM_FEATURES``) starts with its type (0 iterator, 1 computation);
 computation features (write and read access matrices, padded to ``MAX_ARRAY_DIMS x
 (MAX_DEPTH + 1)`` each, the number of reads, the depth, the focus flag) come first,
-iterator features (extent, tile size, the level's row of the schedule matrix over the
-original iterators, parallel / unroll tags, focus flag, level index) come last, as in
+iterator features (extent, tile size, parallel / unroll tags, focus flag, shift, whether
+another branch shares the loop (fusion, or a stencil's time loop), the level's row of the
+schedule matrix over the original iterators) come last, as in
 the paper's Fig. 2.2. Padding nodes are zero with mask 0.
 """
 
@@ -34,7 +35,7 @@ __all__ = ["MAX_NODES", "NUM_FEATURES", "OBS_SIZE", "check_representable", "grap
 MAX_NODES = 32
 _ACC = MAX_ARRAY_DIMS * (MAX_DEPTH + 1)
 COMP_FEATURES = _ACC * (1 + MAX_READS) + 3
-ITER_FEATURES = 6 + MAX_DEPTH
+ITER_FEATURES = 8 + MAX_DEPTH
 NUM_FEATURES = 1 + COMP_FEATURES + ITER_FEATURES
 OBS_SIZE = MAX_NODES * NUM_FEATURES + MAX_NODES * MAX_NODES + MAX_NODES
 
@@ -83,6 +84,15 @@ def _comp_features(p: Program, stmt: int) -> np.ndarray:
     return f
 
 
+def _shared(sched: Schedule, stmts: list[int], level: int) -> bool:
+    """Some statement outside ``stmts`` (a branch) runs inside the branch's loop ``level``."""
+    prefix = sched.stmts[stmts[0]].betas[: level + 1]
+    return any(
+        k not in stmts and len(s.levels) > level and s.betas[: level + 1] == prefix
+        for k, s in enumerate(sched.stmts)
+    )
+
+
 def graph(sched: Schedule, focus: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, adj, mask)``: features ``(MAX_NODES, NUM_FEATURES)``, adjacency
     ``(MAX_NODES, MAX_NODES)`` with self-loops on real nodes, node mask ``(MAX_NODES,)``."""
@@ -107,7 +117,9 @@ def graph(sched: Schedule, focus: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
             v[it0 + 3] = float(sched.parallel[b] == lvl_idx)
             v[it0 + 4] = sched.unroll[b] / 32.0 if lvl_idx == len(levels) - 1 else 0.0
             v[it0 + 5] = float(b == focus)
-            v[it0 + 6 : it0 + 6 + len(lvl.coeffs)] = np.asarray(lvl.coeffs, np.float32) / 4.0
+            v[it0 + 6] = lvl.shift / 4.0
+            v[it0 + 7] = float(_shared(sched, stmts, lvl_idx))
+            v[it0 + 8 : it0 + 8 + len(lvl.coeffs)] = np.asarray(lvl.coeffs, np.float32) / 4.0
             edge(parent, n)
             parent = n
             n += 1

@@ -67,6 +67,11 @@ class Measurer:
 
     ``threads``: OpenMP threads of the measured programs (default: the CPU count);
     ``disk_cache``: keep binaries and measurements under ``cache_dir`` across runs.
+    ``clock``: ``wall`` (``CLOCK_MONOTONIC``), ``cpu`` (the process's CPU time: a serial
+    kernel preempted on a loaded machine does not accrue it, so a 1 ms kernel that runs
+    within one time slice is not favoured over a 40 ms one that is preempted; wrong for
+    parallel runs, which sum their threads), or ``auto``: ``cpu`` with one thread, else
+    ``wall``. CPU-time measurements have their own disk cache file.
     """
 
     def __init__(
@@ -77,10 +82,15 @@ class Measurer:
         rtol: float = 1e-3,
         timeout: float = 60.0,
         target_seconds: float = 0.1,
+        clock: str = "auto",
     ) -> None:
         if shutil.which("gcc") is None:
             raise TimeRLError("the Tiramisu environment compiles with gcc, which is not on PATH")
         self.threads = int(threads or os.cpu_count() or 1)
+        if clock not in ("auto", "wall", "cpu"):
+            raise TimeRLError(f"Measurer: clock must be auto, wall or cpu, got {clock!r}")
+        self.cpu_clock = clock == "cpu" or (clock == "auto" and self.threads == 1)
+        self.clock = "CLOCK_PROCESS_CPUTIME_ID" if self.cpu_clock else "CLOCK_MONOTONIC"
         self.disk_cache = disk_cache
         self.dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._tmp = None if disk_cache else tempfile.TemporaryDirectory(prefix="timerl-tiramisu-")
@@ -98,7 +108,7 @@ class Measurer:
         self.compiles = 0
         self.runs = 0
         self.seconds_spent = 0.0
-        self._db = self.dir / f"measurements-{self.threads}t.jsonl"
+        self._db = self.dir / f"measurements-{self.threads}t{'-cpu' if self.cpu_clock else ''}.jsonl"
         if disk_cache and self._db.exists():
             for line in self._db.read_text().splitlines():
                 try:
@@ -118,7 +128,7 @@ class Measurer:
     def compile(self, sched: Schedule, baseline: Schedule | None = None, src: str | None = None) -> Path:
         """The binary of ``sched`` (timed against ``baseline`` if given; ``src``: its
         :func:`program_c` if already made; compiled unless cached). Raises TimeRLError on failure."""
-        src = program_c(sched, baseline) if src is None else src
+        src = program_c(sched, baseline, self.clock) if src is None else src
         h = self._hash(src)
         exe = self.dir / "bin" / f"{sched.program.uid}-{h}"
         if exe.exists():
@@ -187,7 +197,7 @@ class Measurer:
         src_key = ""
         try:
             ref = self.reference(sched.program)
-            src = program_c(sched, initial) if sched.key != initial.key else ""
+            src = program_c(sched, initial, self.clock) if sched.key != initial.key else ""
             src_key = f"{self._hash(src)}@{self.threads}" if src else ""
             if not src or kernel_c(sched) == kernel_c(initial):  # the untransformed code
                 m = Measurement(self._base[sched.program.uid])

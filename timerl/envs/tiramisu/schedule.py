@@ -3,11 +3,14 @@ original iterators (possibly tiled), plus per-branch parallel / unroll tags; and
 Tiramisu transformations as pure functions ``Schedule -> Schedule | None`` (None: the
 transformation does not apply structurally, e.g. a level that does not exist).
 
-Level ``Level(coeffs, tile)`` is the loop ``floor((coeffs . iterators) / tile)`` (tile
-0: no floor). Interchange swaps two levels, reversal negates one, skewing adds level
-``l`` to level ``l + 1``, tiling inserts two tile loops in front of levels ``l, l+1``:
-every transformation keeps the point loops, so each statement's schedule stays
-injective. Legality (dependences) is decided elsewhere (:mod:`.legality`).
+Level ``Level(coeffs, tile, shift)`` is the loop ``floor((coeffs . iterators + shift) /
+tile)`` (tile 0: no floor). Interchange swaps two levels, reversal negates one, skewing
+adds ``f`` times level ``l`` to level ``l + 1``, the wavefront skew makes levels
+``(l, l+1)`` into ``(f * l + (l+1), l)`` (skew then interchange, one step), shifting adds a
+constant to one level of one branch, fusion moves the focused branch's statements into
+the previous branch's outer loops (their betas), tiling inserts two tile loops in front of
+levels ``l, l+1``: every transformation keeps the point loops, so each statement's
+schedule stays injective. Legality (dependences) is decided elsewhere (:mod:`.legality`).
 """
 
 from __future__ import annotations
@@ -21,30 +24,39 @@ from timerl.envs.tiramisu.program import Program
 
 __all__ = [
     "MAX_LEVELS",
+    "MAX_SHIFT",
     "Level",
     "Schedule",
     "StmtSchedule",
+    "fuse",
     "initial_schedule",
     "interchange",
     "parallelize",
     "reverse",
+    "shift",
     "skew",
     "tile",
     "unroll",
+    "wavefront",
 ]
 
 MAX_LEVELS = 7  # loop levels per statement after tiling
+MAX_SHIFT = 4  # |shift| of one level
+MAX_COEFF = 4  # |coefficient| of a skewed level
 
 
 @dataclass(frozen=True)
 class Level:
-    """The loop ``floor((coeffs . iterators) / tile)`` (``tile == 0``: no floor)."""
+    """The loop ``floor((coeffs . iterators + shift) / tile)`` (``tile == 0``: no floor)."""
 
     coeffs: tuple[int, ...]
     tile: int = 0
+    shift: int = 0
 
     def isl_expr(self, iterators: tuple[str, ...]) -> str:
         terms = [f"{c}*{it}" for c, it in zip(self.coeffs, iterators, strict=True) if c != 0]
+        if self.shift:
+            terms.append(str(self.shift))
         e = " + ".join(terms) if terms else "0"
         return f"floor(({e})/{self.tile})" if self.tile else f"({e})"
 
@@ -69,7 +81,9 @@ class Schedule:
         parts = []
         for s in self.stmts:
             lv = ",".join(
-                ("t" + str(lvl.tile) + ":" if lvl.tile else "") + " ".join(map(str, lvl.coeffs))
+                ("t" + str(lvl.tile) + ":" if lvl.tile else "")
+                + " ".join(map(str, lvl.coeffs))
+                + (f"+{lvl.shift}" if lvl.shift else "")
                 for lvl in s.levels
             )
             parts.append(f"[{lv}|{' '.join(map(str, s.betas))}]")
@@ -152,34 +166,118 @@ def reverse(sched: Schedule, branch: int, level: int) -> Schedule | None:
         if level >= len(s.levels):
             return None
         lv = list(s.levels)
-        lv[level] = Level(tuple(-c for c in lv[level].coeffs), lv[level].tile)
+        old = lv[level]
+        lv[level] = Level(tuple(-c for c in old.coeffs), old.tile, -old.shift)
         return replace(s, levels=tuple(lv))
 
     return _map_branch(sched, branch, fn)
 
 
-def skew(sched: Schedule, branch: int, level: int) -> Schedule | None:
-    """S(l, l+1): level ``l + 1`` becomes ``level(l + 1) + level(l)`` (factor 1; apply
-    twice for 2). Only on point loops (not tile loops)."""
+def _skewed(a: Level, b: Level, factor: int) -> Level | None:
+    """``b + factor * a`` (point loops only), None when a coefficient would exceed MAX_COEFF."""
+    if a.tile or b.tile:
+        return None
+    new = tuple(factor * x + y for x, y in zip(a.coeffs, b.coeffs, strict=True))
+    if max(abs(c) for c in new) > MAX_COEFF:
+        return None  # keep coefficients small
+    return Level(new, 0, factor * a.shift + b.shift)
+
+
+def skew(sched: Schedule, branch: int, level: int, factor: int = 1) -> Schedule | None:
+    """S(l, l+1, f): level ``l + 1`` becomes ``level(l + 1) + f * level(l)``. Only on
+    point loops (not tile loops)."""
 
     def fn(s: StmtSchedule) -> StmtSchedule | None:
         if level + 1 >= len(s.levels):
             return None
-        a, b = s.levels[level], s.levels[level + 1]
-        if a.tile or b.tile:
+        new = _skewed(s.levels[level], s.levels[level + 1], factor)
+        if new is None:
             return None
-        new = tuple(x + y for x, y in zip(a.coeffs, b.coeffs, strict=True))
-        if max(abs(c) for c in new) > 4:
-            return None  # keep coefficients small
         lv = list(s.levels)
-        lv[level + 1] = Level(new)
+        lv[level + 1] = new
         return replace(s, levels=tuple(lv))
 
     return _map_branch(sched, branch, fn)
 
 
+def wavefront(sched: Schedule, branch: int, level: int, factor: int) -> Schedule | None:
+    """W(l, l+1, f): levels ``(a, b)`` become ``(f * a + b, a)``: a skew by ``f`` and an
+    interchange in one step, so that the inner loop ``a`` runs along a wavefront (e.g.
+    seidel2d's ``(t, 2i + j, i)``: the inner loop then carries no dependence)."""
+
+    def fn(s: StmtSchedule) -> StmtSchedule | None:
+        if level + 1 >= len(s.levels):
+            return None
+        a = s.levels[level]
+        new = _skewed(a, s.levels[level + 1], factor)
+        if new is None:
+            return None
+        lv = list(s.levels)
+        lv[level], lv[level + 1] = new, a
+        return replace(s, levels=tuple(lv))
+
+    return _map_branch(sched, branch, fn)
+
+
+def shift(sched: Schedule, branch: int, level: int, amount: int = 1) -> Schedule | None:
+    """Sh(l): loop level ``l`` of the branch's statements runs ``amount`` iterations later
+    relative to the other branches' statements that share the loop (the loop-alignment
+    step that makes a two-statement time loop tileable). Point loops only; ``|shift| <=
+    MAX_SHIFT``. None for a program with one branch (a shift of every statement is a
+    translation of the whole schedule: the same code with offset bounds)."""
+    if len(sched.program.branches) < 2:
+        return None
+
+    def fn(s: StmtSchedule) -> StmtSchedule | None:
+        if level >= len(s.levels):
+            return None
+        old = s.levels[level]
+        if old.tile or abs(old.shift + amount) > MAX_SHIFT:
+            return None
+        lv = list(s.levels)
+        lv[level] = replace(old, shift=old.shift + amount)
+        return replace(s, levels=tuple(lv))
+
+    return _map_branch(sched, branch, fn)
+
+
+def fuse(sched: Schedule, branch: int, level: int) -> Schedule | None:
+    """F(l): the statements of ``branch`` move into the loops ``0..l`` of the previous
+    branch (``branch - 1``): their betas up to level ``l`` become that branch's, and inside
+    loop ``l`` they run after every statement already there. Both then run on the same
+    schedule dimensions, so isl emits one loop nest where their level expressions agree
+    (e.g. after interchanging mvt's second nest, both read ``A[i][j]`` in one pass).
+    Fusing into the *previous* branch keeps the env's order (transform a branch, ``next``,
+    shift or interchange the next one, fuse it back). None when ``branch`` is the first,
+    either branch has no loop ``l``, or nothing changes."""
+    if branch < 1:
+        return None
+    host, mine = sched.branch_stmts(branch - 1), sched.branch_stmts(branch)
+    if any(level >= len(sched.stmts[k].levels) for k in host + mine):
+        return None
+    prefix = sched.stmts[host[0]].betas[: level + 1]
+    inside = [
+        s.betas[level + 1]
+        for k, s in enumerate(sched.stmts)
+        if k not in mine and len(s.levels) > level and s.betas[: level + 1] == prefix
+    ]
+    low = min(sched.stmts[k].betas[level + 1] for k in mine)
+    start = max(inside) + 1
+    stmts = list(sched.stmts)
+    for k in mine:
+        b = stmts[k].betas
+        stmts[k] = replace(stmts[k], betas=prefix + (start + b[level + 1] - low,) + b[level + 2 :])
+    out = replace(sched, stmts=tuple(stmts))
+    return None if out.key == sched.key else out
+
+
 def tile(sched: Schedule, branch: int, level: int, x: int, y: int) -> Schedule | None:
-    """T(l, l+1, x, y): tile loops ``l, l+1`` by ``x`` by ``y`` (tile loops go in front)."""
+    """T(l, l+1, x, y): tile loops ``l, l+1`` by ``x`` by ``y`` (tile loops go in front).
+
+    Every statement that shares loop ``l`` with the branch (same betas up to it, e.g.
+    jacobi2d's two statements under the time loop, or a branch fused with ``F``) is
+    tiled with it: tile loops of one branch alone would split a loop the others still
+    run as a point loop (illegal as soon as a dependence crosses them)."""
 
     def fn(s: StmtSchedule) -> StmtSchedule | None:
         if level + 1 >= len(s.levels) or len(s.levels) + 2 > MAX_LEVELS:
@@ -188,17 +286,30 @@ def tile(sched: Schedule, branch: int, level: int, x: int, y: int) -> Schedule |
         if a.tile or b.tile:
             return None
         lv = list(s.levels)
-        lv[level:level] = [Level(a.coeffs, x), Level(b.coeffs, y)]
+        lv[level:level] = [Level(a.coeffs, x, a.shift), Level(b.coeffs, y, b.shift)]
         betas = s.betas[: level + 1] + (0, 0) + s.betas[level + 1 :]
         return StmtSchedule(tuple(lv), betas)
 
-    out = _map_branch(sched, branch, fn)
-    if out is None:
+    mine = sched.branch_stmts(branch)
+    if level + 1 >= len(sched.stmts[mine[0]].levels):
         return None
-    par = list(out.parallel)
-    if par[branch] > level + 1:  # the parallel tag follows its loop, now two levels deeper
-        par[branch] += 2
-    return replace(out, parallel=tuple(par))
+    prefix = sched.stmts[mine[0]].betas[: level + 1]
+    group = [
+        k
+        for k, s in enumerate(sched.stmts)
+        if k in mine or (len(s.levels) > level + 1 and s.betas[: level + 1] == prefix)
+    ]
+    stmts = list(sched.stmts)
+    for k in group:
+        new = fn(stmts[k])
+        if new is None:
+            return None
+        stmts[k] = new
+    par = list(sched.parallel)
+    for b in {sched.branch_of(k) for k in group}:
+        if par[b] > level + 1:  # the parallel tag follows its loop, now two levels deeper
+            par[b] += 2
+    return replace(sched, stmts=tuple(stmts), parallel=tuple(par))
 
 
 def parallelize(sched: Schedule, branch: int, level: int) -> Schedule | None:
