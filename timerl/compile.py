@@ -36,6 +36,9 @@ class CompileOptions:
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
+    # JAX: a compiled region that reads an input last writes its output into the input's
+    # buffer (donate_argnums; needs dealloc and fuse; schedule/donate.py, docs/memory.md)
+    donate: bool = False
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -62,6 +65,12 @@ class Executor:
         self.backend = backend
         self.options = options
         ckpt = any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg)
+        donate = options.donate and options.dealloc and options.fuse
+        moves: frozenset[tuple[int, int]] = frozenset()
+        if donate and getattr(backend, "donates", False):
+            from timerl.schedule.donate import merge_moves
+
+            moves = merge_moves(pdg, _kept_values(pdg))
         if ckpt or resume is not None:
             from timerl.runtime.checkpoint import CheckpointingExecutor
 
@@ -75,6 +84,8 @@ class Executor:
                 free_iterations=options.free_iterations,
                 block_store=options.block_store,
                 scan_loops=options.scan_loops,
+                donate=donate,
+                merge_moves=moves,
                 resume=resume,
                 config=config,
             )
@@ -88,6 +99,8 @@ class Executor:
                 free_iterations=options.free_iterations,
                 block_store=options.block_store,
                 scan_loops=options.scan_loops,
+                donate=donate,
+                merge_moves=moves,
             )
 
     def execute(self) -> None:

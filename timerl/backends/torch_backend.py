@@ -303,8 +303,9 @@ class TorchBackend(AbstractBackend):
         except (TypeError, BufferError, RuntimeError) as e:
             raise BackendError(f"torch cannot import {type(obj).__name__} through DLPack: {e}") from e
 
-    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with ``use_compile=True``."""
+    def compile(self, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Callable[..., Any]:
+        """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with
+        ``use_compile=True`` (``donate`` is ignored: eager ops allocate their outputs)."""
         return torch.compile(fn) if self.use_compile else fn
 
     def nbytes(self, x: Any) -> int:

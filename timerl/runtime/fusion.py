@@ -18,6 +18,7 @@ the point's symbol values).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -100,12 +101,21 @@ def stored_members(nodes: Sequence[Node], pdg: PDG) -> list[int]:
 
 
 def make_fused_thunk(
-    ex: Executor, nodes: Sequence[Node], compiled_cache: dict[tuple[int, ...], Callable[..., Any]]
+    ex: Executor,
+    nodes: Sequence[Node],
+    compiled_cache: dict[Any, Callable[..., Any]],
+    donate: Sequence[tuple[int, int]] = (),
 ) -> Callable[[tuple[int, ...]], None]:
     """One thunk running ``nodes`` (same domain, pure, in order) at a point.
 
     The compiled region is kept in ``compiled_cache`` (it does not depend on the store),
     so a new run of the program reuses the backend's compiled code.
+
+    ``donate``: ``(member, input id)`` pairs whose input the region is the last reader of
+    (:mod:`timerl.schedule.donate`). Such an input, when read at one point of a dict table
+    without layout steps, is taken out of the store before the region runs and, when
+    nothing else references the tensor, donated to the compiled function (``donate`` of
+    :meth:`~timerl.backends.base.AbstractBackend.compile`).
     """
     pdg, be, store = ex.pdg, ex.backend, ex.store
     inside = {n.id: k for k, n in enumerate(nodes)}
@@ -116,6 +126,8 @@ def make_fused_thunk(
     plans: list[list[tuple[str, int]]] = []
     layouts: dict[tuple[int, int], InputLayout] = {}
     gathers: list[Callable[[Any], Any]] = []
+    wanted = set(donate)
+    donated: list[int] = []  # positions of the taken (donatable) external inputs
     flags: list[tuple[bool, ...]] = []
     for n in nodes:
         plan = []
@@ -131,6 +143,11 @@ def make_fused_thunk(
             else:
                 plan.append(("ext", len(gathers)))
                 g, batched = ex._make_input(n, e)
+                if (n.id, e.iid) in wanted:
+                    t = _take_gather(ex, n, e)
+                    if t is not None:
+                        g = t
+                        donated.append(len(gathers))
                 gathers.append(g)
                 fl.append(batched)
         plans.append(plan)
@@ -156,7 +173,16 @@ def make_fused_thunk(
     compiled = compiled_cache.get(tuple(ids))
     if compiled is None:
         compiled = compiled_cache[tuple(ids)] = be.compile(region)
+    dpos = tuple(donated)
+    giving = compiled
+    if dpos:
+        key = (tuple(ids), dpos)
+        giving = compiled_cache.get(key)
+        if giving is None:
+            giving = compiled_cache[key] = be.compile(region, dpos)
     fallback: list[Callable[[tuple[int, ...]], None]] = []
+    refcount = sys.getrefcount
+    stats = ex.donation_stats
 
     def thunk(point: tuple[int, ...]) -> None:
         ex.exec_count += len(ids)
@@ -168,9 +194,25 @@ def make_fused_thunk(
             return
         v = point_env(point)
         ext = [g(v) for g in gathers]
+        fn = compiled
+        if dpos:
+            # donate only tensors nothing else holds (2: the list and getrefcount's argument)
+            if all(refcount(ext[k]) == 2 for k in dpos):
+                fn = giving
+                stats[0] += len(dpos)
+            else:
+                stats[1] += len(dpos)
+                if log.isEnabledFor(logging.DEBUG):
+                    held = [gathers[k].edge.src for k in dpos if refcount(ext[k]) != 2]  # type: ignore[attr-defined]
+                    log.debug("region [%s] at %s: not donating %s (held elsewhere)", ids, point, held)
         try:
-            outs = compiled(*ext)
+            outs = fn(*ext)
         except Exception as exc:  # rerun unfused for an error naming the failing node
+            for k in dpos:  # put the taken inputs back for the unfused run
+                e = getattr(gathers[k], "edge", None)
+                x = ext[k]
+                if e is not None and not getattr(x, "is_deleted", lambda: False)():
+                    store.put(e.src, e.oid, ex._node_expr(e.phi, pdg.nodes[e.sink])(v), x)
             labels = ", ".join(n.label for n in nodes)
             log.warning(
                 "fused region [%s] failed to compile or run (%s: %s); running its %d ops one by one "
@@ -190,3 +232,37 @@ def make_fused_thunk(
             store.put(nid, 0, point, out)
 
     return thunk
+
+
+def _take_gather(ex: Executor, node: Node, e: Edge) -> Callable[[Any], Any] | None:
+    """A gather of input ``e`` of ``node`` that also frees the point it read (the region is
+    its last reader), or None when the input cannot be taken whole: a slice, a selection or
+    a condition, layout steps, or a table that is not a plain dict (block or rows table)."""
+    pdg, store = ex.pdg, ex.store
+    if e.select is not None or e.cond is not TRUE or e.to_batch is not None or e.batch_read:
+        return None
+    if any(isinstance(c, Slice) for c in e.phi):
+        return None
+    try:
+        if input_layout(pdg.nodes[e.src], node, e).steps:
+            return None
+    except ValueError:
+        return None
+    tab = store.table(e.src, e.oid)
+    if type(tab) is not dict or len(pdg.nodes[e.src].outputs) != 1:
+        return None
+    phi = ex._node_expr(e.phi, node)
+    plain, _ = ex._make_input(node, e)
+    src = e.src
+    free = store.free
+
+    def take(v: Any) -> Any:
+        q = phi(v)
+        if q not in tab:
+            return plain(v)  # raises the gather's error
+        x = tab[q]
+        free(src, q)
+        return x
+
+    take.edge = e  # type: ignore[attr-defined]
+    return take
