@@ -179,7 +179,8 @@ def _free_early(stmts: list[AstNode], regions: Sequence[int], d: _Donor) -> list
             assert isinstance(f, Dealloc)
             between = [s for s in stmts[k:j] if isinstance(s, Exec)]
             if j not in gone and not any(
-                f.node in (s.members if isinstance(s, FusedExec) else (s.node,)) or d.readers(s, f.node, f.point)
+                f.node in (s.members if isinstance(s, FusedExec) else (s.node,))
+                or d.readers(s, f.node, f.point)
                 for s in between
             ):
                 moved.setdefault(k, []).append(f)
@@ -224,7 +225,9 @@ def merge_moves(pdg: PDG, keep: frozenset[int] = frozenset()) -> frozenset[tuple
             if sid in keep or len(src.outputs) != 1 or src.op.kind is OpKind.CONST:
                 continue
             if any(
-                r.select is not None or r.to_batch is not None or r.batch_read
+                r.select is not None
+                or r.to_batch is not None
+                or r.batch_read
                 or any(isinstance(c, Slice) for c in r.phi)
                 for r in reads
             ):
