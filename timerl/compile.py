@@ -39,6 +39,7 @@ class CompileOptions:
     # JAX: a compiled region that reads an input last writes its output into the input's
     # buffer (donate_argnums; needs dealloc and fuse; schedule/donate.py, docs/memory.md)
     donate: bool = False
+    memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -86,6 +87,7 @@ class Executor:
                 scan_loops=options.scan_loops,
                 donate=donate,
                 merge_moves=moves,
+                memory_timeline=options.memory_timeline,
                 resume=resume,
                 config=config,
             )
@@ -101,6 +103,7 @@ class Executor:
                 scan_loops=options.scan_loops,
                 donate=donate,
                 merge_moves=moves,
+                memory_timeline=options.memory_timeline,
             )
 
     def execute(self) -> None:
@@ -111,6 +114,12 @@ class Executor:
         """Bytes held by the run's stores: live and peak, per pool and for the ``top`` largest
         tensors (:class:`~timerl.runtime.store.MemoryStats`)."""
         return self._interp.memory_stats(top)
+
+    def memory_timeline(self) -> Any:
+        """Live bytes per pool over the last run, sampled at every put and free
+        (:class:`~timerl.runtime.store.MemoryTimeline`; the paper's Fig. 11a), or None
+        unless compiled with ``memory_timeline=True``."""
+        return self._interp.memory_timeline()
 
     def pretty(self) -> str:
         """The PDG and the schedule's AST, for debugging."""

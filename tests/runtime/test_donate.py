@@ -80,14 +80,14 @@ def test_jax_donates_the_carried_buffers() -> None:
     defining ``m[i + 1]`` moves its source (isl: one reader point each), so nothing else
     holds the tensor."""
     _, ex = _run("jax", donate=True)
-    given, refused = ex._interp.donation_stats
-    assert (given, refused) == (11, 0)
+    given, refused, nbytes = ex._interp.donation_stats
+    assert (given, refused, nbytes) == (11, 0, 11 * N * 4)
     assert merge_moves(ex.pdg)  # both merges' update branches
     _, off = _run("jax", donate=False)
-    assert off._interp.donation_stats == [0, 0]
+    assert off._interp.donation_stats == [0, 0, 0]
     # frees off: no free follows the last reader, nothing is donated
     _, nofree = _run("jax", donate=True, dealloc=False)
-    assert nofree._interp.donation_stats == [0, 0]
+    assert nofree._interp.donation_stats == [0, 0, 0]
 
 
 def test_donation_refuses_tensors_held_elsewhere() -> None:
@@ -96,7 +96,7 @@ def test_donation_refuses_tensors_held_elsewhere() -> None:
     delete the array the final sum reads)."""
     got, ex = _run("jax", keep_updates=True, donate=True)
     assert got == _run("jax", keep_updates=True, donate=False)[0]
-    given, refused = ex._interp.donation_stats
+    given, refused, _ = ex._interp.donation_stats
     assert refused >= 10  # m's buffer, each iteration
 
 
@@ -104,7 +104,7 @@ def test_donation_marks_regions() -> None:
     """The plan marks ``(member, input)`` pairs on regions (FusedExec.donate)."""
     _, ex = _run("jax", donate=True)
     interp = ex._interp
-    marked = [k for k in interp._fused if isinstance(k, tuple) and k[1]]
+    marked = [k for k in interp._fused if isinstance(k[0], tuple)]  # (members, donate)
     assert marked, "no region was planned with a donated input"
     assert FusedExec.__dataclass_fields__["donate"].default == ()
 

@@ -181,7 +181,7 @@ def make_fused_thunk(
         if giving is None:
             giving = compiled_cache[key] = be.compile(region, dpos)
     fallback: list[Callable[[tuple[int, ...]], None]] = []
-    refcount = sys.getrefcount
+    refcount, nbytes = sys.getrefcount, be.nbytes
     stats = ex.donation_stats
 
     def thunk(point: tuple[int, ...]) -> None:
@@ -200,6 +200,7 @@ def make_fused_thunk(
             if all(refcount(ext[k]) == 2 for k in dpos):
                 fn = giving
                 stats[0] += len(dpos)
+                stats[2] += sum(nbytes(ext[k]) for k in dpos)
             else:
                 stats[1] += len(dpos)
                 if log.isEnabledFor(logging.DEBUG):

@@ -85,7 +85,7 @@ from timerl.runtime.host_memory import keep_freed_host_memory
 from timerl.runtime.layout import input_layout
 from timerl.runtime.regions import FusedExec, plan_regions
 from timerl.runtime.rows_table import RowsTable
-from timerl.runtime.store import DEFAULT_TOP, MemoryStats, Point, PointStore
+from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
     Add,
@@ -249,8 +249,10 @@ class Executor:
         scan_loops: bool = False,
         donate: bool = False,
         merge_moves: frozenset[tuple[int, int]] = frozenset(),
+        memory_timeline: bool = False,
     ) -> None:
         self.pdg = pdg
+        self.record_timeline = memory_timeline  # sample live bytes per pool (store.MemoryTimeline)
         self.fuse = fuse
         # regions reuse the buffers of inputs they read last (schedule/donate.py); only
         # where the backend's compiled regions can write into a donated buffer
@@ -261,8 +263,9 @@ class Executor:
         # source node -> nodes reading it from the store (not inside a region), filled while
         # the AST is compiled: a merge moves its source only when it is the only such reader
         self._store_readers: dict[int, set[int]] = {}
-        # [inputs donated, inputs not donated because something else held the tensor]
-        self.donation_stats = [0, 0]
+        # [inputs donated, inputs not donated because something else held the tensor,
+        #  bytes donated]
+        self.donation_stats = [0, 0, 0]
         self.scan_loops = scan_loops and fuse
         # slice-read outputs kept in preallocated buffers (see runtime/block_store.py)
         self.block_plan: dict[tuple[int, int], BlockSpec] = plan_block_storage(pdg) if block_store else {}
@@ -315,7 +318,7 @@ class Executor:
         for h in self.stack_hints.values():
             h.clear()
         self.exec_count = 0
-        self.donation_stats[:] = [0, 0]
+        self.donation_stats[:] = [0, 0, 0]
         self._run()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
 
@@ -327,7 +330,13 @@ class Executor:
             store.declare_block(nid, oid, BlockTable(spec, self.backend, self.pdg.nodes[nid].label))
         for nid, oid in sorted(self.row_outputs - self.block_plan.keys()):
             store.declare_rows(nid, oid, RowsTable(self.backend.take, self.backend.nbytes))
+        if getattr(self, "record_timeline", False):
+            store.record_timeline()
         return store
+
+    def memory_timeline(self) -> MemoryTimeline | None:
+        """Live bytes per pool over the last run (None unless built with ``memory_timeline``)."""
+        return self.store.timeline()
 
     def memory_stats(self, top: int = DEFAULT_TOP) -> MemoryStats:
         """Live and peak bytes held by the stores (block buffers whole, from allocation on), in
@@ -485,7 +494,7 @@ class Executor:
         if isinstance(node, FusedExec):
             self._note_store_reads(node.members)
             fused, members, donate = self._fused, node.members, node.donate
-            key = (members, donate)
+            key: Any = (members, donate) if donate else members
             labels = ", ".join(self.pdg.nodes[m].label for m in members)
 
             def run_fused() -> None:
