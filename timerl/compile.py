@@ -40,6 +40,9 @@ class CompileOptions:
     # buffer (donate_argnums; needs dealloc and fuse; schedule/donate.py, docs/memory.md)
     donate: bool = False
     memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
+    # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
+    # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
+    memory_budget: str | int | None = None
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -220,6 +223,33 @@ def _kept_values(pdg: PDG) -> frozenset[int]:
     return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
 
 
+def _fit_budget(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
+    """The schedule and options to run within ``budget`` bytes: as given when the estimated
+    peak fits; with frees (``dealloc``) when only that fits; else :class:`MemoryBudgetError`
+    naming the largest tensors (``timerl/schedule/budget.py``)."""
+    from dataclasses import replace
+
+    from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes
+    from timerl.schedule.scheduler import schedule_pdg
+
+    if options.dealloc:
+        check_budget(pdg, sched.ast, budget, fuse=options.fuse)
+        return sched, options
+    est = estimate_peak(
+        pdg, sched.ast, fuse=options.fuse
+    )  # without frees (and without free_iterations: an upper side)
+    if est.peak_bytes <= budget:
+        return sched, options
+    freed = schedule_pdg(pdg, dealloc=True, keep=_kept_values(pdg))
+    check_budget(pdg, freed.ast, budget, "with deallocation", fuse=options.fuse)
+    log.warning(
+        "memory_budget %s: without frees the schedule holds about %s at once; turning dealloc on",
+        fmt_bytes(budget),
+        fmt_bytes(est.peak_bytes),
+    )
+    return freed, replace(options, dealloc=True)
+
+
 def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwargs: Any) -> Executor:
     from timerl.backends import get_backend
     from timerl.schedule.scheduler import schedule_pdg
@@ -231,10 +261,17 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         pick_checkpoint(str(options.resume))
     t0 = time.perf_counter()
     be = get_backend(backend)
+    budget = None
+    if options.memory_budget is not None:
+        from timerl.schedule.budget import parse_bytes
+
+        budget = parse_bytes(options.memory_budget)  # a bad size fails before any compile work
     pdg = build_pdg(ctx, bounds, options)  # verified, reads checked
     sched = schedule_pdg(
         pdg, dealloc=options.dealloc, keep=_kept_values(pdg) if options.dealloc else frozenset()
     )
+    if budget is not None:
+        sched, options = _fit_budget(pdg, sched, options, budget)
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)
