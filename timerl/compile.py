@@ -37,8 +37,9 @@ class CompileOptions:
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
     # JAX: a compiled region that reads an input last writes its output into the input's
-    # buffer (donate_argnums; needs dealloc and fuse; schedule/donate.py, docs/memory.md)
-    donate: bool = False
+    # buffer (donate_argnums; needs dealloc and fuse; no effect on Torch; schedule/donate.py,
+    # docs/memory.md: on since measured neutral on PPO with identical rollouts)
+    donate: bool = True
     memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
