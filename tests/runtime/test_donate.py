@@ -138,3 +138,17 @@ def test_random_programs_same_with_and_without_donation(seed: int) -> None:
         ctx.compile(bounds, backend="jax", donate=donate).execute()
         outs.append({k: {p: np.asarray(v).tobytes() for p, v in d.items()} for k, d in store.items()})
     assert outs[0] == outs[1]
+
+
+def test_dynamic_bounds_programs_same_with_and_without_donation() -> None:
+    """Episodes of a dynamic length (frees waiting for the bound's setter): donation never
+    moves a free or takes an input across a ``SET_SYMBOL``; values bit for bit."""
+    from test_dealloc import nstep_program
+
+    outs = []
+    for donate in (False, True):
+        got: dict[Any, bytes] = {}
+        ctx, bounds = nstep_program(17, 4, lambda v, p: got.__setitem__((p["i"], p["t"]), np.asarray(v).tobytes()))
+        ctx.compile(bounds, backend="jax", donate=donate).execute()
+        outs.append(got)
+    assert outs[0] == outs[1] and len(outs[0]) == 34

@@ -13,6 +13,8 @@ skipped; the first statement that may read ``X[p]`` (:func:`~timerl.runtime.regi
 is the last reader. A ``Loop`` or ``If`` met first ends the search (a reader may be inside).
 The input is donated to that statement when
 
+* no ``SET_SYMBOL`` runs between them (a free placed after a dynamic bound's setter may
+  wait for it: before the setter, ``X[p]``'s readers are not determined);
 * it is a region (``FusedExec``, or an ``Exec`` of a fusable node, made a region of one),
   ``X`` is not one of its members, and exactly one of its members' edges may read ``X[p]``,
   reading it at exactly ``p`` (no slice, condition, selection or batch read);
@@ -42,10 +44,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
+from timerl.pdg.ops import OpKind
 from timerl.runtime.fusion import fusable, stored_members
 from timerl.runtime.regions import FusedExec, may_read
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
-from timerl.symbolic import TRUE, Expr, Slice, substitute
+from timerl.symbolic import TRUE, Expr, Slice, free_symbols, substitute
 from timerl.symbolic.simplify import affine_difference
 
 
@@ -79,6 +82,10 @@ def _reads_exactly(e: Edge, sink: Node, point: Sequence[Expr], src_point: Sequen
     return True
 
 
+def _mentions_dynamic(point: Sequence[Expr], pdg: PDG) -> bool:
+    return any(free_symbols(c) & pdg.dynamic_bounds for c in point)
+
+
 class _Donor:
     def __init__(self, pdg: PDG) -> None:
         self.pdg = pdg
@@ -94,6 +101,10 @@ class _Donor:
                 if e.src == x and not e.order_only and may_read(e, sink, s.point, p):
                     out.append((m, e))
         return out
+
+    def setter(self, s: AstNode) -> bool:
+        """Whether ``s`` runs a ``SET_SYMBOL`` (the frees after it may wait for the bound it sets)."""
+        return type(s) is Exec and self.pdg.nodes[s.node].op.kind is OpKind.SET_SYMBOL
 
     def region_of(self, s: Exec) -> FusedExec | None:
         if isinstance(s, FusedExec):
@@ -126,7 +137,7 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         if x is None:
             continue
         sig = _static_out(x)
-        if sig is None:
+        if sig is None or _mentions_dynamic(st.point, pdg):
             continue
         k = j - 1
         while k >= 0 and isinstance(out[k], Dealloc):
@@ -134,8 +145,8 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         target = None
         while k >= 0:
             s = out[k]
-            if isinstance(s, (Loop, If, Seq)):
-                break
+            if isinstance(s, (Loop, If, Seq)) or d.setter(s):
+                break  # a reader may be inside; a free waiting for a bound stays after its setter
             if isinstance(s, Exec):
                 found = d.readers(s, x.id, st.point)
                 if found:
@@ -178,6 +189,11 @@ def _free_early(stmts: list[AstNode], regions: Sequence[int], d: _Donor) -> list
             f = stmts[j]
             assert isinstance(f, Dealloc)
             between = [s for s in stmts[k:j] if isinstance(s, Exec)]
+            if any(d.setter(s) for s in between):
+                break  # frees after a bound's setter may wait for it (dealloc's bound waits)
+            if _mentions_dynamic(f.point, d.pdg):
+                j += 1
+                continue
             if j not in gone and not any(
                 f.node in (s.members if isinstance(s, FusedExec) else (s.node,))
                 or d.readers(s, f.node, f.point)
@@ -209,7 +225,6 @@ def merge_moves(pdg: PDG, keep: frozenset[int] = frozenset()) -> frozenset[tuple
     ``S[q]`` is stored, the merge is its only reader. Values in ``keep`` (read after the
     run by checkpoints) are never moved.
     """
-    from timerl.pdg.ops import OpKind
     from timerl.schedule.isl import IslProgram
 
     prog: IslProgram | None = None
