@@ -148,7 +148,9 @@ def test_dynamic_bounds_programs_same_with_and_without_donation() -> None:
     outs = []
     for donate in (False, True):
         got: dict[Any, bytes] = {}
-        ctx, bounds = nstep_program(17, 4, lambda v, p: got.__setitem__((p["i"], p["t"]), np.asarray(v).tobytes()))
+        ctx, bounds = nstep_program(
+            17, 4, lambda v, p, got=got: got.__setitem__((p["i"], p["t"]), np.asarray(v).tobytes())
+        )
         ctx.compile(bounds, backend="jax", donate=donate).execute()
         outs.append(got)
     assert outs[0] == outs[1] and len(outs[0]) == 34
