@@ -9,6 +9,7 @@ pool, when anything is in it) over the run, both settings on one time axis, to `
 
     python benchmarks/memory_timeline.py                         # jax, 512 x 128, 3 iterations
     python benchmarks/memory_timeline.py --backend torch --out /tmp/timeline_torch.png
+    python benchmarks/memory_timeline.py --overhead 3              # cost of the sampling
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ def main() -> None:
     p.add_argument("--donate", action="store_true", help="donation on in the run with frees")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "docs" / "memory_timeline.png"))
+    p.add_argument(
+        "--overhead",
+        type=int,
+        default=0,
+        help="instead: time N runs each with the timeline off and on (frees on)",
+    )
     a = p.parse_args()
     sys.path.insert(0, str(ROOT / "examples"))
     import matplotlib  # noqa: PLC0415
@@ -49,6 +56,9 @@ def main() -> None:
         num_minibatches=a.num_minibatches,
         seed=a.seed,
     )
+    if a.overhead:
+        overhead(ppo, args, a.overhead)
+        return
     mib = 1 << 20
     fig, ax = plt.subplots(figsize=(8, 4))
     for flag in (False, True):
@@ -82,6 +92,23 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     print(f"saved {out}")
+
+
+def overhead(ppo: object, args: object, n: int) -> None:
+    """Median run time with the timeline off and on, alternated in this process."""
+    import statistics  # noqa: PLC0415
+
+    exs = {flag: ppo.build_fixed(args, lambda v, pt: None, memory_timeline=flag) for flag in (False, True)}
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for r in range(n + 1):
+        for flag, ex in exs.items():
+            t0 = time.perf_counter()
+            ex.execute()
+            if r:  # the first run compiles the regions
+                times[flag].append(time.perf_counter() - t0)
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    samples = len(exs[True].memory_timeline().seconds)
+    print(f"timeline off {off:.2f} s, on {on:.2f} s per run ({samples} samples): on/off {on / off:.3f}x")
 
 
 if __name__ == "__main__":
