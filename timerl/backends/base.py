@@ -283,6 +283,21 @@ class AbstractBackend(abc.ABC):
     def from_dlpack(self, obj: Any) -> Any:
         """Import an object supporting ``__dlpack__`` without copying where the library allows."""
 
+    def run_into(
+        self,
+        op: Op,
+        inputs: Sequence[Any],
+        batch: tuple[int, ...],
+        batched: Sequence[bool],
+        env: Mapping[Sym, int],
+        out: Any,
+    ) -> Any | None:
+        """:meth:`run` writing the result into ``out`` (a donated buffer of the result's shape
+        and dtype that nothing else references) and returning it, or None where the backend
+        cannot (the caller then runs :meth:`run`). Only for backends whose compiled regions
+        do not donate by themselves (Torch); the default cannot."""
+        return None
+
     @abc.abstractmethod
     def compile(self, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Callable[..., Any]:
         """Compile a function of backend tensors (for fused regions). ``donate``: positions

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from timerl.backends.base import AbstractBackend
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.layout import InputLayout, input_layout
@@ -59,6 +60,17 @@ def fusable(node: Node) -> bool:
     if node.op.kind in _NOT_FUSABLE or len(node.outputs) != 1:
         return False
     return not any(_symbolic(v) for _, v in node.op.attrs)
+
+
+def static_signature(n: Node) -> tuple[object, ...] | None:
+    """``(batch, shape, dtype)`` of a node's only output when its shape is static, else None
+    (a donated buffer fits an output of the same signature)."""
+    if len(n.outputs) != 1:
+        return None
+    spec = n.outputs[0]
+    if not all(isinstance(d, int) for d in spec.shape):
+        return None
+    return (tuple(n.batch), tuple(spec.shape), spec.dtype)
 
 
 def internal_read(e: Edge, pdg: PDG) -> InputLayout | None:
@@ -128,6 +140,8 @@ def make_fused_thunk(
     gathers: list[Callable[[Any], Any]] = []
     wanted = set(donate)
     donated: list[int] = []  # positions of the taken (donatable) external inputs
+    plain: dict[int, Callable[[Any], Any]] = {}  # their gathers without the take
+    donors: dict[int, Edge] = {}  # their edges
     flags: list[tuple[bool, ...]] = []
     for n in nodes:
         plan = []
@@ -146,6 +160,8 @@ def make_fused_thunk(
                 if (n.id, e.iid) in wanted:
                     t = _take_gather(ex, n, e)
                     if t is not None:
+                        plain[len(gathers)] = g
+                        donors[len(gathers)] = e
                         g = t
                         donated.append(len(gathers))
                 gathers.append(g)
@@ -154,8 +170,17 @@ def make_fused_thunk(
         flags.append(tuple(fl))
     specs = [(n.op, tuple(n.batch)) for n in nodes]
     keep = stored_members(nodes, pdg)
+    into: dict[int, int] = {}  # member -> the donated input it writes its result into (Torch)
+    if donated and type(be).run_into is not AbstractBackend.run_into:
+        into = in_place_members(
+            nodes, plans, keep, {k: static_signature(pdg.nodes[donors[k].src]) for k in donated}
+        )
+        for k in donated:
+            if k not in into.values():  # no member can write into it: read it as usual
+                gathers[k] = plain[k]
+        donated = sorted(into.values())
 
-    def region(*ext: Any) -> tuple[Any, ...]:
+    def region(*ext: Any, _into: dict[int, int] | None = None) -> tuple[Any, ...]:
         outs: list[Any] = []
         for m, ((op, batch), plan, fl) in enumerate(zip(specs, plans, flags, strict=True)):
             ins = []
@@ -165,8 +190,14 @@ def make_fused_thunk(
                     continue
                 lay = layouts.get((m, j))
                 ins.append(outs[k] if lay is None else lay.apply(outs[k], static, be))
-            outs.append(be.run(op, ins, batch, fl, static))
+            out = None
+            if _into and m in _into:
+                out = be.run_into(op, ins, batch, fl, static, ext[_into[m]])
+            outs.append(be.run(op, ins, batch, fl, static) if out is None else out)
         return tuple(outs[k] for k in keep)
+
+    def region_into(*ext: Any) -> tuple[Any, ...]:
+        return region(*ext, _into=into)
 
     ids = [n.id for n in nodes]
     kept_ids = [ids[k] for k in keep]
@@ -179,7 +210,7 @@ def make_fused_thunk(
         key = (tuple(ids), dpos)
         giving = compiled_cache.get(key)
         if giving is None:
-            giving = compiled_cache[key] = be.compile(region, dpos)
+            giving = compiled_cache[key] = be.compile(region_into if into else region, dpos)
     fallback: list[Callable[[tuple[int, ...]], None]] = []
     refcount, nbytes = sys.getrefcount, be.nbytes
     stats = ex.donation_stats
@@ -196,8 +227,9 @@ def make_fused_thunk(
         ext = [g(v) for g in gathers]
         fn = compiled
         if dpos:
-            # donate only tensors nothing else holds (2: the list and getrefcount's argument)
-            if all(refcount(ext[k]) == 2 for k in dpos):
+            # donate only tensors nothing else holds (2: the list and getrefcount's argument;
+            # a Torch view holds its base, and a view itself is not donated)
+            if all(refcount(ext[k]) == 2 and getattr(ext[k], "_base", None) is None for k in dpos):
                 fn = giving
                 stats[0] += len(dpos)
                 stats[2] += sum(nbytes(ext[k]) for k in dpos)
@@ -267,3 +299,63 @@ def _take_gather(ex: Executor, node: Node, e: Edge) -> Callable[[Any], Any] | No
 
     take.edge = e  # type: ignore[attr-defined]
     return take
+
+
+# ops whose result never shares memory with an input (Torch: no views)
+_FRESH = frozenset(
+    {
+        OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.POW, OpKind.NEG, OpKind.EXP,
+        OpKind.LOG, OpKind.SQRT, OpKind.TANH, OpKind.ABS, OpKind.RELU, OpKind.SIGMOID,
+        OpKind.SIGN, OpKind.MAXIMUM, OpKind.MINIMUM, OpKind.TANH_GRAD, OpKind.WHERE,
+        OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.EQ, OpKind.NE,
+        OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_NOT,
+    }
+)  # fmt: skip
+
+
+def in_place_members(
+    nodes: Sequence[Node],
+    plans: Sequence[Sequence[tuple[str, int]]],
+    keep: Sequence[int],
+    donated: Mapping[int, tuple[object, ...] | None],
+) -> dict[int, int]:
+    """For a backend writing results into donated buffers itself (Torch ``out=``): per
+    donated external input ``k`` (with its ``(batch, shape, dtype)``), the member that writes
+    its result into it, as ``{member: k}``. ``plans[j]``: member ``j``'s inputs, ``("ext", k)``
+    or ``("int", member)``. The member must be stored (in ``keep``), of the input's
+    signature, a binary elementwise op (``AbstractBackend.run_into`` may still decline at run
+    time), and read no member that may alias the input (a non-elementwise op of it, or of
+    such an alias: Torch views share memory); no later member may read the input or an
+    alias, and no alias may be stored."""
+    binary = {OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.MAXIMUM, OpKind.MINIMUM}
+    stored = set(keep)
+    out: dict[int, int] = {}
+    for k, sig in donated.items():
+        if sig is None:
+            continue
+        alias: set[int] = set()  # members that may share memory with the input
+        for j, n in enumerate(nodes):
+            if n.op.kind not in _FRESH and _reads(plans[j], k, alias):
+                alias.add(j)
+        if alias & stored:
+            continue
+        for m in range(len(nodes) - 1, -1, -1):
+            n = nodes[m]
+            if (
+                m in out
+                or m not in stored
+                or n.op.kind not in binary
+                or static_signature(n) != sig
+                or any(kind == "int" and idx in alias for kind, idx in plans[m])
+            ):
+                continue
+            if any(_reads(plans[j], k, alias) for j in range(m + 1, len(nodes))):
+                break  # a later member reads the input: no earlier member may overwrite it
+            out[m] = k
+            break
+    return out
+
+
+def _reads(plan: Sequence[tuple[str, int]], k: int, alias: set[int]) -> bool:
+    """Whether a member with input ``plan`` reads external input ``k`` or a member in ``alias``."""
+    return any((kind == "ext" and idx == k) or (kind == "int" and idx in alias) for kind, idx in plan)

@@ -45,21 +45,11 @@ from collections.abc import Sequence
 
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
 from timerl.pdg.ops import OpKind
-from timerl.runtime.fusion import fusable, stored_members
+from timerl.runtime.fusion import fusable, static_signature, stored_members
 from timerl.runtime.regions import FusedExec, may_read
-from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import TRUE, Expr, Slice, free_symbols, substitute
 from timerl.symbolic.simplify import affine_difference
-
-
-def _static_out(n: Node) -> tuple[object, ...] | None:
-    """``(batch, shape, dtype)`` of a node's only output when its shape is static, else None."""
-    if len(n.outputs) != 1:
-        return None
-    spec = n.outputs[0]
-    if not all(isinstance(d, int) for d in spec.shape):
-        return None
-    return (tuple(n.batch), tuple(spec.shape), spec.dtype)
 
 
 def _reads_exactly(e: Edge, sink: Node, point: Sequence[Expr], src_point: Sequence[Expr]) -> bool:
@@ -80,6 +70,14 @@ def _reads_exactly(e: Edge, sink: Node, point: Sequence[Expr], src_point: Sequen
         if affine_difference(substitute(comp, mapping), ps) != 0:
             return False
     return True
+
+
+def _frees_only(s: AstNode) -> bool:
+    """An ``If`` or ``Seq`` holding nothing but frees (they read nothing)."""
+    if not isinstance(s, (If, Seq)):
+        return False
+    leaves = [x for x in walk(s) if not isinstance(x, (If, Seq))]
+    return bool(leaves) and all(isinstance(x, Dealloc) for x in leaves)
 
 
 def _mentions_dynamic(point: Sequence[Expr], pdg: PDG) -> bool:
@@ -118,7 +116,7 @@ class _Donor:
         nodes = [self.pdg.nodes[m] for m in r.members]
         slots: Counter[tuple[object, ...]] = Counter()
         for k in stored_members(nodes, self.pdg):
-            sig = _static_out(nodes[k])
+            sig = static_signature(nodes[k])
             if sig is not None:
                 slots[sig] += 1
         return slots
@@ -136,7 +134,7 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         x = pdg.nodes.get(st.node)
         if x is None:
             continue
-        sig = _static_out(x)
+        sig = static_signature(x)
         if sig is None or _mentions_dynamic(st.point, pdg):
             continue
         k = j - 1
@@ -145,6 +143,9 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         target = None
         while k >= 0:
             s = out[k]
+            if _frees_only(s):
+                k -= 1
+                continue
             if isinstance(s, (Loop, If, Seq)) or d.setter(s):
                 break  # a reader may be inside; a free waiting for a bound stays after its setter
             if isinstance(s, Exec):
