@@ -349,7 +349,8 @@ class TorchBackend(AbstractBackend):
 
     def compile(self, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Callable[..., Any]:
         """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with
-        ``use_compile=True`` (``donate`` is ignored: eager ops allocate their outputs)."""
+        ``use_compile=True`` (``donate`` is ignored: the region itself writes into donated
+        buffers through :meth:`run_into`)."""
         return torch.compile(fn) if self.use_compile else fn
 
     def nbytes(self, x: Any) -> int:

@@ -196,21 +196,29 @@ def make_fused_thunk(
             outs.append(be.run(op, ins, batch, fl, static) if out is None else out)
         return tuple(outs[k] for k in keep)
 
-    def region_into(*ext: Any) -> tuple[Any, ...]:
-        return region(*ext, _into=into)
-
     ids = [n.id for n in nodes]
     kept_ids = [ids[k] for k in keep]
     compiled = compiled_cache.get(tuple(ids))
     if compiled is None:
         compiled = compiled_cache[tuple(ids)] = be.compile(region)
     dpos = tuple(donated)
-    giving = compiled
-    if dpos:
-        key = (tuple(ids), dpos)
-        giving = compiled_cache.get(key)
-        if giving is None:
-            giving = compiled_cache[key] = be.compile(region_into if into else region, dpos)
+
+    def giving(ok: tuple[int, ...]) -> Callable[..., Any]:
+        """The region donating the inputs at positions ``ok`` (a subset of ``dpos``)."""
+        key = (tuple(ids), ok)
+        fn = compiled_cache.get(key)
+        if fn is None:
+            if into:  # Torch: the members writing into the inputs that are donated this time
+                sub = {m: k for m, k in into.items() if k in ok}
+
+                def fn_into(*ext: Any) -> tuple[Any, ...]:
+                    return region(*ext, _into=sub)
+
+                fn = compiled_cache[key] = be.compile(fn_into, ok)
+            else:
+                fn = compiled_cache[key] = be.compile(region, ok)
+        return fn
+
     fallback: list[Callable[[tuple[int, ...]], None]] = []
     refcount, nbytes = sys.getrefcount, be.nbytes
     stats = ex.donation_stats
@@ -229,14 +237,15 @@ def make_fused_thunk(
         if dpos:
             # donate only tensors nothing else holds (2: the list and getrefcount's argument;
             # a Torch view holds its base, and a view itself is not donated)
-            if all(refcount(ext[k]) == 2 and getattr(ext[k], "_base", None) is None for k in dpos):
-                fn = giving
-                stats[0] += len(dpos)
-                stats[2] += sum(nbytes(ext[k]) for k in dpos)
-            else:
-                stats[1] += len(dpos)
+            ok = tuple(k for k in dpos if refcount(ext[k]) == 2 and getattr(ext[k], "_base", None) is None)
+            if ok:
+                fn = giving(ok)
+                stats[0] += len(ok)
+                stats[2] += sum(nbytes(ext[k]) for k in ok)
+            if len(ok) < len(dpos):
+                stats[1] += len(dpos) - len(ok)
                 if log.isEnabledFor(logging.DEBUG):
-                    held = [gathers[k].edge.src for k in dpos if refcount(ext[k]) != 2]  # type: ignore[attr-defined]
+                    held = [gathers[k].edge.src for k in dpos if k not in ok]  # type: ignore[attr-defined]
                     log.debug("region [%s] at %s: not donating %s (held elsewhere)", ids, point, held)
         try:
             outs = fn(*ext)
