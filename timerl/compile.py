@@ -37,6 +37,14 @@ class CompileOptions:
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
+    # JAX: a compiled region that reads an input last writes its output into the input's
+    # buffer (donate_argnums; needs dealloc and fuse; no effect on Torch; schedule/donate.py,
+    # docs/memory.md: on since measured neutral on PPO with identical rollouts)
+    donate: bool = True
+    memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
+    # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
+    # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
+    memory_budget: str | int | None = None
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -63,6 +71,12 @@ class Executor:
         self.backend = backend
         self.options = options
         ckpt = any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg)
+        donate = options.donate and options.dealloc and options.fuse
+        moves: frozenset[tuple[int, int]] = frozenset()
+        if donate and getattr(backend, "donates", False):
+            from timerl.schedule.donate import merge_moves
+
+            moves = merge_moves(pdg, _kept_values(pdg))
         if ckpt or resume is not None:
             from timerl.runtime.checkpoint import CheckpointingExecutor
 
@@ -76,6 +90,9 @@ class Executor:
                 free_iterations=options.free_iterations,
                 block_store=options.block_store,
                 scan_loops=options.scan_loops,
+                donate=donate,
+                merge_moves=moves,
+                memory_timeline=options.memory_timeline,
                 resume=resume,
                 config=config,
             )
@@ -89,6 +106,9 @@ class Executor:
                 free_iterations=options.free_iterations,
                 block_store=options.block_store,
                 scan_loops=options.scan_loops,
+                donate=donate,
+                merge_moves=moves,
+                memory_timeline=options.memory_timeline,
             )
 
     def execute(self) -> None:
@@ -99,6 +119,12 @@ class Executor:
         """Bytes held by the run's stores: live and peak, per pool and for the ``top`` largest
         tensors (:class:`~timerl.runtime.store.MemoryStats`)."""
         return self._interp.memory_stats(top)
+
+    def memory_timeline(self) -> Any:
+        """Live bytes per pool over the last run, sampled at every put and free
+        (:class:`~timerl.runtime.store.MemoryTimeline`; the paper's Fig. 11a), or None
+        unless compiled with ``memory_timeline=True``."""
+        return self._interp.memory_timeline()
 
     def pretty(self) -> str:
         """The PDG and the schedule's AST, for debugging."""
@@ -203,6 +229,33 @@ def _kept_values(pdg: PDG) -> frozenset[int]:
     return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
 
 
+def _fit_budget(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
+    """The schedule and options to run within ``budget`` bytes: as given when the estimated
+    peak fits; with frees (``dealloc``) when only that fits; else :class:`MemoryBudgetError`
+    naming the largest tensors (``timerl/schedule/budget.py``)."""
+    from dataclasses import replace
+
+    from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes
+    from timerl.schedule.scheduler import schedule_pdg
+
+    if options.dealloc:
+        check_budget(pdg, sched.ast, budget, fuse=options.fuse)
+        return sched, options
+    est = estimate_peak(
+        pdg, sched.ast, fuse=options.fuse
+    )  # without frees (and without free_iterations: an upper side)
+    if est.peak_bytes <= budget:
+        return sched, options
+    freed = schedule_pdg(pdg, dealloc=True, keep=_kept_values(pdg))
+    check_budget(pdg, freed.ast, budget, "with deallocation", fuse=options.fuse)
+    log.warning(
+        "memory_budget %s: without frees the schedule holds about %s at once; turning dealloc on",
+        fmt_bytes(budget),
+        fmt_bytes(est.peak_bytes),
+    )
+    return freed, replace(options, dealloc=True)
+
+
 def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwargs: Any) -> Executor:
     from timerl.backends import get_backend
     from timerl.schedule.scheduler import schedule_pdg
@@ -214,10 +267,17 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         pick_checkpoint(str(options.resume))
     t0 = time.perf_counter()
     be = get_backend(backend)
+    budget = None
+    if options.memory_budget is not None:
+        from timerl.schedule.budget import parse_bytes
+
+        budget = parse_bytes(options.memory_budget)  # a bad size fails before any compile work
     pdg = build_pdg(ctx, bounds, options)  # verified, reads checked
     sched = schedule_pdg(
         pdg, dealloc=options.dealloc, keep=_kept_values(pdg) if options.dealloc else frozenset()
     )
+    if budget is not None:
+        sched, options = _fit_budget(pdg, sched, options, budget)
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)

@@ -53,3 +53,7 @@ class BackendError(TimeRLError):
 
 class RuntimeExecutionError(TimeRLError):
     """Execution failed at runtime (for example an environment raised)."""
+
+
+class MemoryBudgetError(TimeRLError):
+    """The program cannot run within the ``memory_budget`` given to ``ctx.compile``."""

@@ -30,8 +30,15 @@ class IllConditioned(Exception):
 
 
 def _option_sets(long: bool) -> list[dict[str, bool]]:
-    # defaults, all off, frees flipped from their default (on: the quick profile checks both)
-    sets = [{}, dict.fromkeys(SWITCHES, False), {"dealloc": not CompileOptions().dealloc}]
+    # defaults, all off, frees and donation flipped from their default (the quick profile
+    # checks both settings of each)
+    default = CompileOptions()
+    sets = [
+        {},
+        dict.fromkeys(SWITCHES, False),
+        {"dealloc": not default.dealloc},
+        {"donate": not default.donate, "dealloc": True},
+    ]
     if long:
         sets += [{name: False} for name in SWITCHES if {name: False} not in sets]
     return sets

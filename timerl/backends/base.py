@@ -101,6 +101,8 @@ class AbstractBackend(abc.ABC):
     name: ClassVar[str]
     kernels: ClassVar[Mapping[OpKind, Kernel]]
     static_shapes: ClassVar[bool] = False
+    donates: ClassVar[bool] = False
+    """Whether :meth:`compile` honours ``donate`` (compiled regions write into donated buffers)."""
     """Whether every new input shape costs a compilation (the runtime then pads slice reads
     of zero-padding-safe reductions to power-of-two lengths, see ``runtime.interpreter``)."""
 
@@ -281,9 +283,26 @@ class AbstractBackend(abc.ABC):
     def from_dlpack(self, obj: Any) -> Any:
         """Import an object supporting ``__dlpack__`` without copying where the library allows."""
 
+    def run_into(
+        self,
+        op: Op,
+        inputs: Sequence[Any],
+        batch: tuple[int, ...],
+        batched: Sequence[bool],
+        env: Mapping[Sym, int],
+        out: Any,
+    ) -> Any | None:
+        """:meth:`run` writing the result into ``out`` (a donated buffer of the result's shape
+        and dtype that nothing else references) and returning it, or None where the backend
+        cannot (the caller then runs :meth:`run`). Only for backends whose compiled regions
+        do not donate by themselves (Torch); the default cannot."""
+        return None
+
     @abc.abstractmethod
-    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Compile a function of backend tensors (for fused regions)."""
+    def compile(self, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Callable[..., Any]:
+        """Compile a function of backend tensors (for fused regions). ``donate``: positions
+        of arguments whose buffers the compiled function may reuse for its outputs (the
+        caller holds no other reference to them; a backend may ignore it)."""
 
     @abc.abstractmethod
     def nbytes(self, x: Any) -> int:

@@ -199,12 +199,56 @@ _KERNELS: dict[OpKind, Kernel] = {
 }
 
 
+_INTO: dict[OpKind, Callable[..., torch.Tensor]] = {
+    OpKind.ADD: torch.add,
+    OpKind.SUB: torch.sub,
+    OpKind.MUL: torch.mul,
+    OpKind.DIV: torch.div,
+    OpKind.MAXIMUM: torch.maximum,
+    OpKind.MINIMUM: torch.minimum,
+}
+"""Binary elementwise kernels (``base.elementwise`` of these) that :meth:`TorchBackend.run_into`
+runs with ``out=``: the same kernel, so the values are the same bit for bit."""
+
+
 @final
 class TorchBackend(AbstractBackend):
     """Runs ops with eager PyTorch; RNG is one ``torch.Generator``."""
 
     name: ClassVar[str] = "torch"
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
+    donates: ClassVar[bool] = True  # through run_into (regions write one member's result in place)
+
+    def run_into(
+        self,
+        op: Any,
+        inputs: Sequence[Any],
+        batch: tuple[int, ...],
+        batched: Sequence[bool],
+        env: Mapping[Any, int],
+        out: Any,
+    ) -> Any | None:
+        """``torch.sub(a, b, out=out)`` for the binary elementwise ops of :data:`_INTO`, when the
+        broadcast result has ``out``'s shape and dtype (float); else None."""
+        fn = _INTO.get(op.kind)
+        if (
+            fn is None
+            or len(inputs) != 2
+            or not isinstance(out, torch.Tensor)
+            or not out.dtype.is_floating_point
+        ):
+            return None
+        batch = tuple(int(b) for b in batch)
+        flags = tuple(bool(b) for b in batched) if batch else (False, False)
+        call = base.KernelCall(op, batch, flags, env)
+        if batch and not call.any_batched:  # run() would broadcast the result afterwards
+            return None
+        xs = base.align_ranks(call, inputs)
+        if not all(isinstance(x, torch.Tensor) for x in xs):
+            return None
+        if torch.broadcast_shapes(*(x.shape for x in xs)) != out.shape or torch.result_type(*xs) != out.dtype:
+            return None
+        return fn(*xs, out=out)
 
     def __init__(self, seed: int = 0, use_compile: bool = False) -> None:
         super().__init__()
@@ -306,8 +350,10 @@ class TorchBackend(AbstractBackend):
         except (TypeError, BufferError, RuntimeError) as e:
             raise BackendError(f"torch cannot import {type(obj).__name__} through DLPack: {e}") from e
 
-    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with ``use_compile=True``."""
+    def compile(self, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Callable[..., Any]:
+        """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with
+        ``use_compile=True`` (``donate`` is ignored: the region itself writes into donated
+        buffers through :meth:`run_into`)."""
         return torch.compile(fn) if self.use_compile else fn
 
     def nbytes(self, x: Any) -> int:

@@ -18,9 +18,11 @@ the point's symbol values).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from timerl.backends.base import AbstractBackend
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.layout import InputLayout, input_layout
@@ -58,6 +60,17 @@ def fusable(node: Node) -> bool:
     if node.op.kind in _NOT_FUSABLE or len(node.outputs) != 1:
         return False
     return not any(_symbolic(v) for _, v in node.op.attrs)
+
+
+def static_signature(n: Node) -> tuple[object, ...] | None:
+    """``(batch, shape, dtype)`` of a node's only output when its shape is static, else None
+    (a donated buffer fits an output of the same signature)."""
+    if len(n.outputs) != 1:
+        return None
+    spec = n.outputs[0]
+    if not all(isinstance(d, int) for d in spec.shape):
+        return None
+    return (tuple(n.batch), tuple(spec.shape), spec.dtype)
 
 
 def internal_read(e: Edge, pdg: PDG) -> InputLayout | None:
@@ -100,12 +113,21 @@ def stored_members(nodes: Sequence[Node], pdg: PDG) -> list[int]:
 
 
 def make_fused_thunk(
-    ex: Executor, nodes: Sequence[Node], compiled_cache: dict[tuple[int, ...], Callable[..., Any]]
+    ex: Executor,
+    nodes: Sequence[Node],
+    compiled_cache: dict[Any, Callable[..., Any]],
+    donate: Sequence[tuple[int, int]] = (),
 ) -> Callable[[tuple[int, ...]], None]:
     """One thunk running ``nodes`` (same domain, pure, in order) at a point.
 
     The compiled region is kept in ``compiled_cache`` (it does not depend on the store),
     so a new run of the program reuses the backend's compiled code.
+
+    ``donate``: ``(member, input id)`` pairs whose input the region is the last reader of
+    (:mod:`timerl.schedule.donate`). Such an input, when read at one point of a dict table
+    without layout steps, is taken out of the store before the region runs and, when
+    nothing else references the tensor, donated to the compiled function (``donate`` of
+    :meth:`~timerl.backends.base.AbstractBackend.compile`).
     """
     pdg, be, store = ex.pdg, ex.backend, ex.store
     inside = {n.id: k for k, n in enumerate(nodes)}
@@ -116,6 +138,10 @@ def make_fused_thunk(
     plans: list[list[tuple[str, int]]] = []
     layouts: dict[tuple[int, int], InputLayout] = {}
     gathers: list[Callable[[Any], Any]] = []
+    wanted = set(donate)
+    donated: list[int] = []  # positions of the taken (donatable) external inputs
+    plain: dict[int, Callable[[Any], Any]] = {}  # their gathers without the take
+    donors: dict[int, Edge] = {}  # their edges
     flags: list[tuple[bool, ...]] = []
     for n in nodes:
         plan = []
@@ -131,14 +157,30 @@ def make_fused_thunk(
             else:
                 plan.append(("ext", len(gathers)))
                 g, batched = ex._make_input(n, e)
+                if (n.id, e.iid) in wanted:
+                    t = _take_gather(ex, n, e)
+                    if t is not None:
+                        plain[len(gathers)] = g
+                        donors[len(gathers)] = e
+                        g = t
+                        donated.append(len(gathers))
                 gathers.append(g)
                 fl.append(batched)
         plans.append(plan)
         flags.append(tuple(fl))
     specs = [(n.op, tuple(n.batch)) for n in nodes]
     keep = stored_members(nodes, pdg)
+    into: dict[int, int] = {}  # member -> the donated input it writes its result into (Torch)
+    if donated and type(be).run_into is not AbstractBackend.run_into:
+        into = in_place_members(
+            nodes, plans, keep, {k: static_signature(pdg.nodes[donors[k].src]) for k in donated}
+        )
+        for k in donated:
+            if k not in into.values():  # no member can write into it: read it as usual
+                gathers[k] = plain[k]
+        donated = sorted(into.values())
 
-    def region(*ext: Any) -> tuple[Any, ...]:
+    def region(*ext: Any, _into: dict[int, int] | None = None) -> tuple[Any, ...]:
         outs: list[Any] = []
         for m, ((op, batch), plan, fl) in enumerate(zip(specs, plans, flags, strict=True)):
             ins = []
@@ -148,7 +190,10 @@ def make_fused_thunk(
                     continue
                 lay = layouts.get((m, j))
                 ins.append(outs[k] if lay is None else lay.apply(outs[k], static, be))
-            outs.append(be.run(op, ins, batch, fl, static))
+            out = None
+            if _into and m in _into:
+                out = be.run_into(op, ins, batch, fl, static, ext[_into[m]])
+            outs.append(be.run(op, ins, batch, fl, static) if out is None else out)
         return tuple(outs[k] for k in keep)
 
     ids = [n.id for n in nodes]
@@ -156,7 +201,27 @@ def make_fused_thunk(
     compiled = compiled_cache.get(tuple(ids))
     if compiled is None:
         compiled = compiled_cache[tuple(ids)] = be.compile(region)
+    dpos = tuple(donated)
+
+    def giving(ok: tuple[int, ...]) -> Callable[..., Any]:
+        """The region donating the inputs at positions ``ok`` (a subset of ``dpos``)."""
+        key = (tuple(ids), ok)
+        fn = compiled_cache.get(key)
+        if fn is None:
+            if into:  # Torch: the members writing into the inputs that are donated this time
+                sub = {m: k for m, k in into.items() if k in ok}
+
+                def fn_into(*ext: Any) -> tuple[Any, ...]:
+                    return region(*ext, _into=sub)
+
+                fn = compiled_cache[key] = be.compile(fn_into, ok)
+            else:
+                fn = compiled_cache[key] = be.compile(region, ok)
+        return fn
+
     fallback: list[Callable[[tuple[int, ...]], None]] = []
+    refcount, nbytes = sys.getrefcount, be.nbytes
+    stats = ex.donation_stats
 
     def thunk(point: tuple[int, ...]) -> None:
         ex.exec_count += len(ids)
@@ -168,9 +233,28 @@ def make_fused_thunk(
             return
         v = point_env(point)
         ext = [g(v) for g in gathers]
+        fn = compiled
+        if dpos:
+            # donate only tensors nothing else holds (2: the list and getrefcount's argument;
+            # a Torch view holds its base, and a view itself is not donated)
+            ok = tuple(k for k in dpos if refcount(ext[k]) == 2 and getattr(ext[k], "_base", None) is None)
+            if ok:
+                fn = giving(ok)
+                stats[0] += len(ok)
+                stats[2] += sum(nbytes(ext[k]) for k in ok)
+            if len(ok) < len(dpos):
+                stats[1] += len(dpos) - len(ok)
+                if log.isEnabledFor(logging.DEBUG):
+                    held = [gathers[k].edge.src for k in dpos if k not in ok]  # type: ignore[attr-defined]
+                    log.debug("region [%s] at %s: not donating %s (held elsewhere)", ids, point, held)
         try:
-            outs = compiled(*ext)
+            outs = fn(*ext)
         except Exception as exc:  # rerun unfused for an error naming the failing node
+            for k in dpos:  # put the taken inputs back for the unfused run
+                e = getattr(gathers[k], "edge", None)
+                x = ext[k]
+                if e is not None and not getattr(x, "is_deleted", lambda: False)():
+                    store.put(e.src, e.oid, ex._node_expr(e.phi, pdg.nodes[e.sink])(v), x)
             labels = ", ".join(n.label for n in nodes)
             log.warning(
                 "fused region [%s] failed to compile or run (%s: %s); running its %d ops one by one "
@@ -190,3 +274,97 @@ def make_fused_thunk(
             store.put(nid, 0, point, out)
 
     return thunk
+
+
+def _take_gather(ex: Executor, node: Node, e: Edge) -> Callable[[Any], Any] | None:
+    """A gather of input ``e`` of ``node`` that also frees the point it read (the region is
+    its last reader), or None when the input cannot be taken whole: a slice, a selection or
+    a condition, layout steps, or a table that is not a plain dict (block or rows table)."""
+    pdg, store = ex.pdg, ex.store
+    if e.select is not None or e.cond is not TRUE or e.to_batch is not None or e.batch_read:
+        return None
+    if any(isinstance(c, Slice) for c in e.phi):
+        return None
+    try:
+        if input_layout(pdg.nodes[e.src], node, e).steps:
+            return None
+    except ValueError:
+        return None
+    tab = store.table(e.src, e.oid)
+    if type(tab) is not dict or len(pdg.nodes[e.src].outputs) != 1:
+        return None
+    phi = ex._node_expr(e.phi, node)
+    plain, _ = ex._make_input(node, e)
+    src = e.src
+    free = store.free
+
+    def take(v: Any) -> Any:
+        q = phi(v)
+        if q not in tab:
+            return plain(v)  # raises the gather's error
+        x = tab[q]
+        free(src, q)
+        return x
+
+    take.edge = e  # type: ignore[attr-defined]
+    return take
+
+
+# ops whose result never shares memory with an input (Torch: no views)
+_FRESH = frozenset(
+    {
+        OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.POW, OpKind.NEG, OpKind.EXP,
+        OpKind.LOG, OpKind.SQRT, OpKind.TANH, OpKind.ABS, OpKind.RELU, OpKind.SIGMOID,
+        OpKind.SIGN, OpKind.MAXIMUM, OpKind.MINIMUM, OpKind.TANH_GRAD, OpKind.WHERE,
+        OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE, OpKind.EQ, OpKind.NE,
+        OpKind.LOGICAL_AND, OpKind.LOGICAL_OR, OpKind.LOGICAL_NOT,
+    }
+)  # fmt: skip
+
+
+def in_place_members(
+    nodes: Sequence[Node],
+    plans: Sequence[Sequence[tuple[str, int]]],
+    keep: Sequence[int],
+    donated: Mapping[int, tuple[object, ...] | None],
+) -> dict[int, int]:
+    """For a backend writing results into donated buffers itself (Torch ``out=``): per
+    donated external input ``k`` (with its ``(batch, shape, dtype)``), the member that writes
+    its result into it, as ``{member: k}``. ``plans[j]``: member ``j``'s inputs, ``("ext", k)``
+    or ``("int", member)``. The member must be stored (in ``keep``), of the input's
+    signature, a binary elementwise op (``AbstractBackend.run_into`` may still decline at run
+    time), and read no member that may alias the input (a non-elementwise op of it, or of
+    such an alias: Torch views share memory); no later member may read the input or an
+    alias, and no alias may be stored."""
+    binary = {OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.MAXIMUM, OpKind.MINIMUM}
+    stored = set(keep)
+    out: dict[int, int] = {}
+    for k, sig in donated.items():
+        if sig is None:
+            continue
+        alias: set[int] = set()  # members that may share memory with the input
+        for j, n in enumerate(nodes):
+            if n.op.kind not in _FRESH and _reads(plans[j], k, alias):
+                alias.add(j)
+        if alias & stored:
+            continue
+        for m in range(len(nodes) - 1, -1, -1):
+            n = nodes[m]
+            if (
+                m in out
+                or m not in stored
+                or n.op.kind not in binary
+                or static_signature(n) != sig
+                or any(kind == "int" and idx in alias for kind, idx in plans[m])
+            ):
+                continue
+            if any(_reads(plans[j], k, alias) for j in range(m + 1, len(nodes))):
+                break  # a later member reads the input: no earlier member may overwrite it
+            out[m] = k
+            break
+    return out
+
+
+def _reads(plan: Sequence[tuple[str, int]], k: int, alias: set[int]) -> bool:
+    """Whether a member with input ``plan`` reads external input ``k`` or a member in ``alias``."""
+    return any((kind == "ext" and idx == k) or (kind == "int" and idx in alias) for kind, idx in plan)

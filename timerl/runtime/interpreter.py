@@ -79,13 +79,13 @@ from timerl.runtime.common import (
     udf_outputs,
     user_code_error,
 )
-from timerl.runtime.fusion import make_fused_thunk
+from timerl.runtime.fusion import internal_read, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
 from timerl.runtime.host_memory import keep_freed_host_memory
 from timerl.runtime.layout import input_layout
 from timerl.runtime.regions import FusedExec, plan_regions
 from timerl.runtime.rows_table import RowsTable
-from timerl.runtime.store import DEFAULT_TOP, MemoryStats, Point, PointStore
+from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import (
     Add,
@@ -247,9 +247,25 @@ class Executor:
         free_iterations: bool = False,
         block_store: bool = True,
         scan_loops: bool = False,
+        donate: bool = False,
+        merge_moves: frozenset[tuple[int, int]] = frozenset(),
+        memory_timeline: bool = False,
     ) -> None:
         self.pdg = pdg
+        self.record_timeline = memory_timeline  # sample live bytes per pool (store.MemoryTimeline)
         self.fuse = fuse
+        # regions reuse the buffers of inputs they read last (schedule/donate.py); only
+        # where the backend's compiled regions can write into a donated buffer
+        self.donate = donate and fuse and bool(getattr(backend, "donates", False))
+        # (merge, input id): the merge is the only reader of that input's point and frees it
+        # once it stored the tensor (schedule/donate.merge_moves), so donation finds it unshared
+        self.merge_moves = merge_moves if self.donate else frozenset()
+        # source node -> nodes reading it from the store (not inside a region), filled while
+        # the AST is compiled: a merge moves its source only when it is the only such reader
+        self._store_readers: dict[int, set[int]] = {}
+        # [inputs donated, inputs not donated because something else held the tensor,
+        #  bytes donated]
+        self.donation_stats = [0, 0, 0]
         self.scan_loops = scan_loops and fuse
         # slice-read outputs kept in preallocated buffers (see runtime/block_store.py)
         self.block_plan: dict[tuple[int, int], BlockSpec] = plan_block_storage(pdg) if block_store else {}
@@ -265,8 +281,8 @@ class Executor:
                 self._collector = IterationCollector(pdg, dim)
             else:
                 log.debug("not freeing iterations: the schedule is not iteration-major over %s", dim)
-        self._fused: dict[tuple[int, ...], Callable[[Point], None]] = {}
-        self._fused_fns: dict[tuple[int, ...], Callable[..., Any]] = {}  # kept across runs
+        self._fused: dict[Any, Callable[[Point], None]] = {}
+        self._fused_fns: dict[Any, Callable[..., Any]] = {}  # kept across runs
         self.ast = ast
         self.backend = backend
         self.seed = int(seed)
@@ -302,6 +318,7 @@ class Executor:
         for h in self.stack_hints.values():
             h.clear()
         self.exec_count = 0
+        self.donation_stats[:] = [0, 0, 0]
         self._run()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
 
@@ -313,7 +330,13 @@ class Executor:
             store.declare_block(nid, oid, BlockTable(spec, self.backend, self.pdg.nodes[nid].label))
         for nid, oid in sorted(self.row_outputs - self.block_plan.keys()):
             store.declare_rows(nid, oid, RowsTable(self.backend.take, self.backend.nbytes))
+        if getattr(self, "record_timeline", False):
+            store.record_timeline()
         return store
+
+    def memory_timeline(self) -> MemoryTimeline | None:
+        """Live bytes per pool over the last run (None unless built with ``memory_timeline``)."""
+        return self.store.timeline()
 
     def memory_stats(self, top: int = DEFAULT_TOP) -> MemoryStats:
         """Live and peak bytes held by the stores (block buffers whole, from allocation on), in
@@ -469,20 +492,23 @@ class Executor:
         site = self._site(_syms(node.point) & dynamic.keys(), node, scope)
         nid = node.node
         if isinstance(node, FusedExec):
-            fused, members = self._fused, node.members
+            self._note_store_reads(node.members)
+            fused, members, donate = self._fused, node.members, node.donate
+            key: Any = (members, donate) if donate else members
             labels = ", ".join(self.pdg.nodes[m].label for m in members)
 
             def run_fused() -> None:
                 p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of exec {labels}")
-                th = fused.get(members)
+                th = fused.get(key)
                 if th is None:
-                    th = fused[members] = make_fused_thunk(
-                        self, [self.pdg.nodes[m] for m in members], self._fused_fns
+                    th = fused[key] = make_fused_thunk(
+                        self, [self.pdg.nodes[m] for m in members], self._fused_fns, donate
                     )
                 th(p)
 
             return run_fused
         if isinstance(node, Exec):
+            self._note_store_reads((nid,))
             thunks = self._thunks
             label = self.pdg.nodes[nid].label
 
@@ -508,7 +534,12 @@ class Executor:
         :mod:`~timerl.runtime.regions`)."""
         if not self.fuse:
             return list(children)
-        return plan_regions(children, self.pdg, frozenset(self._dyn))
+        planned = plan_regions(children, self.pdg, frozenset(self._dyn))
+        if self.donate:
+            from timerl.schedule.donate import plan_donations
+
+            planned = plan_donations(planned, self.pdg)
+        return planned
 
     def _compile_loop(self, node: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
         env = self._env
@@ -684,15 +715,17 @@ class Executor:
         if kind is OpKind.MERGE:
             # a branch from an unbatched source is broadcast to the node's batch
             branches = [
-                (self._node_expr((e.cond,), node, False), g, bool(batch) and not b)
+                (self._node_expr((e.cond,), node, False), g, bool(batch) and not b, self._mover(node, e))
                 for e, g, b in zip(edges, gathers, flags, strict=True)
             ]
 
             def compute(v: Env, point: Point) -> None:
-                for c, g, bcast in branches:
+                for c, g, bcast, move in branches:
                     if c(v):
                         x = g(v)
                         put(nid, 0, point, be.broadcast_batch(x, batch) if bcast else x)
+                        if move is not None:
+                            move(v)
                         return
                 raise RuntimeExecutionError(
                     f"{where(point)}: no branch of this branching definition covers the point"
@@ -783,6 +816,34 @@ class Executor:
             compute(point_env(point), point)
 
         return thunk
+
+    def _note_store_reads(self, members: Sequence[int]) -> None:
+        """Record which sources the statement running ``members`` (one region, or one node)
+        reads from the store: all its inputs but the reads of earlier members inside it."""
+        if not self.merge_moves:
+            return
+        pos = {m: k for k, m in enumerate(members)}
+        for k, m in enumerate(members):
+            for e in self.pdg.data_in_edges(m):
+                inside = len(members) > 1 and pos.get(e.src, k) < k and internal_read(e, self.pdg) is not None
+                if not inside:
+                    self._store_readers.setdefault(e.src, set()).add(m)
+
+    def _mover(self, node: Node, e: Edge) -> Callable[[Env], None] | None:
+        """For a merge branch in ``merge_moves``: free the point the branch read, where the
+        merge is the only node reading its source from the store (``_note_store_reads``; the
+        merge reads each source point once, checked with isl) and the source is kept in a
+        plain dict table."""
+        if (node.id, e.iid) not in self.merge_moves or type(self.store.table(e.src, e.oid)) is not dict:
+            return None
+        if self._store_readers.get(e.src, set()) - {node.id}:
+            return None
+        phi, free, src = self._node_expr(e.phi, node), self.store.free, e.src
+
+        def move(v: Env) -> None:
+            free(src, phi(v))
+
+        return move
 
     def _make_input(self, node: Node, e: Edge) -> tuple[Callable[[Env], Any], bool]:
         """``(gather, batched)``: input ``e.iid`` of ``node`` in the layout its op expects

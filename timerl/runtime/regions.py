@@ -48,9 +48,13 @@ _HOISTED = frozenset({OpKind.MERGE, OpKind.EVAL_SYMBOL, OpKind.CONST})
 
 @dataclass(frozen=True, slots=True)
 class FusedExec(Exec):
-    """Runtime-only AST node: ``members`` (pure, same domain) at one point, as one region."""
+    """Runtime-only AST node: ``members`` (pure, same domain) at one point, as one region.
+
+    ``donate``: ``(member, input id)`` pairs whose input buffer the region may reuse (it is
+    their last reader, see :mod:`timerl.schedule.donate`)."""
 
     members: tuple[int, ...] = ()
+    donate: tuple[tuple[int, int], ...] = ()
 
 
 def inline_seqs(children: Sequence[AstNode]) -> list[AstNode]:

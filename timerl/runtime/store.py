@@ -20,7 +20,9 @@ runtime without aliasing would hold.
 tensors live, or ``"host"``, for values kept in host memory; on CPU the two are still
 counted apart, so moving values between them is measured). Live and peak bytes are kept
 per pool and per node as well as in total, with a few integer updates per put/free, so the
-accounting stays on in every run. ``peak_bytes`` is the most bytes held at once by all
+accounting stays on in every run. With :meth:`PointStore.record_timeline` (compile option
+``memory_timeline``) each change also samples the live bytes per pool with the time
+(:class:`MemoryTimeline`, the paper's Fig. 11a). ``peak_bytes`` is the most bytes held at once by all
 pools together; a pool's or a node's peak is its own maximum (they need not coincide).
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import resource
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +107,24 @@ class MemoryStats:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryTimeline:
+    """Live bytes per pool over a run (paper Fig. 11a): sample ``k`` was taken at
+    ``seconds[k]`` after the run started, right after a put or free changed the bytes, and
+    ``pools`` holds, per pool, the live bytes at each sample (same length as ``seconds``)."""
+
+    seconds: tuple[float, ...]
+    pools: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def pool(self, name: str) -> tuple[int, ...]:
+        """The live bytes of pool ``name`` at each sample."""
+        return dict(self.pools)[name]
+
+    def total(self) -> tuple[int, ...]:
+        """The live bytes of all pools together at each sample."""
+        return tuple(sum(vs) for vs in zip(*(v for _, v in self.pools), strict=True)) if self.pools else ()
+
+
 def max_rss_bytes() -> int:
     """The process's maximum resident set size so far, in bytes (0 where unknown)."""
     try:
@@ -132,6 +153,24 @@ class PointStore:
         self._nodes: dict[int, list[int]] = {}
         self._pool_live = [0] * len(POOLS)
         self._pool_peak = [0] * len(POOLS)
+        # (time, live bytes per pool...) after each change, when recording (record_timeline)
+        self._timeline: list[tuple[float, ...]] | None = None
+        self._t0 = 0.0
+
+    def record_timeline(self) -> None:
+        """Sample the live bytes per pool after every put and free from now on
+        (:meth:`timeline`); one clock read and one tuple per change."""
+        self._t0 = time.perf_counter()
+        self._timeline = [(0.0, *self._pool_live)]
+
+    def timeline(self) -> MemoryTimeline | None:
+        """The samples taken since :meth:`record_timeline` (None when not recording)."""
+        if self._timeline is None:
+            return None
+        cols = list(zip(*self._timeline, strict=True))
+        return MemoryTimeline(
+            tuple(cols[0]), tuple((name, tuple(cols[1 + k])) for k, name in enumerate(POOLS))
+        )
 
     def declare(self, nid: int, num_outputs: int, pool: str = "device") -> None:
         """Create the (empty) tables of a node with ``num_outputs`` outputs, in ``pool``."""
@@ -191,6 +230,8 @@ class PointStore:
         self.live_bytes += db
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
+        if self._timeline is not None and db:
+            self._timeline.append((time.perf_counter() - self._t0, *self._pool_live))
 
     def put(self, nid: int, oid: int, point: Point, value: Any) -> None:
         """Store ``value`` as output ``oid`` of ``nid`` at ``point`` (replacing any old value)."""

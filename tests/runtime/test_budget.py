@@ -1,0 +1,74 @@
+"""``ctx.compile(..., memory_budget=...)``: the peak estimated from the schedule before
+running (``schedule/budget.py``), frees turned on when only they fit, and a
+``MemoryBudgetError`` naming the largest tensors and the budget when nothing fits."""
+
+from __future__ import annotations
+
+import pytest
+from test_dealloc import nstep_program
+from test_donate import N, momentum_program
+
+from timerl.errors import MemoryBudgetError, TimeRLError
+from timerl.schedule.budget import estimate_peak, parse_bytes
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("2GB") == 2 * 10**9
+    assert parse_bytes("512MiB") == parse_bytes("512M") == 512 << 20
+    assert parse_bytes("1.5 kb") == 1500
+    assert parse_bytes(4096) == 4096
+    for bad in ("two GB", "5 parsecs", 0, -3, True):
+        with pytest.raises(MemoryBudgetError):
+            parse_bytes(bad)
+
+
+@pytest.mark.parametrize("dealloc", [False, True])
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_estimate_is_a_lower_bound_with_frees(backend: str, dealloc: bool) -> None:
+    """With frees the estimate is at most the store's peak and close to it (the momentum
+    program: ``w``, ``m`` and a few temporaries of 2 KiB live at once). Donation off: a
+    region taking its donated input out of the store early lowers the peak by that input."""
+    ctx, bounds = momentum_program(lambda k, v: None, iters=30)
+    ex = ctx.compile(bounds, backend=backend, dealloc=dealloc, free_iterations=False, donate=False)
+    est = estimate_peak(ex.pdg, ex.schedule.ast)
+    ex.execute()
+    peak = ex.memory_stats().peak_bytes
+    assert est.complete and est.peak_bytes > 0
+    if dealloc:
+        assert est.peak_bytes <= peak <= 2 * est.peak_bytes
+    else:  # nothing is freed: every stored point of the read nodes
+        assert est.peak_bytes >= 30 * 2 * N * 4
+
+
+def test_budget_too_small_fails_before_running() -> None:
+    ran: list[object] = []
+    ctx, bounds = momentum_program(lambda k, v: ran.append(k), iters=30)
+    with pytest.raises(MemoryBudgetError) as info:
+        ctx.compile(bounds, backend="torch", memory_budget="1KiB")
+    msg = str(info.value)
+    assert "memory_budget=1.00 KiB" in msg and "KiB per point" in msg and "Fix:" in msg
+    assert "'w'" in msg or "w defined" in msg or "w[" in msg or "w " in msg  # a tensor named
+    assert isinstance(info.value, TimeRLError)
+    assert not ran
+
+
+def test_budget_turns_frees_on_when_only_they_fit() -> None:
+    """60 iterations: with frees ``g[0:I]`` (kept for its sink) and a few 2 KiB tensors,
+    about 130 KiB; without, every ``w``, ``m`` and temporary too."""
+    ctx, bounds = momentum_program(lambda k, v: None, iters=60)
+    ex = ctx.compile(bounds, backend="torch", dealloc=False, memory_budget="256KiB")
+    assert ex.options.dealloc
+    ex.execute()
+    assert ex.memory_stats().peak_bytes <= 256 << 10
+    ctx, bounds = momentum_program(lambda k, v: None, iters=60)
+    big = ctx.compile(bounds, backend="torch", dealloc=False, memory_budget="1GB")
+    assert not big.options.dealloc  # fits as given
+
+
+def test_dynamic_bounds_are_estimated_at_their_smallest() -> None:
+    """The n-step program's episodes (dynamic T) are walked with T = 1: a lower bound."""
+    ctx, bounds = nstep_program(50, 8, lambda v, p: None)
+    ex = ctx.compile(bounds, backend="torch")
+    est = estimate_peak(ex.pdg, ex.schedule.ast)
+    ex.execute()
+    assert 0 < est.peak_bytes <= ex.memory_stats().peak_bytes

@@ -1,0 +1,289 @@
+"""Memory budget (``ctx.compile(..., memory_budget="2GB")``, issue 11 deliverable 7, partly).
+
+Before anything runs, :func:`estimate_peak` walks the frozen schedule's AST (loops,
+``If``\\ s, ``Exec``\\ s and ``Dealloc``\\ s, with the static bounds' values and every
+dynamic bound at 1) keeping the set of live points with their sizes, and returns the most
+bytes live at once and, per node, the most bytes it held. A point's size is that of its
+outputs (batch dims included: ``prod(batch) * prod(shape) * itemsize``, symbolic shape
+dims evaluated like bounds).
+
+The estimate is a **lower bound** of the store's peak (``memory_stats().peak_bytes``) for
+the dynamic bounds' smallest value: it leaves out what the runtime adds (block buffers'
+preallocated rows, stacked rows of scanned loops) and what the runtime may free besides
+the schedule's frees: points no edge reads (``free_iterations`` drops them) and the
+outputs of ``MERGE`` nodes (which store their branch's tensor itself). Donation
+(``donate``) may lower the store's peak by the inputs donated at one statement. The walk
+stops after ``max_steps`` statement instances (the peak so far is still a lower bound).
+
+:func:`check_budget` raises :class:`~timerl.errors.MemoryBudgetError` when the estimate
+exceeds the budget, naming the largest tensors, their sizes and the budget.
+Incrementalization and swapping (the other ways to fit, paper §6.3) are not implemented.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from timerl.errors import MemoryBudgetError
+from timerl.pdg.ir import PDG
+from timerl.pdg.ops import OpKind
+from timerl.runtime.regions import FusedExec
+from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
+from timerl.symbolic import Sym
+
+log = logging.getLogger(__name__)
+
+MAX_STEPS = 2_000_000
+"""Statement instances :func:`estimate_peak` walks at most."""
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}  # fmt: skip
+
+
+def parse_bytes(value: str | int | float) -> int:
+    """``"2GB"`` (10^9), ``"512MiB"`` / ``"512M"`` (2^20), ``"1.5GB"``, or a number of bytes."""
+    if isinstance(value, bool):
+        raise MemoryBudgetError(
+            f"memory_budget={value!r}: give bytes (int) or a size such as '2GB' or '512MiB'"
+        )
+    if isinstance(value, (int, float)):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise MemoryBudgetError(
+                f"memory_budget={value!r} is not a size: give bytes (int) or a number with a unit "
+                f"({', '.join(u for u in ('KB', 'MB', 'GB', 'KiB', 'MiB', 'GiB'))}), e.g. '2GB'"
+            )
+        n = float(m.group(1)) * _UNITS[unit]
+    if not n > 0:
+        raise MemoryBudgetError(f"memory_budget={value!r} must be positive")
+    return int(n)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class TensorEstimate:
+    """One node's share: bytes per point and the most bytes (points) it held at once."""
+
+    node: int
+    label: str
+    point_bytes: int
+    peak_bytes: int
+    peak_points: int
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    """:func:`estimate_peak`'s result: the most bytes live at once, the nodes with the
+    largest own peaks (largest first), whether the whole schedule was walked, and the
+    number of statement instances walked."""
+
+    peak_bytes: int
+    tensors: tuple[TensorEstimate, ...]
+    complete: bool
+    steps: int
+
+
+def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
+    """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
+    static bounds and every dynamic bound at ``dynamic_value``."""
+    from timerl.runtime.interpreter import compile_expr
+
+    env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
+    env.update({s: dynamic_value for s in pdg.dynamic_bounds})
+    out = {}
+    for n in pdg:
+        total = 0
+        for spec in n.outputs:
+            dims = [d if isinstance(d, int) else int(compile_expr(d)(env)) for d in spec.shape]
+            total += math.prod(n.batch) * math.prod(dims) * spec.dtype.numpy.itemsize
+        out[n.id] = total
+    return out
+
+
+class _Walk:
+    def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int, fuse: bool) -> None:
+        self.pdg = pdg
+        self.fuse = fuse
+        self.sizes = sizes
+        self.max_steps = max_steps
+        self.steps = 0
+        self.live: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.total = 0
+        self.peak = 0
+        self.node_live: dict[int, list[int]] = {}  # nid -> [bytes, points, peak bytes, points then]
+        self.env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
+        self.env.update({s: 1 for s in pdg.dynamic_bounds})
+
+    def compile(self, node: AstNode) -> Callable[[], None]:
+        from timerl.runtime.interpreter import compile_expr, compile_exprs
+
+        env = self.env
+        if isinstance(node, Seq):
+            children = list(node.children)
+            if self.fuse:  # as the runtime: members read only inside their region are not stored
+                from timerl.runtime.regions import plan_regions
+
+                children = plan_regions(children, self.pdg, frozenset(self.pdg.dynamic_bounds))
+            fns = [self.compile(c) for c in children]
+
+            def seq() -> None:
+                for f in fns:
+                    f()
+
+            return seq
+        if isinstance(node, Loop):
+            var, inc = node.var, int(node.inc)
+            init, cond, body = compile_expr(node.init), compile_expr(node.cond), self.compile(node.body)
+
+            def loop() -> None:
+                env[var] = init(env)
+                while cond(env):
+                    body()
+                    env[var] += inc
+                del env[var]
+
+            return loop
+        if isinstance(node, If):
+            c = compile_expr(node.cond)
+            then = self.compile(node.then)
+            other = self.compile(node.else_) if node.else_ is not None else None
+
+            def branch() -> None:
+                if c(env):
+                    then()
+                elif other is not None:
+                    other()
+
+            return branch
+        pt = compile_exprs(node.point)
+        if isinstance(node, FusedExec):
+            from timerl.runtime.fusion import stored_members
+
+            nodes = [self.pdg.nodes[m] for m in node.members]
+            adds = [self._adder(nodes[k].id, pt) for k in stored_members(nodes, self.pdg)]
+
+            def run_region() -> None:
+                self.steps += 1
+                if self.steps > self.max_steps:
+                    raise _Stop
+                for a in adds:
+                    a()
+
+            return run_region
+        nid = node.node
+        acc = self.node_live.setdefault(nid, [0, 0, 0, 0])
+        if isinstance(node, Dealloc):
+
+            def free() -> None:
+                b = self.live.pop((nid, pt(env)), None)
+                if b is not None:
+                    self.total -= b
+                    acc[0] -= b
+                    acc[1] -= 1
+
+            return free
+        assert isinstance(node, Exec)
+        add = self._adder(nid, pt)
+
+        def run() -> None:
+            self.steps += 1
+            if self.steps > self.max_steps:
+                raise _Stop
+            add()
+
+        return run
+
+    def _adder(self, nid: int, pt: Callable[[Any], tuple[int, ...]]) -> Callable[[], None]:
+        """Count ``nid``'s point (evaluated by ``pt``) live, once."""
+        env = self.env
+        size = self.sizes.get(nid, 0)
+        acc = self.node_live.setdefault(nid, [0, 0, 0, 0])
+
+        def add() -> None:
+            if not size:
+                return
+            key = (nid, pt(env))
+            if key in self.live:
+                return
+            self.live[key] = size
+            self.total += size
+            acc[0] += size
+            acc[1] += 1
+            if acc[0] > acc[2]:
+                acc[2], acc[3] = acc[0], acc[1]
+            if self.total > self.peak:
+                self.peak = self.total
+
+        return add
+
+
+class _Stop(Exception):
+    pass
+
+
+def estimate_peak(
+    pdg: PDG, ast: AstNode, max_steps: int = MAX_STEPS, top: int = 5, fuse: bool = True
+) -> PeakEstimate:
+    """A lower bound of the store's peak bytes for the schedule ``ast`` (see the module doc);
+    ``fuse``: the runtime fuses regions (their members read only inside are not stored)."""
+    read = {e.src for e in pdg.edges if not e.order_only}
+    sizes = {
+        nid: b
+        for nid, b in point_bytes(pdg).items()
+        if nid in read and pdg.nodes[nid].op.kind is not OpKind.MERGE
+    }
+    w = _Walk(pdg, sizes, max_steps, fuse)
+    complete = True
+    try:
+        w.compile(ast)()
+    except _Stop:
+        complete = False
+    ranked = sorted(w.node_live.items(), key=lambda kv: (-kv[1][2], kv[0]))[:top]
+    tensors = tuple(
+        TensorEstimate(nid, pdg.nodes[nid].label, sizes.get(nid, 0), acc[2], acc[3])
+        for nid, acc in ranked
+        if acc[2] > 0
+    )
+    return PeakEstimate(w.peak, tensors, complete, w.steps)
+
+
+def check_budget(pdg: PDG, ast: AstNode, budget: int, what: str = "", fuse: bool = True) -> PeakEstimate:
+    """The estimate of ``ast``'s peak; :class:`MemoryBudgetError` when it exceeds ``budget``."""
+    est = estimate_peak(pdg, ast, fuse=fuse)
+    log.info(
+        "memory_budget %s: estimated peak %s (%s, %d statement instances)%s",
+        fmt_bytes(budget), fmt_bytes(est.peak_bytes), "whole schedule" if est.complete else "partial walk",
+        est.steps, f" {what}" if what else "",
+    )  # fmt: skip
+    if est.peak_bytes <= budget:
+        return est
+    rows = "\n".join(
+        f"  {t.label}: {fmt_bytes(t.point_bytes)} per point x {t.peak_points} points live = {fmt_bytes(t.peak_bytes)}"
+        for t in est.tensors
+    )
+    dyn = ", ".join(sorted(s.name for s in pdg.dynamic_bounds))
+    raise MemoryBudgetError(
+        f"memory_budget={fmt_bytes(budget)} cannot be met: the schedule{f' {what}' if what else ''} holds at "
+        f"least {fmt_bytes(est.peak_bytes)} at once (estimated before running from each tensor's size"
+        f"{f' with {dyn} = 1' if dyn else ''}). Largest tensors at their peak:\n{rows}\n"
+        "Fix: raise memory_budget, or shrink the largest tensors (fewer envs or steps per iteration, "
+        "smaller minibatches); incrementalization and swapping are not implemented yet."
+    )
