@@ -142,13 +142,17 @@ def report(w: dict, heads: int, hidden: int, arch: str, n_states: int, seed: int
         p = np.exp(lg - lg.max())
         probs[name] = p / p.sum()
         top = np.argsort(-lg)[:3]
-        print(f"  {name:9s} greedy {ACTIONS[top[0]].name:16s} top-3 " + ", ".join(ACTIONS[a].name for a in top))
+        print(
+            f"  {name:9s} greedy {ACTIONS[top[0]].name:16s} top-3 " + ", ".join(ACTIONS[a].name for a in top)
+        )
     tv = np.mean([0.5 * np.abs(probs[a] - probs[b]).sum() for a in names for b in names if a < b])
     raw = {n: np.exp(v - v.max()) / np.exp(v - v.max()).sum() for n, v in raw0.items()}
     tv_raw = np.mean([0.5 * np.abs(raw[a] - raw[b]).sum() for a in names for b in names if a < b])
     print(f"mean total-variation distance between the programs' unmasked action distributions: {tv_raw:.3f}")
     out["tv_unmasked"] = float(tv_raw)
-    print(f"mean total-variation distance between the programs' (legal-masked) action distributions: {tv:.3f}")
+    print(
+        f"mean total-variation distance between the programs' (legal-masked) action distributions: {tv:.3f}"
+    )
     out["tv"] = float(tv)
     return out
 
@@ -156,7 +160,9 @@ def report(w: dict, heads: int, hidden: int, arch: str, n_states: int, seed: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--weights", default="", help="a run's checkpoint dir (default: initial weights)")
-    ap.add_argument("--arch", default="", help="v1 (Table 3.2) or v2 (with the input skip); default: the weights'")
+    ap.add_argument(
+        "--arch", default="", help="v1 (Table 3.2) or v2 (with the input skip); default: the weights'"
+    )
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--states", type=int, default=6)

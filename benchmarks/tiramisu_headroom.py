@@ -34,7 +34,6 @@ def _tiles(br: int, lvl: int) -> list[str]:
     ]
 
 
-
 # time tiling of the two-statement stencils (added actions): skew i by 2t on both
 # statements, shift the second by one, tile (t, 2t + i) (the tile covers both statements,
 # which share the t loop); optionally fuse the second into the first's (t, i, j) loops.

@@ -133,7 +133,9 @@ def test_added_actions_compute_the_reference(measurer) -> None:
     cases.append((p, sc.tile(tt, 0, 0, 2, 5)))
     cases.append((p, sc.tile(sc.fuse(tt, 1, 2), 0, 0, 3, 4)))
     p = bm.heat3d(3, 6)
-    cases.append((p, sc.tile(sc.shift(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 1, 1), 0, 0, 2, 3)))
+    cases.append(
+        (p, sc.tile(sc.shift(sc.skew(sc.skew(initial_schedule(p), 0, 0, 2), 1, 0, 2), 1, 1), 0, 0, 2, 3))
+    )
     for p, s in cases:
         assert s is not None and LegalityChecker(p)(s), s.key
         m = measurer.measure(s)

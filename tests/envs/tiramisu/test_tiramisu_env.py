@@ -169,7 +169,9 @@ def test_make_and_run(measurer) -> None:
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
         mask = env.action_mask(o)
-        a = (mask * 0.0 + trl.const(np.eye(NUM_ACTIONS, dtype=np.float32)[A["P(0)"]])).argmax(-1)  # always P(0)
+        a = (mask * 0.0 + trl.const(np.eye(NUM_ACTIONS, dtype=np.float32)[A["P(0)"]])).argmax(
+            -1
+        )  # always P(0)
         o[b, i, t + 1], r, d = env.step(a)
         r[b, i, 0:T].sum(0).sink(lambda v, pt: rewards.append(float(v)))
     ctx.compile({B: 2, I: 1, T: d}, backend="torch").execute()
