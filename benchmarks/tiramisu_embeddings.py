@@ -27,20 +27,15 @@ checks the RT network against an independent NumPy reference).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-
-from ppo_tiramisu import GATPolicy, latest_weights  # noqa: E402
-
-from timerl.envs.tiramisu.actions import ACTIONS, NEXT, apply_action  # noqa: E402
-from timerl.envs.tiramisu.benchmarks import BENCHMARKS, benchmark  # noqa: E402
-from timerl.envs.tiramisu.features import MAX_NODES, flatten, graph, unflatten  # noqa: E402
-from timerl.envs.tiramisu.legality import LegalityChecker  # noqa: E402
-from timerl.envs.tiramisu.schedule import initial_schedule  # noqa: E402
+from timerl.agents.tiramisu import GATPolicy, latest_weights
+from timerl.envs.tiramisu.actions import ACTIONS, NEXT, apply_action
+from timerl.envs.tiramisu.benchmarks import BENCHMARKS, benchmark
+from timerl.envs.tiramisu.features import MAX_NODES, flatten, graph, unflatten
+from timerl.envs.tiramisu.legality import LegalityChecker
+from timerl.envs.tiramisu.schedule import initial_schedule
 
 
 def _selu(x: np.ndarray) -> np.ndarray:

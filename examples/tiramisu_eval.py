@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import ppo_tiramisu  # examples/ppo_tiramisu.py, beside this file: the agent's network and rollouts
 
 import timerl as trl
+from timerl.agents import tiramisu
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT
 from timerl.envs.tiramisu.benchmarks import HAND_SCHEDULES, benchmark, benchmark_names
 from timerl.envs.tiramisu.env import TiramisuTask
@@ -126,11 +126,11 @@ def main(args: Args) -> dict:
     if args.run_dir and (Path(args.run_dir) / "checkpoints").exists():
         tj = Path(args.run_dir) / "train.json"  # absent when training was stopped early: defaults
         cfg = json.loads(tj.read_text())["args"] if tj.exists() else {}
-        targs = ppo_tiramisu.Args(
-            **{k: v for k, v in cfg.items() if k in ppo_tiramisu.Args.__dataclass_fields__}
+        targs = tiramisu.TiramisuArgs(
+            **{k: v for k, v in cfg.items() if k in tiramisu.TiramisuArgs.__dataclass_fields__}
         )
-        weights = ppo_tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
-        recs = ppo_tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
+        weights = tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
+        recs = tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
         agent_bar = trl.run.progress(
             list(zip(recs, programs, strict=True)), desc="agent: re-measuring", quiet=args.quiet, unit="bench"
         )
