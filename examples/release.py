@@ -328,6 +328,10 @@ def summarise(
             "invalid": sum(r.invalid for r in runs),
             "seconds": med([r.elapsed[-1] for r in runs]),
             "best_configs": [r.best.config for r in runs],
+            "per_seed": {
+                "best_gflops": [round(r.best.gflops, 1) for r in runs],
+                "meas_to_95": [x[0] for x in to95],
+            },
         }
         if retimed:
             row["retimed_gflops"] = med(retimed[combo])
@@ -338,6 +342,7 @@ def summarise(
             own = [_reach(r, 0.99 * b.best.gflops) for r, b in zip(runs, base, strict=True)]
             ref = [_reach(b, 0.99 * b.best.gflops) for b in base]
             row["meas_to_sa_greedy_best"] = med([x[0] for x in own])
+            row["per_seed"]["meas_to_sa_greedy_best"] = [x[0] if x[2] else None for x in own]
             row["reached_sa_greedy_best"] = sum(x[2] for x in own)
             row["x_fewer_meas_to_sa_greedy_best"] = med([x[0] for x in ref]) / row["meas_to_sa_greedy_best"]
             row["gflops_vs_sa_greedy"] = med(
@@ -377,6 +382,14 @@ def format_rows(rows: list[dict]) -> str:
             cells.append(format(format(v, fmt) if v is not None else "-", f">{width[h]}s"))
         lines.append(" ".join(cells))
     return "\n".join(lines)
+
+
+def format_seeds(rows: list[dict]) -> str:
+    """Per combination, the per-seed values behind the medians (None: never reached)."""
+    return "\n".join(
+        f"{r['layer']} {r['combo']} per seed: " + "; ".join(f"{k} {v}" for k, v in r["per_seed"].items())
+        for r in rows
+    )
 
 
 def format_stats(name: str, stats: dict[str, list[dict]]) -> str:
@@ -466,6 +479,7 @@ def main(args: Args) -> dict:
         layer_rows = summarise(name, all_results[name], retimed)
         rows += layer_rows
         print(format_rows(layer_rows), flush=True)
+        print(format_seeds(layer_rows), flush=True)
         print(format_stats(name, all_stats[name]), flush=True)
     ms_rows = run_metaschedule(args, names) if args.metaschedule_trials > 0 else []
     out = Path(args.out_dir)
