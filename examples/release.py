@@ -94,6 +94,9 @@ class Args(ppo.Args):
     representative: str = "centroid"
     """adaptive sampler: measure the candidate nearest each centroid (centroid, the paper's)
     or the cluster's best by the cost model (best)"""
+    adaptive_epsilon: float = 0.0
+    """adaptive sampler: probability that a slot goes to a random unvisited configuration
+    instead (0: the paper's sampler)"""
     remeasure: int = 3
     """re-time each run's best configuration this many times with fresh measurers (no cache)
     and report the best of them too (0: off): one timing on a busy machine can be 10-25 % off"""
@@ -244,7 +247,7 @@ def run_layer(
             sampler = (
                 GreedySampler(args.batch_size, args.epsilon)
                 if m_name == "greedy"
-                else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative)
+                else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon)
             )
             log = trl.run.RunLog(
                 Path(args.out_dir) / "runs" / name / combo / f"seed{seed}",
