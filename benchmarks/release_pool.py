@@ -7,7 +7,11 @@
 # counts its whole budget (the ratios built from it are lower bounds) and is counted as
 # a miss.
 #
+# A comma-separated list of files (same settings, consecutive seeds: --seed 0 --seeds 3, then
+# --seed 3 --seeds 3) counts as one run whose seeds are concatenated, baseline included.
+#
 #   python benchmarks/release_pool.py --baseline A/results.json A/results.json B/results.json
+#   python benchmarks/release_pool.py --baseline A/results.json,A2/results.json A/results.json,A2/results.json
 from __future__ import annotations
 
 import argparse
@@ -27,21 +31,34 @@ def spread(xs: list[float]) -> str:
     return f"{np.median(xs):.1f} ({min(xs):.0f}-{max(xs):.0f})"
 
 
+def load(files: str) -> dict:
+    """One results.json, or several (comma-separated) with their seeds concatenated."""
+    parts = [json.loads(Path(f).read_text()) for f in files.split(",")]
+    out = {"args": parts[0]["args"], "curves": {}}
+    for part in parts:
+        for name, combos in part["curves"].items():
+            for combo, curves in combos.items():
+                out["curves"].setdefault(name, {}).setdefault(combo, []).extend(curves)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("files", nargs="+", help="results.json files of examples/release.py")
-    p.add_argument("--baseline", required=True, help="the file whose sa+greedy runs are the baseline")
+    p.add_argument(
+        "files", nargs="+", help="results.json files of examples/release.py (a,b: seeds concatenated)"
+    )
+    p.add_argument("--baseline", required=True, help="the file(s) whose sa+greedy runs are the baseline")
     p.add_argument("--baseline-combo", default="sa+greedy")
     args = p.parse_args()
-    runs = {f: json.loads(Path(f).read_text()) for f in args.files}
-    base = json.loads(Path(args.baseline).read_text())
+    runs = {f: load(f) for f in args.files}
+    base = load(args.baseline)
     for name, base_curves in base["curves"].items():
         ref = base_curves[args.baseline_combo]
         variants: dict[str, list[list[float]]] = {}
         for f, res in runs.items():
             for combo, curves in res["curves"].get(name, {}).items():
                 a = res["args"]
-                label = f"{Path(f).parent.name}:{combo}"
+                label = f"{'+'.join(Path(x).parent.name for x in f.split(','))}:{combo}"
                 if combo.endswith("adaptive"):
                     label += f" (k {a['k_min']}-{a['k_max']}, knee {a['knee']}, {a['representative']})"
                 if combo.startswith("rl"):
