@@ -60,7 +60,9 @@ def main() -> None:
                 a = res["args"]
                 label = f"{'+'.join(Path(x).parent.name for x in f.split(','))}:{combo}"
                 if combo.endswith("adaptive"):
-                    label += f" (k {a['k_min']}-{a['k_max']}, knee {a['knee']}, {a['representative']})"
+                    eps = a.get("adaptive_epsilon", 0.0)
+                    label += f" (k {a['k_min']}-{a['k_max']}, knee {a['knee']}, {a['representative']}"
+                    label += f", eps {eps})" if eps else ")"
                 if combo.startswith("rl"):
                     label += f" (agents {a['num_envs']}, iters {a['iterations']}, pool {a['plan_size']})"
                 variants[label] = curves
