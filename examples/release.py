@@ -247,7 +247,9 @@ def run_layer(
             sampler = (
                 GreedySampler(args.batch_size, args.epsilon)
                 if m_name == "greedy"
-                else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon)
+                else AdaptiveSampler(
+                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon
+                )
             )
             log = trl.run.RunLog(
                 Path(args.out_dir) / "runs" / name / combo / f"seed{seed}",
