@@ -17,6 +17,7 @@ import time
 from collections.abc import Set
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from timerl.agents import ppo  # the PPO program over any env (examples/ppo.py t
 from timerl.envs.release.cost_model import CostModel
 from timerl.envs.release.env import KnobEnv
 from timerl.envs.release.measure import TemplateMeasurer
+from timerl.envs.release.rounds import ProgramRounds
 from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler
 from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited
 from timerl.envs.release.space import Config, KnobSpace, layer, template_space
@@ -61,10 +63,13 @@ class Args(ppo.PPOArgs):
     num_envs: int = 32
     """search agents along the batch dim b"""
     backend: str = "torch"
-    """tensor backend of the PPO program (torch: about 1.5 s per round to compile and run; jax
-    spends about 3 s per round in its first-run JIT)"""
+    """tensor backend of the PPO program (torch: about 1 s to compile, then ~0.1-0.3 s per round;
+    jax spends longer in its first-run JIT)"""
     iterations: int = 4
     """PPO iterations (one episode per agent each) per tuning round"""
+    rl_program: str = "once"
+    """once: the PPO program is compiled once per tuning run and paused between rounds;
+    per-round: compiled every round and resumed from the previous round's checkpoint"""
     episode_len: int = 10
     """steps of one search episode"""
     explore: float = 0.5
@@ -89,6 +94,9 @@ class Args(ppo.PPOArgs):
     representative: str = "centroid"
     """adaptive sampler: measure the candidate nearest each centroid (centroid, the paper's)
     or the cluster's best by the cost model (best)"""
+    adaptive_epsilon: float = 0.0
+    """adaptive sampler: probability that a slot goes to a random unvisited configuration
+    instead (0: the paper's sampler)"""
     remeasure: int = 3
     """re-time each run's best configuration this many times with fresh measurers (no cache)
     and report the best of them too (0: off): one timing on a busy machine can be 10-25 % off"""
@@ -119,21 +127,64 @@ def parse_args(defaults: Args | None = None) -> Args:
 class RLSearch:
     """RELEASE's PPO search agent as a timerl program (``ppo.build`` over :class:`KnobEnv`).
 
-    Each round compiles the program with ``iterations`` more iterations and resumes it from
-    the previous round's checkpoint (parameters and Adam moments), so the agent keeps
-    learning across rounds while the env reads the refitted cost model. The candidates are
-    the ``plan_size`` best unvisited configurations of the round's trajectory."""
+    ``--rl-program once`` (default): the program is compiled once per tuning run, with
+    ``iterations`` iterations per round for at most :meth:`max_rounds` rounds, and run round
+    by round (:class:`ProgramRounds`: the env's reset at a round's first iteration pauses
+    the program while the tuner samples, measures and refits; it resumes with the refitted
+    cost model, the new best configurations and a new env seed via
+    :meth:`KnobEnv.retarget`). ``--rl-program per-round`` (the earlier path): each round
+    compiles the program with ``iterations`` more iterations and resumes it from the
+    previous round's checkpoint. Both carry the parameters and Adam moments across rounds
+    and give the same candidates for the same seed. The candidates are the ``plan_size``
+    best unvisited configurations of the round's trajectory."""
 
     name = "rl"
 
     def __init__(self, args: Args) -> None:
+        if args.rl_program not in ("once", "per-round"):
+            raise ValueError(f"--rl-program must be once or per-round, got {args.rl_program!r}")
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="release_ppo_")
         self.round = 0
+        self.compiles = 0
+        self.compile_s = 0.0
         self.search_s = 0.0
+        self._rounds = ProgramRounds()
+        self._env: KnobEnv | None = None
+
+    def max_rounds(self) -> int:
+        """Rounds the once-compiled program allows: the tuner stops after 3 rounds that
+        measure nothing new, so it runs at most 3 rounds per new measurement plus 3."""
+        a = self.args
+        return 3 * max(a.budget - a.n_init, 1) + 3
 
     def close(self) -> None:
+        self._rounds.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _compile(self, run: Args, env_fn) -> Any:
+        t = time.perf_counter()
+        ex = ppo.build(run, lambda v, pt: None, env_fn)
+        self.compiles += 1
+        self.compile_s += time.perf_counter() - t
+        return ex
+
+    def _start_once(self, space: KnobSpace, model: CostModel) -> None:
+        a = self.args
+
+        def env_fn(args: Args, B):
+            self._env = KnobEnv(space, model, B, (), args.episode_len, args.explore, 0)
+            rounds, per = self._rounds, a.iterations  # per round (args: the whole program)
+
+            def pause(point: dict[str, int]) -> None:
+                if point.get("i", 0) % per == 0:
+                    self._env.retarget(*rounds.boundary())
+
+            self._env.on_reset(pause)
+            return self._env
+
+        run = replace(a, iterations=self.max_rounds() * a.iterations, checkpoint_every=0, resume="")
+        self._rounds.start(self._compile(run, env_fn))
 
     def propose(
         self,
@@ -144,32 +195,44 @@ class RLSearch:
         rng: np.random.Generator,
     ) -> Candidates:
         a = self.args
-        envs: list[KnobEnv] = []
+        t0 = time.perf_counter()
         seed = int(rng.integers(2**31))
+        if a.rl_program == "once":
+            if not self._rounds.started:
+                self._start_once(space, model)
+            mark = len(self._env.trajectory)
+            self._rounds.run_round((model, best[:8], seed))
+            traj = self._env.trajectory[mark:]
+        else:
+            envs: list[KnobEnv] = []
 
-        def env_fn(args: Args, B):
-            envs.append(KnobEnv(space, model, B, best[:8], args.episode_len, args.explore, seed))
-            return envs[-1]
+            def env_fn(args: Args, B):
+                envs.append(KnobEnv(space, model, B, best[:8], args.episode_len, args.explore, seed))
+                return envs[-1]
 
-        run = replace(
-            a,
-            iterations=(self.round + 1) * a.iterations,
-            checkpoint_every=a.iterations,
-            checkpoint_dir=self.dir,
-            resume=self.dir if self.round else "",
-            show_schedule=a.show_schedule and self.round == 0,  # the program is the same each round
-        )
-        ex = ppo.build(run, lambda v, pt: None, env_fn)
-        ex.execute()
+            run = replace(
+                a,
+                iterations=(self.round + 1) * a.iterations,
+                checkpoint_every=a.iterations,
+                checkpoint_dir=self.dir,
+                resume=self.dir if self.round else "",
+                show_schedule=a.show_schedule and self.round == 0,  # the same program each round
+            )
+            self._compile(run, env_fn).execute()
+            traj = envs[0].trajectory
         self.round += 1
-        traj = envs[0].trajectory
+        self.search_s += time.perf_counter() - t0
         return top_unvisited([c for c, _ in traj], np.array([s for _, s in traj]), visited, a.plan_size)
 
 
-def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, list[TuneResult]]:
+def run_layer(
+    args: Args, name: str, measurer: TemplateMeasurer, run_stats: dict[str, list[dict]] | None = None
+) -> dict[str, list[TuneResult]]:
     """The requested combinations on one layer, once per seed, sharing ``measurer`` (and its
     cache: a configuration measured for one combination is charged its original seconds
-    when another asks for it)."""
+    when another asks for it). ``run_stats`` collects per run: real seconds, rounds, seconds
+    in the search, and for the PPO search its compiles and their seconds."""
+    run_stats = {} if run_stats is None else run_stats
     space = template_space(layer(name))
     results: dict[str, list[TuneResult]] = {}
     for k in range(args.seeds):
@@ -184,7 +247,9 @@ def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, li
             sampler = (
                 GreedySampler(args.batch_size, args.epsilon)
                 if m_name == "greedy"
-                else AdaptiveSampler(args.k_min, args.k_max, args.knee, args.representative)
+                else AdaptiveSampler(
+                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon
+                )
             )
             log = trl.run.RunLog(
                 Path(args.out_dir) / "runs" / name / combo / f"seed{seed}",
@@ -206,14 +271,21 @@ def run_layer(args: Args, name: str, measurer: TemplateMeasurer) -> dict[str, li
                 if isinstance(search, RLSearch):
                     search.close()
             results.setdefault(combo, []).append(r)
+            real = time.perf_counter() - t0
+            search_s = search.search_s if isinstance(search, RLSearch) else 0.0
+            stats = {"real_s": real, "rounds": r.rounds, "search_s": search_s}
+            if isinstance(search, RLSearch):
+                stats.update(compiles=search.compiles, compile_s=search.compile_s)
+            run_stats.setdefault(combo, []).append(stats)
             logging.getLogger("timerl.envs.release").info(
-                "%s %s seed %d: best %.1f GFLOPS, %d rounds, %.0f s real",
+                "%s %s seed %d: best %.1f GFLOPS, %d rounds, %.1f s real; %s",
                 name,
                 combo,
                 seed,
                 r.best.gflops,
                 r.rounds,
-                time.perf_counter() - t0,
+                real,
+                ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items()),
             )
     return results
 
@@ -261,6 +333,10 @@ def summarise(
             "invalid": sum(r.invalid for r in runs),
             "seconds": med([r.elapsed[-1] for r in runs]),
             "best_configs": [r.best.config for r in runs],
+            "per_seed": {
+                "best_gflops": [round(r.best.gflops, 1) for r in runs],
+                "meas_to_95": [x[0] for x in to95],
+            },
         }
         if retimed:
             row["retimed_gflops"] = med(retimed[combo])
@@ -271,6 +347,7 @@ def summarise(
             own = [_reach(r, 0.99 * b.best.gflops) for r, b in zip(runs, base, strict=True)]
             ref = [_reach(b, 0.99 * b.best.gflops) for b in base]
             row["meas_to_sa_greedy_best"] = med([x[0] for x in own])
+            row["per_seed"]["meas_to_sa_greedy_best"] = [x[0] if x[2] else None for x in own]
             row["reached_sa_greedy_best"] = sum(x[2] for x in own)
             row["x_fewer_meas_to_sa_greedy_best"] = med([x[0] for x in ref]) / row["meas_to_sa_greedy_best"]
             row["gflops_vs_sa_greedy"] = med(
@@ -309,6 +386,33 @@ def format_rows(rows: list[dict]) -> str:
             v = r.get(key)
             cells.append(format(format(v, fmt) if v is not None else "-", f">{width[h]}s"))
         lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
+def format_seeds(rows: list[dict]) -> str:
+    """Per combination, the per-seed values behind the medians (None: never reached)."""
+    return "\n".join(
+        f"{r['layer']} {r['combo']} per seed: " + "; ".join(f"{k} {v}" for k, v in r["per_seed"].items())
+        for r in rows
+    )
+
+
+def format_stats(name: str, stats: dict[str, list[dict]]) -> str:
+    """Per combination, medians over the seeds: real seconds of the tuning run, rounds, seconds
+    in the search (PPO: in its program, compiles included) and the PPO program's compiles."""
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    lines = []
+    for combo, runs in stats.items():
+        line = (
+            f"{name} {combo}: {med([s['real_s'] for s in runs]):.1f} s real, "
+            f"{med([s['rounds'] for s in runs]):.0f} rounds"
+        )
+        if "compiles" in runs[0]:
+            line += (
+                f", {med([s['search_s'] for s in runs]):.1f} s in the PPO program, "
+                f"{med([s['compiles'] for s in runs]):.0f} compile(s) taking {med([s['compile_s'] for s in runs]):.1f} s"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -371,13 +475,17 @@ def main(args: Args) -> dict:
     t0 = time.perf_counter()
     measurer = TemplateMeasurer()
     all_results: dict[str, dict[str, list[TuneResult]]] = {}
+    all_stats: dict[str, dict[str, list[dict]]] = {}
     rows: list[dict] = []
     for name in names:
-        all_results[name] = run_layer(args, name, measurer)
+        all_stats[name] = {}
+        all_results[name] = run_layer(args, name, measurer, all_stats[name])
         retimed = retime(name, all_results[name], args.remeasure) if args.remeasure > 0 else None
         layer_rows = summarise(name, all_results[name], retimed)
         rows += layer_rows
         print(format_rows(layer_rows), flush=True)
+        print(format_seeds(layer_rows), flush=True)
+        print(format_stats(name, all_stats[name]), flush=True)
     ms_rows = run_metaschedule(args, names) if args.metaschedule_trials > 0 else []
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -386,7 +494,16 @@ def main(args: Args) -> dict:
         n: {c: [r.curve.tolist() for r in runs] for c, runs in res.items()} for n, res in all_results.items()
     }
     (out / "results.json").write_text(
-        json.dumps({"args": asdict(args), "rows": rows, "metaschedule": ms_rows, "curves": curves}, indent=1)
+        json.dumps(
+            {
+                "args": asdict(args),
+                "rows": rows,
+                "run_stats": all_stats,
+                "metaschedule": ms_rows,
+                "curves": curves,
+            },
+            indent=1,
+        )
     )
     print(f"\nall layers:\n{format_rows(rows)}")
     print(

@@ -26,6 +26,9 @@ def test_example_runs_all_four_combinations(tmp_path) -> None:
         iterations=1,
         episode_len=3,
         sa_iters=20,
+        batch_size=2,  # greedy and adaptive: >= 3 rounds after the 4 random configurations
+        k_min=1,
+        k_max=2,
         remeasure=1,
         progress=False,
         out_dir=str(tmp_path),
@@ -42,3 +45,7 @@ def test_example_runs_all_four_combinations(tmp_path) -> None:
     assert (tmp_path / "curves.png").stat().st_size > 0
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved["curves"]["MM64"]["rl+adaptive"]) == 1
+    # the PPO program is compiled once per tuning run, however many rounds it ran
+    for combo in ("rl+greedy", "rl+adaptive"):
+        (stats,) = saved["run_stats"]["MM64"][combo]
+        assert stats["compiles"] == 1 and stats["rounds"] >= 2

@@ -81,9 +81,9 @@ def test_multi_categorical_head_against_numpy() -> None:
     np.testing.assert_allclose(got["b1"][1], w["dnn.b1"] - 0.5 * grad_b1, rtol=1e-5, atol=1e-6)
 
 
-def test_rl_search_rounds() -> None:
-    """Two rounds of the PPO program (the second resumes the first's checkpoint): each returns
-    unvisited, valid candidates sorted by the cost model, from the agents' trajectories."""
+def _rl_rounds(mode: str, rounds: int = 3) -> tuple[list, int]:
+    """``rounds`` rounds of examples/release.py's PPO search in ``mode`` on SPACE, with the
+    cost model refit between rounds on two of the round's candidates: (candidates, compiles)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
     import release
 
@@ -91,15 +91,57 @@ def test_rl_search_rounds() -> None:
     cfgs = [SPACE.random(rng) for _ in range(24)]
     model = CostModel(SPACE)
     model.fit(cfgs, [float(SPACE.tile_elems(c)) for c in cfgs])
-    args = replace(release.Args(), num_envs=4, iterations=2, episode_len=3, plan_size=8)
+    args = replace(
+        release.Args(), num_envs=4, iterations=2, episode_len=3, plan_size=8, rl_program=mode, budget=12
+    )
     search = release.RLSearch(args)
+    out = []
     try:
-        for r in range(2):
+        for r in range(rounds):
             cands = search.propose(SPACE, model, set(cfgs), cfgs[:4], rng)
             assert 0 < len(cands.configs) <= 8
             assert all(SPACE.is_valid(c) and c not in cfgs for c in cands.configs)
             assert list(cands.scores) == sorted(cands.scores, reverse=True)
             assert search.round == r + 1
-        assert any(f.startswith("ckpt_") for f in os.listdir(search.dir))
+            out.append((cands.configs, [float(x) for x in cands.scores]))
+            cfgs += list(cands.configs[:2])
+            model.fit(cfgs, [float(SPACE.tile_elems(c)) for c in cfgs])
+        if mode == "per-round":
+            assert any(f.startswith("ckpt_") for f in os.listdir(search.dir))
     finally:
         search.close()
+    return out, search.compiles
+
+
+def test_rl_search_compiled_once_equals_per_round() -> None:
+    """The PPO search compiled once and paused between rounds returns exactly the candidates
+    of the per-round path (recompiled every round, resumed from a checkpoint) for the same
+    seed, over rounds that refit the cost model: the agent's parameters, Adam moments and
+    random streams carry over, and the env reads the refitted model. One compile vs one per
+    round."""
+    once, n_once = _rl_rounds("once")
+    per_round, n_per_round = _rl_rounds("per-round")
+    assert n_once == 1 and n_per_round == 3
+    assert once == per_round
+    assert once[0] != once[1]  # the rounds differ (the model and the agent changed)
+
+
+def test_rl_search_once_runs_out_of_rounds() -> None:
+    """A once-compiled program that has run all its rounds says so (no hang, no silent reuse)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+    import release
+
+    rng = np.random.default_rng(0)
+    cfgs = [SPACE.random(rng) for _ in range(8)]
+    model = CostModel(SPACE)
+    model.fit(cfgs, [float(SPACE.tile_elems(c)) for c in cfgs])
+    args = replace(release.Args(), num_envs=2, iterations=1, episode_len=2, plan_size=4, budget=8, n_init=8)
+    search = release.RLSearch(args)
+    try:
+        for _ in range(search.max_rounds()):
+            search.propose(SPACE, model, set(cfgs), cfgs[:2], rng)
+        with pytest.raises(trl.TimeRLError, match="ran all its iterations"):
+            search.propose(SPACE, model, set(cfgs), cfgs[:2], rng)
+    finally:
+        search.close()
+    assert search.compiles == 1

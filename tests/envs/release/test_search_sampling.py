@@ -95,6 +95,28 @@ def test_adaptive_sampling_one_sample_per_cluster() -> None:
     assert len(again) == 3 and not set(again) & set(got)
 
 
+def test_adaptive_sampling_epsilon() -> None:
+    """epsilon = 1 sends every slot to a random unvisited configuration (distinct, valid);
+    epsilon = 0 leaves the sampler's choice (and random stream) as before."""
+    rng = np.random.default_rng(0)
+    cands = list(dict.fromkeys(SPACE.random(rng) for _ in range(40)))
+    scores = np.arange(len(cands), dtype=float)
+    plain = AdaptiveSampler(2, 8, 1.15).select(SPACE, cands, scores, set(), 8, np.random.default_rng(1))
+    zero = AdaptiveSampler(2, 8, 1.15, epsilon=0.0).select(
+        SPACE, cands, scores, set(), 8, np.random.default_rng(1)
+    )
+    assert zero == plain
+    visited = set(cands[:5])
+    rand = AdaptiveSampler(2, 8, 1.15, epsilon=1.0).select(
+        SPACE, cands, scores, visited, 8, np.random.default_rng(1)
+    )
+    assert len(rand) == len(plain) and len(set(rand)) == len(rand)
+    assert not set(rand) & visited and all(SPACE.is_valid(c) for c in rand)
+    assert set(rand) != set(plain)
+    with pytest.raises(TimeRLError, match="epsilon"):
+        AdaptiveSampler(epsilon=1.5)
+
+
 @pytest.mark.parametrize(
     "sampler", [GreedySampler(8, 0.05), AdaptiveSampler(4, 16, 1.15)], ids=["greedy", "adaptive"]
 )

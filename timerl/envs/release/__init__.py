@@ -8,6 +8,7 @@ annealing or a PPO agent as the search, greedy or adaptive (k-means) sampling.
 - :mod:`.search`: AutoTVM's simulated annealing (the PPO agent is ``examples/release.py``);
 - :mod:`.sampling`: greedy top-k + epsilon, adaptive sampling;
 - :mod:`.env`: the knob walk as an env for RT programs;
+- :mod:`.rounds`: one compiled program run round by round, paused by its env;
 - :mod:`.tuner`: the measure / refit loop.
 
 See ``docs/release.md``.

@@ -18,11 +18,16 @@ Each reset starts agent ``e`` from ``starts[e % len(starts)]`` (the tuner passes
 measured configurations) with probability ``1 - explore``, else from a random
 configuration. Every configuration reached and its reward is appended to
 :attr:`KnobEnv.trajectory` (the search trajectory ``s_Θ`` the samplers pick from).
+
+One compiled program can serve every tuning round of a layer: :meth:`KnobEnv.on_reset`
+hooks the resets (where :class:`.rounds.ProgramRounds` pauses the program between
+rounds) and :meth:`KnobEnv.retarget` swaps in the refitted cost model, the new start
+configurations and a new seed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,6 +66,7 @@ class _KnobState:
         self.configs: list[Config] = []
         self.steps = 0
         self.trajectory: list[tuple[Config, float]] = []
+        self.before_reset: Callable[[dict[str, int]], None] | None = None
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
         self.n = static_num_envs(self.env_id, self.num_envs, bounds)
@@ -70,6 +76,8 @@ class _KnobState:
         return obs if self.batched else obs[0]
 
     def reset(self, point: dict[str, int]) -> np.ndarray:
+        if self.before_reset is not None:
+            self.before_reset(point)
         self.configs = []
         for e in range(self.n):
             if self.starts and self.rng.random() >= self.explore:
@@ -131,3 +139,16 @@ class KnobEnv(GymEnv):
     def trajectory(self) -> list[tuple[Config, float]]:
         """Every (configuration reached, reward) so far, in order."""
         return self._state.trajectory
+
+    def retarget(self, model: CostModel, starts: Sequence[Config], seed: int) -> None:
+        """Between tuning rounds of one compiled program: reward with ``model`` (e.g. the
+        refitted cost model), start episodes from ``starts`` and reseed the env's random
+        stream with ``seed`` (as a fresh ``KnobEnv(space, model, B, starts, seed=seed)``)."""
+        st = self._state
+        st.model, st.starts, st.rng = model, list(starts), np.random.default_rng(seed)
+
+    def on_reset(self, fn: Callable[[dict[str, int]], None] | None) -> None:
+        """Call ``fn(point)`` at the start of every reset (every episode), before the agents'
+        start configurations are drawn, with the reset's point (e.g. ``{"i": 3}``): the hook
+        where a host pauses the program between tuning rounds (:mod:`.rounds`)."""
+        self._state.before_reset = fn

@@ -11,6 +11,9 @@
   one the cost model scores highest (the cluster's most promising member). One already
   visited is replaced by the per-knob mode of the candidates (the paper's ``mode(s_Θ)``),
   or, when that is visited too, by the best unvisited candidate by the cost model.
+  ``epsilon > 0`` (not in the paper; default 0) replaces each slot with a random
+  unvisited configuration with that probability, as greedy sampling does, so that a run
+  whose cost model ranks the best basin low still lands there by chance.
 
 Both return unvisited configurations only, at most ``limit`` of them.
 """
@@ -122,6 +125,7 @@ class AdaptiveSampler:
     k_max: int = 16
     knee: float = 1.15
     representative: str = "centroid"
+    epsilon: float = 0.0
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -131,6 +135,8 @@ class AdaptiveSampler:
             )
         if not 1 <= self.k_min <= self.k_max:
             raise TimeRLError(f"adaptive sampling: need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise TimeRLError(f"adaptive sampling: epsilon must be in [0, 1], got {self.epsilon}")
 
     def select(
         self,
@@ -175,4 +181,12 @@ class AdaptiveSampler:
             taken.add(pick)
         # the most promising clusters first, so a budget cut keeps them
         out.sort(key=lambda c: -sc.get(c, 0.0))
-        return out[:limit]
+        out = out[:limit]
+        if self.epsilon > 0.0:  # (no draw at 0: the paper's sampler keeps its random stream)
+            for j in range(len(out)):
+                if rng.random() < self.epsilon:
+                    r = _random_unvisited(space, taken, rng)
+                    if r is not None:
+                        taken.add(r)
+                        out[j] = r
+        return out
