@@ -436,6 +436,17 @@ def test_numpy_round_trip_keeps_dtype(be: AbstractBackend, dtype: DType) -> None
     np.testing.assert_array_equal(out, a)
 
 
+def test_from_numpy_copy_is_taken_before_it_returns(be: AbstractBackend) -> None:
+    """A write to the source right after the call must not reach the tensor. ``jnp.array(a,
+    copy=True)`` copies large CPU arrays asynchronously: 50 of 300 such writes reached it
+    (4 MB arrays), so 40 tries catch that with probability > 0.999."""
+    for _ in range(40):
+        a = np.zeros(1_000_000, np.float32)
+        x = be.from_numpy(a)
+        a[0] = 1.0
+        assert be.to_numpy(x)[0] == 0.0
+
+
 @pytest.mark.parametrize("n", [3, 70_000])  # JAX copies small and large arrays differently
 def test_from_numpy_copies(be: AbstractBackend, n: int) -> None:
     a = np.zeros(n, np.float32)
