@@ -149,7 +149,7 @@ def main(args: Args) -> dict:
     agent_s = time.perf_counter() - t0
     bar = trl.run.progress(names, desc="searches", quiet=args.quiet, unit="bench")
     for n in bar:
-        bar.set_postfix_str(n)
+        bar.set_postfix_str(n, refresh=False)
         budget = args.budget or max(2, used.get(n, 2))
         b = beam_search(tasks[n], budget, width=args.beam_width)
         r = random_search(tasks[n], budget, seed=args.seed)

@@ -103,3 +103,18 @@ def test_run_log_writes_log_lines_above_its_bar_and_restores_the_handlers(tmp_pa
         assert root.handlers == before
     finally:
         root.removeHandler(console)
+
+
+def test_bars_write_few_updates_when_stderr_is_not_a_terminal(tmp_path, capsys) -> None:
+    """In a log file every bar update is a new line: 200 quick iterations with a metric each
+    write the bar a handful of times (start, end), not once per iteration."""
+    run = trl.run.RunLog(tmp_path, 200, "train")
+    for k in range(200):
+        run.log(k, mean_return=float(k))
+    run.close()
+    err = capsys.readouterr().err
+    assert "200/200" in err
+    assert err.count("\r") < 10, err.count("\r")
+    list(trl.run.progress(range(200), desc="tuning"))
+    err = capsys.readouterr().err
+    assert "200/200" in err and err.count("\r") < 10

@@ -13,6 +13,17 @@ from typing import Any, TypeVar
 log = logging.getLogger("timerl.run")
 T = TypeVar("T")
 
+NON_TTY_REFRESH_S = 30.0
+"""Seconds between progress-bar updates when stderr is not a terminal (a log file, CI): each
+update is a new line there, so a bar refreshed ten times a second fills the log."""
+
+
+def _bar_options() -> dict[str, Any]:
+    import sys
+
+    tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    return {"dynamic_ncols": True, "mininterval": 0.1 if tty else NON_TTY_REFRESH_S}
+
 
 class RunLog:
     """Progress bar, CSV + TensorBoard metrics and a learning curve for one training run."""
@@ -25,7 +36,7 @@ class RunLog:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.quiet = quiet
         self.t0 = time.perf_counter()
-        self.bar = tqdm(total=total, desc=desc, unit="it", dynamic_ncols=True, disable=quiet)
+        self.bar = tqdm(total=total, desc=desc, unit="it", disable=quiet, **_bar_options())
         # while the bar shows, console log lines (warnings of the run) are written above it
         self._redirect: Any = None
         if not quiet:
@@ -57,7 +68,7 @@ class RunLog:
                 self.bar.write(line)
         self.bar.update(1)
         if "mean_return" in metrics:
-            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.4g}")
+            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.4g}", refresh=False)
 
     def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
         """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
@@ -101,7 +112,7 @@ def progress(
     report tables rather than per-iteration metrics (evaluations, searches)."""
     from tqdm import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, disable=quiet)
+    return tqdm(iterable, total=total, desc=desc, unit=unit, disable=quiet, **_bar_options())
 
 
 def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:

@@ -232,7 +232,7 @@ def evaluate(
     with _logging_above(bar):
         for i, p in enumerate(problems):
             if bar is not None:
-                bar.set_postfix_str(p.name)
+                bar.set_postfix_str(p.name, refresh=False)
             untuned = measurer.gflops(initial_state(p))
             npy = numpy_fn(p)
             log.info(
@@ -241,7 +241,7 @@ def evaluate(
             gflops, seconds, info = {}, {}, {}
             for name, tuner in tuners.items():
                 if bar is not None:
-                    bar.set_postfix_str(f"{p.name} {name}")
+                    bar.set_postfix_str(f"{p.name} {name}", refresh=False)
                 try:
                     out = tuner(p)
                 except Exception:
