@@ -70,11 +70,7 @@ def remove_broadcasts(pdg: PDG) -> PDG:
             continue
         if not reads_own_point(e, pdg.nodes[e.src], sink):
             continue
-        shapes = [
-            tuple(pdg.nodes[inner.src].outputs[inner.oid].shape) if x is e else _shape(pdg, x)
-            for x in ins[sink.id]
-            if not x.order_only
-        ]
+        shapes = [_shape(pdg, inner if x is e else x) for x in ins[sink.id] if not x.order_only]
         try:
             out = np.broadcast_shapes(*shapes)
         except ValueError:
