@@ -257,6 +257,23 @@ def minibatch_loss(
     return pg_loss + args.vf_coef * 0.5 * v_loss.mean() - args.ent_coef * ent.mean(), idx
 
 
+def _network(args: PPOArgs, env: Any, pdims: tuple[Sym, ...], weights: dict[str, np.ndarray] | None) -> Any:
+    """The actor-critic over the parameter dims ``pdims`` (``(i,)`` or ``(i, e, m)``)."""
+    return (
+        trl.DNNBuilder(domain=pdims, seed=args.seed)
+        .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
+        .build(weights)
+    )
+
+
+def _adam_step(args: PPOArgs, i: Sym, dnn: Any) -> None:
+    """Adam on every parameter, the learning rate annealed linearly over ``i`` (``--anneal-lr``)."""
+    lr: Any = args.lr
+    if args.anneal_lr:
+        lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
+    trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
+
+
 def build_fixed(
     args: PPOArgs,
     log_fn: LogFn,
@@ -275,11 +292,7 @@ def build_fixed(
     with ctx as ((b, B), (i, I), *upd, (t, T)):
         env = env_fn(args, B)
         pdims = (i, *(s for s, _ in upd))
-        dnn = (
-            trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
-            .build(weights)
-        )
+        dnn = _network(args, env, pdims, weights)
         actor = dnn.at(i, 0, 0) if epochs else dnn
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o0 = env.reset(domain=(b,))
@@ -301,11 +314,7 @@ def build_fixed(
             (e, _), (m, _) = upd
             loss, _ = minibatch_loss(args, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret)
             loss.backward()
-        if args.anneal_lr:
-            lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
-        else:
-            lr = args.lr
-        trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
+        _adam_step(args, i, dnn)
         trl.stack([r[0:B, i, 0:T], d[0:B, i, 0:T].cast(trl.float32)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
     if epochs:
@@ -330,11 +339,7 @@ def build(
     with ctx as ((b, B), (i, I), *upd, (t, T)):
         env = env_fn(args, B)
         pdims = (i, *(s for s, _ in upd))
-        dnn = (
-            trl.DNNBuilder(domain=pdims, seed=args.seed)
-            .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
-            .build(weights)
-        )
+        dnn = _network(args, env, pdims, weights)
         actor = dnn.at(i, 0, 0) if epochs else dnn
         # Acting.
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
@@ -357,11 +362,7 @@ def build(
             per_point = clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
         loss = per_point * alive / float(args.num_envs)
         loss.backward()
-        if args.anneal_lr:
-            lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
-        else:
-            lr = args.lr
-        trl.optim.Adam(dnn.params, lr=lr, eps=args.adam_eps, max_grad_norm=args.max_grad_norm or None).step()
+        _adam_step(args, i, dnn)
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: d}
