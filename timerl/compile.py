@@ -45,6 +45,9 @@ class CompileOptions:
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
     memory_budget: str | int | None = None
+    # bytes ("64MiB" or an int): reductions reading more are computed in blocks along a new dim
+    # (TimeRL Alg. 3, pdg/passes/incrementalize.py; docs/memory.md); None: off
+    incrementalize: str | int | None = None
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -207,6 +210,10 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
                 check_reads_defined(pdg)
                 reads_checked = True
             pdg = verified(vectorize_partial(pdg, inner), "vectorize_partial")
+    if options.incrementalize is not None:
+        from timerl.pdg.passes.incrementalize import incrementalize, parse_threshold
+
+        pdg = verified(incrementalize(pdg, parse_threshold(options.incrementalize)), "incrementalize")
     if pdg.dynamic_bounds:  # a node over t alone has no single T when T is per episode
         pdg = verified(enclose_dynamic_dims(pdg), "enclose_dynamic_dims")
     if options.check_reads and (not reads_checked or pdg.dynamic_bounds):  # enclose widens reads
