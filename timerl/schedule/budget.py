@@ -108,6 +108,9 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
 
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
     env.update({s: dynamic_value for s in pdg.dynamic_bounds})
+    # shapes that vary per point (``T - t``, an incrementalized block ``min(bs, N - bs*di)``)
+    # are taken at index 0, where they are longest
+    env.update({s: 0 for s, _ in pdg.dims})
     out = {}
     for n in pdg:
         total = 0

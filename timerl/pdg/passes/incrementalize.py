@@ -7,7 +7,8 @@ over ``0:DI``. What the reduction reads is incrementalized recursively, so that 
 chain that produces the big input runs per block; the dealloc pass then frees each block's
 values after its partial result, so only one block of each is live at once.
 
-**Roots.** ``SUM`` (any ``dims``, ``keepdim``) tiles its largest static reduced axis;
+**Roots.** ``SUM`` (any ``dims``, ``keepdim``) tiles its largest static reduced axis when that is
+axis 0 or no other axis of its input is longer (not the features of each row);
 ``MATMUL`` with 2-d per-point operands (the weight gradients ``X^T @ G`` that
 :mod:`~timerl.pdg.passes.contract` makes, summing over the rollout's rows) tiles the
 contracted axis. A root is taken when its input, as read (stacked slice axes included),
@@ -50,8 +51,7 @@ from dataclasses import dataclass, replace
 
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, edges_by_src
 from timerl.pdg.ops import ELEMENTWISE_OPS, Op, OpKind
-from timerl.symbolic import TRUE, Expr, Slice, Sym, lift, smin
-from timerl.symbolic.expr import same
+from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols, lift, smin
 from timerl.symbolic.simplify import simplify
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,13 @@ def parse_threshold(value: str | int) -> int:
     return parse_bytes(value)
 
 
+def _fixed(pdg: PDG, x: int | Expr) -> int | Expr:
+    """``x`` as an int when it uses static bounds only (a slice ``0:T`` is ``T`` long)."""
+    if isinstance(x, int) or not free_symbols(x) <= set(pdg.static_bounds):
+        return x
+    return int(evaluate(x, pdg.static_bounds))
+
+
 def _static(shape: tuple) -> tuple[int, ...] | None:
     return tuple(shape) if all(isinstance(s, int) for s in shape) else None
 
@@ -135,7 +142,7 @@ class _Stacked:
             cur.remove(d)
             if isinstance(comp, Slice):
                 narrowed = d
-                size[d] = simplify(comp.stop - comp.start)
+                size[d] = _fixed(pdg, simplify(comp.stop - comp.start))
                 cur.append(d)
         self.batched = bool(sink.batch_dims) and any(d in sink.batch_dims for d in cur)
         extra = [d for d in cur if d not in sink.batch_dims] if self.batched else cur
@@ -146,7 +153,7 @@ class _Stacked:
         self.axes: list[tuple[str, object]] = [("narrow" if d is narrowed else "batch", d) for d in extra]
         self.axes += [("phi", k) for k, _ in slices]
         self.sizes: list[int | Expr] = [size.get(d, 0) for d in extra]
-        self.sizes += [simplify(c.stop - c.start) for _, c in slices]
+        self.sizes += [_fixed(pdg, simplify(c.stop - c.start)) for _, c in slices]
         self.batch_of_src = src.batch
 
 
@@ -293,13 +300,13 @@ class _Incrementalizer:
         dom = (*sink.domain, blk.di)
         if k < len(st.axes):
             kind, what = st.axes[k]
-            if kind == "phi":
+            whole = isinstance(st.sizes[k], int) and st.sizes[k] == blk.n
+            if kind == "phi" and whole:
                 c = e.phi[what]  # type: ignore[index]
-                if same(simplify(c.stop - c.start), blk.n):
-                    phi = list(e.phi)
-                    phi[what] = Slice(simplify(c.start + blk.start), simplify(c.start + blk.stop))  # type: ignore[index]
-                    return [replace(e, sink=new_sink, phi=tuple(phi))]
-            elif kind == "narrow":
+                phi = list(e.phi)
+                phi[what] = Slice(simplify(c.start + blk.start), simplify(c.start + blk.stop))  # type: ignore[index]
+                return [replace(e, sink=new_sink, phi=tuple(phi))]
+            elif kind == "narrow" and whole:
                 br = []
                 for d, comp in e.batch_read:
                     if d is what and isinstance(comp, Slice):
@@ -384,6 +391,8 @@ def _root_axes(pdg: PDG, r: Node) -> tuple[int, list[int | None], int, int] | No
         if not cand:
             return None
         n, a = max(cand)
+        if a != 0 and any(isinstance(x, int) and x > n for x in shape):
+            return None  # a sum over the features of each row: the rows are the long axis
         axes: list[int | None] = [a]
     elif r.op.kind is OpKind.MATMUL:
         if len(ins) != 2:
