@@ -236,10 +236,45 @@ def _kept_values(pdg: PDG) -> frozenset[int]:
     return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
 
 
-def _fit_budget(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
-    """The schedule and options to run within ``budget`` bytes: as given when the estimated
-    peak fits; with frees (``dealloc``) when only that fits; else :class:`MemoryBudgetError`
-    naming the largest tensors (``timerl/schedule/budget.py``)."""
+def _fit_budget(
+    pdg: PDG, sched: Any, options: CompileOptions, budget: int
+) -> tuple[PDG, Any, CompileOptions]:
+    """The PDG, schedule and options to run within ``budget`` bytes: as given when the
+    estimated peak fits; with frees (``dealloc``) when only that fits; else, unless
+    ``incrementalize`` was given, with frees and incrementalized reductions when a threshold
+    fits (``budget.fit_by_incrementalizing``); else :class:`MemoryBudgetError` naming the
+    largest tensors (``timerl/schedule/budget.py``)."""
+    from dataclasses import replace
+
+    from timerl.errors import MemoryBudgetError
+    from timerl.schedule.budget import fit_by_incrementalizing, fmt_bytes
+    from timerl.schedule.scheduler import schedule_pdg
+
+    try:
+        return (pdg, *_fit_frees(pdg, sched, options, budget))
+    except MemoryBudgetError as exc:
+        if options.incrementalize is not None:
+            raise
+        got = fit_by_incrementalizing(
+            pdg, budget, lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p)), fuse=options.fuse
+        )
+        if got is None:
+            raise MemoryBudgetError(
+                f"{exc}\nIncrementalizing the reductions (thresholds {fmt_bytes(budget // 4)} and smaller) "
+                "did not fit either."
+            ) from exc
+        inc, isched, thr, est = got
+        log.warning(
+            "memory_budget %s: incrementalizing reductions over %s (estimated peak %s)",
+            fmt_bytes(budget),
+            fmt_bytes(thr),
+            fmt_bytes(est.peak_bytes),
+        )
+        return inc, isched, replace(options, incrementalize=thr, dealloc=True)
+
+
+def _fit_frees(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
+    """The schedule and options to run within ``budget`` bytes as given or with frees."""
     from dataclasses import replace
 
     from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes
@@ -284,7 +319,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         pdg, dealloc=options.dealloc, keep=_kept_values(pdg) if options.dealloc else frozenset()
     )
     if budget is not None:
-        sched, options = _fit_budget(pdg, sched, options, budget)
+        pdg, sched, options = _fit_budget(pdg, sched, options, budget)
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)

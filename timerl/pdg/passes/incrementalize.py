@@ -418,6 +418,18 @@ def _root_axes(pdg: PDG, r: Node) -> tuple[int, list[int | None], int, int] | No
     return n, axes, total, total // n
 
 
+def _phi_blocks(pdg: PDG, r: Node, axes: list[int | None], n: int) -> bool:
+    """Whether one of ``r``'s inputs stacks the axis from a slice of a symbolic dim (its
+    points are gathered per block: the stacked copy shrinks to a block)."""
+    for e, k in zip(pdg.data_in_edges(r.id), axes, strict=True):
+        if k is None:
+            continue
+        st = _Stacked(pdg, e)
+        if k < len(st.axes) and st.axes[k][0] == "phi" and st.sizes[k] == n:
+            return True
+    return False
+
+
 def incrementalize(pdg: PDG, threshold: int) -> PDG:
     """Tile every reduction over more than ``threshold`` bytes along a new dim (module doc)."""
     inc = _Incrementalizer(pdg, threshold)
@@ -439,6 +451,9 @@ def incrementalize(pdg: PDG, threshold: int) -> PDG:
             if phase == 0 and total <= threshold:
                 continue
             if phase == 1 and not (n in inc.blocks and any(h for h, _ in heavy)):
+                continue
+            if not any(h for h, _ in heavy) and not _phi_blocks(pdg, r, axes, n):
+                log.debug("incrementalize: %s reads its input whole (no chain to tile): kept", r.label)
                 continue
             row = max([row, *(rb for h, rb in heavy if h)])
             blk = inc.block_dim(n, row)
