@@ -105,7 +105,7 @@ def test_rows_in_blocks_that_do_not_divide_the_axis() -> None:
     ``0:DI``; no node holds all N rows but the constant input."""
     ctx, bounds, _ = _rows_program()
     pdg = build_pdg(ctx, bounds, CompileOptions(incrementalize=8192))
-    (name, count), = _block_dims(pdg)
+    ((name, count),) = _block_dims(pdg)
     assert count == math.ceil(N / 42) and N % 42 != 0
     di, bound = next((d, b) for d, b in pdg.dims if d.name == name)
     roots = [e for e in pdg.edges if any(isinstance(c, Slice) and c.stop is bound for c in e.phi)]
@@ -165,7 +165,7 @@ def test_sum_over_steps_reads_blocks_of_the_slice(backend: str, vectorize_time: 
     _close(_reference(make, backend, vectorize_time=vectorize_time, incrementalize=64 * 4 * 8), base)
     t = np.arange(37)[:, None]
     v = np.linspace(-1, 1, 64)[None]
-    for tag, pt, val in base:
+    for _tag, pt, val in base:
         np.testing.assert_allclose(val, np.tanh(v * t * 0.1 + dict(pt)["i"]).sum(0), rtol=1e-5, atol=1e-5)
 
 
