@@ -91,7 +91,8 @@ class _Blocks:
 
     @property
     def stop(self) -> Expr:
-        return smin(simplify(self.di * self.bs + self.bs), lift(self.n))
+        end = simplify(self.di * self.bs + self.bs)
+        return end if self.n % self.bs == 0 else smin(end, lift(self.n))
 
     @property
     def size(self) -> int | Expr:
@@ -280,6 +281,9 @@ class _Incrementalizer:
         bs = max(1, self.threshold // max(1, row_bytes))
         if bs >= n:
             return None
+        # a divisor of n not under half the block: equal blocks (no shorter last block, whose
+        # shapes would be traced again by compiled regions)
+        bs = next((d for d in range(bs, (bs + 1) // 2 - 1, -1) if d > 0 and n % d == 0), bs)
         k = len(self.blocks)
         names = {s.name for s, _ in self.dims}
         while f"di{k}" in names:
