@@ -101,16 +101,20 @@ def _block_dims(pdg) -> list[tuple[str, int]]:
 
 def test_rows_in_blocks_that_do_not_divide_the_axis() -> None:
     """8 KiB over 16-float rows of 4-byte floats and the chain's 8-wide rows: blocks of 42
-    rows, 24 of them (the last one 34 rows); the reductions read their block results over
-    ``0:DI``; no node holds all N rows but the constant input."""
+    rows, 24 of them (the last one 31 rows); the reductions accumulate their block results;
+    no node holds all N rows but the constant input."""
     ctx, bounds, _ = _rows_program()
     pdg = build_pdg(ctx, bounds, CompileOptions(incrementalize=8192))
     ((name, count),) = _block_dims(pdg)
     assert count == math.ceil(N / 42) and N % 42 != 0
-    di, bound = next((d, b) for d, b in pdg.dims if d.name == name)
-    roots = [e for e in pdg.edges if any(isinstance(c, Slice) and c.stop is bound for c in e.phi)]
-    assert len(roots) == 2  # the sum over rows and the weight gradient
-    assert {pdg.nodes[e.sink].op.kind for e in roots} == {OpKind.SUM}
+    di = next(d for d, _ in pdg.dims if d.name == name)
+    # the sum over rows and the weight gradient: each accumulated over the blocks by a
+    # recurrence (a MERGE over di), whose last value the root copies
+    accs = [n for n in pdg if n.op.kind is OpKind.MERGE and di in n.domain]
+    assert len(accs) == 2
+    last = [e for e in pdg.edges if e.src in {n.id for n in accs} and di not in pdg.nodes[e.sink].domain]
+    assert len(last) == 2 and all(pdg.nodes[e.sink].op.kind is OpKind.IDENTITY for e in last)
+    assert all(str(e.phi[-1]) == f"DI{name[2:]} - 1" for e in last), [e.phi for e in last]
     for n in pdg:
         shape = n.outputs[0].shape if n.outputs else ()
         if shape and shape[0] == N:

@@ -2,10 +2,12 @@
 
 A reduction whose input exceeds a memory threshold is computed in blocks: a new symbolic
 dim ``di`` (bound ``DI``, static) tiles the reduced axis into blocks of ``bs`` rows, the
-reduction runs once per block, and the node itself becomes the sum of the block results
-over ``0:DI``. What the reduction reads is incrementalized recursively, so that the whole
-chain that produces the big input runs per block; the dealloc pass then frees each block's
-values after its partial result, so only one block of each is live at once.
+reduction runs once per block, and the node itself becomes the last value of a recurrence
+over the blocks that accumulates their results (``acc[di] = acc[di - 1] + part[di]``).
+What the reduction reads is incrementalized recursively, so that the whole chain that
+produces the big input runs per block; the dealloc pass then frees each block's values
+after its partial result, and each partial result once added, so only one block of each
+is live at once.
 
 **Roots.** ``SUM`` (any ``dims``, ``keepdim``) tiles its largest static reduced axis when that is
 axis 0 or no other axis of its input is longer (not the features of each row);
@@ -52,6 +54,7 @@ from dataclasses import dataclass, replace
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, edges_by_src
 from timerl.pdg.ops import ELEMENTWISE_OPS, Op, OpKind
 from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols, lift, smin
+from timerl.symbolic.expr import cmp_eq, cmp_le
 from timerl.symbolic.simplify import simplify
 
 log = logging.getLogger(__name__)
@@ -370,14 +373,28 @@ class _Incrementalizer:
                 self.edges += self.block_input(n, e, k, blk, cid)
 
     def root(self, r: Node, axes: list[int | None], blk: _Blocks) -> None:
-        """``r`` (a SUM or a contraction) becomes the sum over ``0:DI`` of its block copy."""
-        cid = self._new_id()
-        self.nodes[cid] = replace(r, id=cid, domain=(*r.domain, blk.di))
-        self.feed(r, axes, blk, cid)
-        self.nodes[r.id] = replace(r, op=Op.make(OpKind.SUM, dims=(0,), keepdim=False), num_inputs=1)
+        """``r`` (a SUM or a contraction) becomes the last value of a recurrence over the blocks
+        accumulating its block copy's results: ``acc[0] = part[0]``, ``acc[di] = acc[di - 1] +
+        part[di]``, ``r = acc[DI - 1]``, so each partial result is freed once added."""
+        di = blk.di
+        dom = (*r.domain, di)
+        part, add, acc = self._new_id(), self._new_id(), self._new_id()
+        self.nodes[part] = replace(r, id=part, domain=dom)
+        self.feed(r, axes, blk, part)
+        later = cmp_le(lift(1), di)
+        self.nodes[add] = replace(r, id=add, op=Op.make(OpKind.ADD), domain=dom, cond=later, num_inputs=2)
+        self.nodes[acc] = replace(r, id=acc, op=Op.make(OpKind.MERGE), domain=dom, num_inputs=2)
+        self.nodes[r.id] = replace(r, op=Op.make(OpKind.IDENTITY), num_inputs=1)
         drop = {id(e) for e in self.pdg.in_edges(r.id) if not e.order_only}
         self.edges = [e for e in self.edges if id(e) not in drop]
-        self.edges.append(Edge(r.id, cid, 0, 0, (*r.domain, Slice(lift(0), blk.bound))))
+        here = tuple(r.domain)
+        self.edges += [
+            Edge(acc, part, 0, 0, dom, cond=cmp_eq(di, lift(0))),
+            Edge(acc, add, 1, 0, dom, cond=later),
+            Edge(add, acc, 0, 0, (*here, simplify(di - 1))),
+            Edge(add, part, 1, 0, dom),
+            Edge(r.id, acc, 0, 0, (*here, simplify(blk.bound - 1))),
+        ]
 
 
 def _root_axes(pdg: PDG, r: Node) -> tuple[int, list[int | None], int, int] | None:
