@@ -446,7 +446,8 @@ def _phi_blocks(pdg: PDG, r: Node, axes: list[int | None], n: int) -> bool:
         if k is None:
             continue
         st = _Stacked(pdg, e)
-        if k < len(st.axes) and st.axes[k][0] == "phi" and st.sizes[k] == n:
+        size = st.sizes[k] if k < len(st.axes) else None
+        if st.axes[k : k + 1] and st.axes[k][0] == "phi" and isinstance(size, int) and size == n:
             return True
     return False
 
