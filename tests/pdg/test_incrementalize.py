@@ -15,6 +15,7 @@ from random_programs import build, outputs
 import timerl as trl
 from timerl.backends import get_backend
 from timerl.compile import CompileOptions, build_pdg
+from timerl.errors import TimeRLError
 from timerl.pdg.ops import OpKind
 from timerl.pdg.passes.incrementalize import incrementalize
 from timerl.runtime.reference import reference_evaluate
@@ -176,6 +177,13 @@ def test_sum_over_steps_reads_blocks_of_the_slice(backend: str, vectorize_time: 
     v = np.linspace(-1, 1, 64)[None]
     for _tag, pt, val in base:
         np.testing.assert_allclose(val, np.tanh(v * t * 0.1 + dict(pt)["i"]).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_bad_threshold_names_the_option() -> None:
+    ctx, bounds, _ = _rows_program()
+    for bad in ("lots", 0, True):
+        with pytest.raises(TimeRLError, match="incrementalize="):
+            build_pdg(ctx, bounds, CompileOptions(incrementalize=bad))
 
 
 def test_below_the_threshold_the_graph_is_unchanged() -> None:

@@ -103,10 +103,18 @@ class _Blocks:
 
 
 def parse_threshold(value: str | int) -> int:
-    """The threshold in bytes (``"64MiB"``, ``"1GB"`` or an int), as ``memory_budget`` takes it."""
+    """The threshold in bytes (``"64MiB"``, ``"1GB"`` or an int), as ``memory_budget`` takes it;
+    :class:`~timerl.errors.TimeRLError` naming the option otherwise."""
+    from timerl.errors import MemoryBudgetError, TimeRLError
     from timerl.schedule.budget import parse_bytes
 
-    return parse_bytes(value)
+    try:
+        return parse_bytes(value)
+    except MemoryBudgetError as exc:
+        raise TimeRLError(
+            f"incrementalize={value!r} is not a size: give bytes (int) or a number with a unit, "
+            "e.g. '64MiB' or '1GB' (or None to turn incrementalization off)"
+        ) from exc
 
 
 def _fixed(pdg: PDG, x: int | Expr) -> int | Expr:
