@@ -45,6 +45,9 @@ class CompileOptions:
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
     memory_budget: str | int | None = None
+    # bytes ("64MiB" or an int): reductions reading more are computed in blocks along a new dim
+    # (TimeRL Alg. 3, pdg/passes/incrementalize.py; docs/memory.md); None: off
+    incrementalize: str | int | None = None
     seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
@@ -207,6 +210,10 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
                 check_reads_defined(pdg)
                 reads_checked = True
             pdg = verified(vectorize_partial(pdg, inner), "vectorize_partial")
+    if options.incrementalize is not None:
+        from timerl.pdg.passes.incrementalize import incrementalize, parse_threshold
+
+        pdg = verified(incrementalize(pdg, parse_threshold(options.incrementalize)), "incrementalize")
     if pdg.dynamic_bounds:  # a node over t alone has no single T when T is per episode
         pdg = verified(enclose_dynamic_dims(pdg), "enclose_dynamic_dims")
     if options.check_reads and (not reads_checked or pdg.dynamic_bounds):  # enclose widens reads
@@ -229,10 +236,45 @@ def _kept_values(pdg: PDG) -> frozenset[int]:
     return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
 
 
-def _fit_budget(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
-    """The schedule and options to run within ``budget`` bytes: as given when the estimated
-    peak fits; with frees (``dealloc``) when only that fits; else :class:`MemoryBudgetError`
-    naming the largest tensors (``timerl/schedule/budget.py``)."""
+def _fit_budget(
+    pdg: PDG, sched: Any, options: CompileOptions, budget: int
+) -> tuple[PDG, Any, CompileOptions]:
+    """The PDG, schedule and options to run within ``budget`` bytes: as given when the
+    estimated peak fits; with frees (``dealloc``) when only that fits; else, unless
+    ``incrementalize`` was given, with frees and incrementalized reductions when a threshold
+    fits (``budget.fit_by_incrementalizing``); else :class:`MemoryBudgetError` naming the
+    largest tensors (``timerl/schedule/budget.py``)."""
+    from dataclasses import replace
+
+    from timerl.errors import MemoryBudgetError
+    from timerl.schedule.budget import fit_by_incrementalizing, fmt_bytes
+    from timerl.schedule.scheduler import schedule_pdg
+
+    try:
+        return (pdg, *_fit_frees(pdg, sched, options, budget))
+    except MemoryBudgetError as exc:
+        if options.incrementalize is not None:
+            raise
+        got = fit_by_incrementalizing(
+            pdg, budget, lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p)), fuse=options.fuse
+        )
+        if got is None:
+            raise MemoryBudgetError(
+                f"{exc}\nIncrementalizing the reductions (thresholds {fmt_bytes(budget // 4)} and smaller) "
+                "did not fit either."
+            ) from exc
+        inc, isched, thr, est = got
+        log.warning(
+            "memory_budget %s: incrementalizing reductions over %s (estimated peak %s)",
+            fmt_bytes(budget),
+            fmt_bytes(thr),
+            fmt_bytes(est.peak_bytes),
+        )
+        return inc, isched, replace(options, incrementalize=thr, dealloc=True)
+
+
+def _fit_frees(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
+    """The schedule and options to run within ``budget`` bytes as given or with frees."""
     from dataclasses import replace
 
     from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes
@@ -277,7 +319,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         pdg, dealloc=options.dealloc, keep=_kept_values(pdg) if options.dealloc else frozenset()
     )
     if budget is not None:
-        sched, options = _fit_budget(pdg, sched, options, budget)
+        pdg, sched, options = _fit_budget(pdg, sched, options, budget)
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)

@@ -29,15 +29,18 @@ class IllConditioned(Exception):
     """A comparison of the program sits within float rounding of its threshold."""
 
 
-def _option_sets(long: bool) -> list[dict[str, bool]]:
+def _option_sets(long: bool) -> list[dict[str, Any]]:
     # defaults, all off, frees and donation flipped from their default (the quick profile
-    # checks both settings of each)
+    # checks both settings of each), incrementalization on
     default = CompileOptions()
     sets = [
         {},
         dict.fromkeys(SWITCHES, False),
         {"dealloc": not default.dealloc},
         {"donate": not default.donate, "dealloc": True},
+        # incrementalization with a tiny threshold: every reduction over more than 2 floats
+        # runs in blocks (the generator's tensors are a few floats)
+        {"incrementalize": 8},
     ]
     if long:
         sets += [{name: False} for name in SWITCHES if {name: False} not in sets]

@@ -45,7 +45,7 @@ from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.runtime.fusion import fusable
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
-from timerl.symbolic import TRUE, Slice, Sym, free_symbols
+from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
 
 if TYPE_CHECKING:
     from timerl.runtime.interpreter import Executor
@@ -221,6 +221,11 @@ class ScannedLoop:
         """``(first scanned index, branch per member, input kind per member edge)`` or why not."""
         if len(vals) < 2:
             return "fewer than two iterations"
+        for m in self.members:  # stacked rows need one shape (an incrementalized short last block)
+            if any(
+                isinstance(d, Expr) and free_symbols(d) & m.moving for o in m.node.outputs for d in o.shape
+            ):
+                return f"the per-point shape of {m.node.label} varies along the loop"
         # branch choices per iteration; the scan starts where they stop changing
         choices: list[list[int | None]] = []
         for v in vals:

@@ -17,7 +17,8 @@ stops after ``max_steps`` statement instances (the peak so far is still a lower 
 
 :func:`check_budget` raises :class:`~timerl.errors.MemoryBudgetError` when the estimate
 exceeds the budget, naming the largest tensors, their sizes and the budget.
-Incrementalization and swapping (the other ways to fit, paper §6.3) are not implemented.
+:func:`fit_by_incrementalizing` tries incrementalization (paper §5.3) with a few
+thresholds first (``compile._fit_budget``); swapping is not implemented.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
 
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
     env.update({s: dynamic_value for s in pdg.dynamic_bounds})
+    # shapes that vary per point (``T - t``, an incrementalized block ``min(bs, N - bs*di)``)
+    # are taken at index 0, where they are longest
+    env.update({s: 0 for s, _ in pdg.dims})
     out = {}
     for n in pdg:
         total = 0
@@ -285,5 +289,38 @@ def check_budget(pdg: PDG, ast: AstNode, budget: int, what: str = "", fuse: bool
         f"least {fmt_bytes(est.peak_bytes)} at once (estimated before running from each tensor's size"
         f"{f' with {dyn} = 1' if dyn else ''}). Largest tensors at their peak:\n{rows}\n"
         "Fix: raise memory_budget, or shrink the largest tensors (fewer envs or steps per iteration, "
-        "smaller minibatches); incrementalization and swapping are not implemented yet."
+        "smaller minibatches); swapping is not implemented yet."
     )
+
+
+def fit_by_incrementalizing(
+    pdg: PDG, budget: int, schedule: Callable[[PDG], Any], fuse: bool = True, tries: int = 3
+) -> tuple[PDG, Any, int, PeakEstimate] | None:
+    """Incrementalize ``pdg`` (``timerl/pdg/passes/incrementalize.py``) with the largest of a
+    few thresholds whose schedule's estimated peak fits ``budget``: ``budget // 4``, then
+    4x smaller ones (``tries`` in all), skipping thresholds the pass cannot use (no tensor
+    above them, or nothing to tile). ``schedule(pdg)`` gives the schedule (with frees).
+    Returns the incrementalized PDG, its schedule, the threshold and the estimate; None
+    when no threshold fits."""
+    from timerl.pdg.passes.incrementalize import incrementalize
+    from timerl.pdg.verify import verify_pdg
+
+    largest = max(point_bytes(pdg).values(), default=0)
+    thr = budget // 4
+    for _ in range(tries):
+        if thr < 1:
+            break
+        if thr < largest:
+            inc = incrementalize(pdg, thr)
+            if inc is not pdg:
+                verify_pdg(inc)
+                sched = schedule(inc)
+                est = estimate_peak(inc, sched.ast, fuse=fuse)
+                log.info(
+                    "memory_budget %s: incrementalized over %s, estimated peak %s",
+                    fmt_bytes(budget), fmt_bytes(thr), fmt_bytes(est.peak_bytes),
+                )  # fmt: skip
+                if est.peak_bytes <= budget:
+                    return inc, sched, thr, est
+        thr //= 4
+    return None

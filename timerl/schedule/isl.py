@@ -453,6 +453,7 @@ class IslProgram:
         proximity: isl.UnionMap,
         domain: isl.UnionSet | None = None,
         budget_s: float | None = None,
+        coefficients: tuple[int, ...] = (1, -1),
     ) -> isl.Schedule | None:
         """Run isl's scheduler; ``None`` when isl finds no schedule.
 
@@ -469,7 +470,9 @@ class IslProgram:
             .set_proximity(proximity)
         )
         # Small coefficients first (much faster on large graphs); unbounded as a fallback.
-        for max_coef in (1, -1):
+        # ``coefficients`` gives another order (block reads ``x[bs*di : bs*di + bs]`` need
+        # a coefficient ``bs`` to interleave the blocks with the loop producing them).
+        for max_coef in coefficients:
             self.ctx.set_schedule_max_coefficient(max_coef)
             try:
                 sched = _within_budget(self.ctx, sc, budget_s)

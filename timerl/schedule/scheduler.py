@@ -175,6 +175,25 @@ _ATTEMPTS = (  # (label, static bounds as isl parameters, isl schedule algorithm
 )
 
 
+def _coefficients(pdg: PDG) -> tuple[int, ...]:
+    """isl's schedule coefficient bounds to try, in order: unbounded first when an edge reads a
+    slice that starts at a multiple (> 1) of one of the sink's dims (incrementalized block reads
+    ``x[bs*di : bs*di + bs]``: with coefficients of 1 isl runs the blocks after the whole loop
+    producing them, so frees cannot keep one block live), else small ones first."""
+    from timerl.symbolic import Slice
+    from timerl.symbolic.simplify import affine_in
+
+    for e in pdg.edges:
+        for c in e.phi:
+            if not isinstance(c, Slice):
+                continue
+            for d in pdg.nodes[e.sink].domain:
+                got = affine_in(c.start, d)
+                if got is not None and abs(got[0]) > 1:
+                    return (-1, 1)
+    return (1, -1)
+
+
 def _solve(pdg: PDG) -> tuple[IslProgram, object, object]:
     """isl's schedule of ``pdg``: (program, validity, schedule).
 
@@ -202,7 +221,9 @@ def _solve(pdg: PDG) -> tuple[IslProgram, object, object]:
             raise
         t0 = time.perf_counter()
         try:
-            sched = prog.compute_schedule(validity, proximity, budget_s=ISL_BUDGET_S)
+            sched = prog.compute_schedule(
+                validity, proximity, budget_s=ISL_BUDGET_S, coefficients=_coefficients(pdg)
+            )
         except ScheduleBudgetExceeded:
             log.warning(
                 "isl's %s scheduler ran past %.0fs on %d statements; falling back to a coarser schedule",
