@@ -31,13 +31,15 @@ class IllConditioned(Exception):
 
 def _option_sets(long: bool) -> list[dict[str, bool]]:
     # defaults, all off, frees and donation flipped from their default (the quick profile
-    # checks both settings of each)
+    # checks both settings of each), swapping on
     default = CompileOptions()
     sets = [
         {},
         dict.fromkeys(SWITCHES, False),
         {"dealloc": not default.dealloc},
         {"donate": not default.donate, "dealloc": True},
+        # swapping of every eligible tensor (a tiny threshold, so that it fires)
+        {"swap": True, "swap_threshold": 1},
     ]
     if long:
         sets += [{name: False} for name in SWITCHES if {name: False} not in sets]
