@@ -254,7 +254,10 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
     if options.block_store:
         from timerl.runtime.block_store import plan_block_storage
 
-        exclude |= {nid for nid, _ in plan_block_storage(pdg)}
+        blocks = plan_block_storage(pdg)  # a node with every output block-stored cannot move
+        exclude |= {
+            n.id for n in pdg if n.outputs and all((n.id, k) in blocks for k in range(len(n.outputs)))
+        }
     return swappable(pdg, threshold, frozenset(exclude))
 
 

@@ -351,7 +351,7 @@ class Executor:
         try:
             x = self.store.get(node_id, oid, p)
         except KeyError:
-            if self.store.is_offloaded(node_id, p):  # offloaded to the host pool (swapping)
+            if self.store.is_offloaded(node_id, p, oid):  # offloaded to the host pool (swapping)
                 return np.array(self.store.host_value(node_id, oid, p), copy=True)
             raise KeyError(
                 f"%{node_id} output {oid} has no stored value at {p} (never run or freed)"
@@ -545,10 +545,11 @@ class Executor:
             return itertools.product(*(c if isinstance(c, range) else (c,) for c in p))
 
         if isinstance(node, Fetch):
+            outs = node.outputs
 
             def run_fetch() -> None:
                 try:
-                    self.store.fetch(nid, points())
+                    self.store.fetch(nid, points(), outs)
                 except KeyError as err:
                     raise RuntimeExecutionError(
                         f"internal error: the schedule fetches {label} at {err.args[0]}, which is neither "
@@ -904,7 +905,7 @@ class Executor:
 
         def missing(q: Point, v: Env) -> RuntimeExecutionError:
             here = point_dict(node.domain, tuple(v[s] for s in node.domain))
-            if self.store.is_offloaded(e.src, q):
+            if self.store.is_offloaded(e.src, q, e.oid):
                 return RuntimeExecutionError(
                     f"internal error: {node.label} at {here} reads {src.label} at {q}, which is offloaded to "
                     "the host pool and was not fetched back (a swap-schedule bug; compile with swap=False "

@@ -34,6 +34,7 @@ import logging
 import resource
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -163,6 +164,9 @@ class PointStore:
         self._host_nbytes = host_nbytes or nbytes
         self._host: dict[int, dict[Point, list[Any]]] = {}
         self._not_moved: set[int] = set()  # nodes whose tables cannot move (logged once)
+        # id(device tensor) -> weak references to it and to its host copy (_host_copy)
+        self._host_of: dict[int, tuple[Any, Any]] = {}
+        self._prune_at = 1024
         self._tables: dict[int, list[Any]] = {}
         self._blocks: list[BlockTable] = []
         self.live_bytes = 0
@@ -309,16 +313,19 @@ class PointStore:
 
     # -- swapping -------------------------------------------------------------------------
     def _movable(self, nid: int) -> bool:
+        """Whether ``nid`` has outputs that can move: those in plain dict tables (outputs
+        in a block or rows table, preallocated buffers or a scanned loop's stacked rows,
+        stay on the device; logged once)."""
         tabs = self._tables.get(nid, ())
-        if self._to_host is None or any(type(t) is not dict for t in tabs):
-            if tabs and nid not in self._not_moved:
-                self._not_moved.add(nid)
-                log.debug(
-                    "%%%d is not swapped: its outputs are kept in a block or rows table "
-                    "(preallocated buffers / a scanned loop's stacked rows)", nid
-                )  # fmt: skip
+        if self._to_host is None:
             return False
-        return True
+        if any(type(t) is not dict for t in tabs) and nid not in self._not_moved:
+            self._not_moved.add(nid)
+            log.debug(
+                "%%%d: outputs kept in a block or rows table (preallocated buffers / a scanned "
+                "loop's stacked rows) stay on the device when it is swapped", nid
+            )  # fmt: skip
+        return any(type(t) is dict for t in tabs)
 
     def offload(self, nid: int, points: Iterable[Point]) -> int:
         """Move the outputs of ``nid`` at ``points`` from the device pool to the host pool (a
@@ -330,42 +337,70 @@ class PointStore:
         host = self._host.setdefault(nid, {})
         moved = n = hb = 0
         for point in points:
-            vals = [tab.pop(point, None) for tab in tabs]
+            vals = [tab.pop(point, None) if type(tab) is dict else None for tab in tabs]
             if all(v is None for v in vals):
                 continue
-            hs = [None if v is None else self._to_host(v) for v in vals]
-            host[point] = hs
-            for v, h in zip(vals, hs, strict=True):
+            hs = host.get(point) or [None] * len(tabs)
+            for k, v in enumerate(vals):
                 if v is not None:
+                    hs[k] = h = self._host_copy(v)
                     moved += self._nbytes(v)
                     hb += self._host_nbytes(h)
                     n += 1
+            host[point] = hs
         if n:
             self._move(nid, moved, hb, n, to_host=True)
         return moved
 
-    def fetch(self, nid: int, points: Iterable[Point]) -> int:
-        """Move the outputs of ``nid`` at ``points`` back from the host pool to the device
-        (a no-op for a point already on the device). ``KeyError(point)`` for a point held
-        nowhere. Returns the bytes moved."""
+    def _host_copy(self, v: Any) -> Any:
+        """``to_host(v)``, shared by the points that store the same tensor (a ``MERGE`` stores
+        its branch's tensor): one host copy per tensor, as on the device. (The accounting
+        still counts each point, like the device pool's.)"""
+        key = id(v)
+        hit = self._host_of.get(key)
+        if hit is not None and hit[0]() is v:
+            h = hit[1]()
+            if h is not None:
+                return h
+        h = self._to_host(v)
+        try:  # weak references only: a freed host copy or device tensor is not kept alive
+            self._host_of[key] = (weakref.ref(v), weakref.ref(h))
+        except TypeError:  # a tensor type without weak references: no sharing
+            return h
+        if len(self._host_of) > self._prune_at:
+            self._host_of = {
+                k: r for k, r in self._host_of.items() if r[0]() is not None and r[1]() is not None
+            }
+            self._prune_at = max(1024, 2 * len(self._host_of))
+        return h
+
+    def fetch(self, nid: int, points: Iterable[Point], outputs: Sequence[int] = ()) -> int:
+        """Move the outputs of ``nid`` at ``points`` (those in ``outputs``, default all) back
+        from the host pool to the device (a no-op for those already on the device).
+        ``KeyError(point)`` for a point held nowhere. Returns the bytes moved."""
         if not self._movable(nid):
             return 0
         tabs = self._tables[nid]
         host = self._host.get(nid, {})
+        which = tuple(outputs) or tuple(range(len(tabs)))
         moved = n = hb = 0
         for point in points:
-            hs = host.pop(point, None)
+            hs = host.get(point)
             if hs is None:
-                if not any(point in tab for tab in tabs):
+                if not any(point in tab for tab in tabs if type(tab) is dict):
                     raise KeyError(point)
                 continue  # already on the device
-            for tab, h in zip(tabs, hs, strict=True):
+            for k in which:
+                h = hs[k]
                 if h is not None:
                     x = self._from_host(h)
-                    tab[point] = x
+                    tabs[k][point] = x
+                    hs[k] = None
                     moved += self._nbytes(x)
                     hb += self._host_nbytes(h)
                     n += 1
+            if all(h is None for h in hs):
+                del host[point]
         if n:
             self._move(nid, moved, hb, n, to_host=False)
         return moved
@@ -378,10 +413,11 @@ class PointStore:
         self._timeline = timeline
         self._account(nid, sign * host_bytes, sign * n, _HOST)
 
-    def is_offloaded(self, nid: int, point: Point) -> bool:
-        """Whether ``nid``'s outputs at ``point`` are in the host pool (offloaded, not fetched)."""
-        host = self._host.get(nid)
-        return bool(host) and point in host
+    def is_offloaded(self, nid: int, point: Point, oid: int | None = None) -> bool:
+        """Whether ``nid``'s outputs (output ``oid``) at ``point`` are in the host pool
+        (offloaded, not fetched back)."""
+        hs = self._host.get(nid, {}).get(point)
+        return hs is not None and (oid is None or hs[oid] is not None)
 
     def host_value(self, nid: int, oid: int, point: Point) -> Any:
         """The host copy of an offloaded output (``KeyError`` when not offloaded)."""

@@ -11,8 +11,8 @@ bound symbols (``T``, possibly dynamic: known only at runtime) and constants.
 * ``Dealloc(node, point)``: the stored output of ``node`` at ``point`` has no
   later reader and can be freed.
 * ``Offload(node, point)``: move the stored outputs of ``node`` at ``point`` from the
-  device pool to the host pool (swapping, ``schedule/swap.py``); ``Fetch(node, point)``:
-  move them back before their next reader.
+  device pool to the host pool (swapping, ``schedule/swap.py``); ``Fetch(node, point,
+  outputs)``: move them (those in ``outputs``, default all) back before their next reader.
 
 After post-processing (``schedule/swap.py::postprocess``) a memory statement's point may
 hold :class:`~timerl.symbolic.Slice` components: the batched form of a static loop that
@@ -69,6 +69,7 @@ class Offload:
 class Fetch:
     node: int
     point: tuple[Expr, ...]
+    outputs: tuple[int, ...] = ()  # the outputs to move back (empty: all)
 
 
 AstNode = Loop | If | Seq | Exec | Dealloc | Offload | Fetch
@@ -93,7 +94,8 @@ def pretty(node: AstNode, indent: int = 0) -> str:
         return s
     args = ", ".join(map(str, node.point))
     kind = _KIND.get(type(node), "exec")
-    return f"{pad}{kind} %{node.node}({args})"
+    outs = getattr(node, "outputs", ())
+    return f"{pad}{kind} %{node.node}({args})" + (f" outputs {list(outs)}" if outs else "")
 
 
 def walk(node: AstNode):

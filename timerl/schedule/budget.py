@@ -106,7 +106,8 @@ class PeakEstimate:
 
 def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
-    static bounds and every dynamic bound at ``dynamic_value``."""
+    static bounds, every dynamic bound at ``dynamic_value`` and the node's own dims at
+    their last value."""
     from timerl.runtime.interpreter import compile_expr
 
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
@@ -114,8 +115,10 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     out = {}
     for n in pdg:
         total = 0
+        # a shape over the node's dims (a window ``x[t - 1:t + 1]``): at the last point
+        at = {**env, **{d: max(0, env.get(pdg.bound_of(d), 1) - 1) for d in n.domain}}
         for spec in n.outputs:
-            dims = [d if isinstance(d, int) else int(compile_expr(d)(env)) for d in spec.shape]
+            dims = [d if isinstance(d, int) else int(compile_expr(d)(at)) for d in spec.shape]
             total += math.prod(n.batch) * math.prod(dims) * spec.dtype.numpy.itemsize
         out[n.id] = total
     return out
@@ -204,6 +207,8 @@ class _Walk:
                     itertools.product(*(c if isinstance(c, range) else (c,) for c in p)) if batched else (p,)
                 )
 
+            if isinstance(node, Fetch) and node.outputs:  # a part of the point: not counted (a lower bound)
+                return lambda: None
             if isinstance(node, Fetch):  # back on the device (device bytes only are counted)
 
                 def fetch() -> None:

@@ -172,7 +172,7 @@ def _with_frees(
         return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
     ast = expand_frees(ast, members)
     if plan is not None:
-        ast = expand_swaps(ast, plan.offloads, plan.fetches)
+        ast = expand_swaps(ast, plan.offloads, plan.fetches, {n.id: len(n.outputs) for n in req.pdg})
     return ast, c_text, grafted
 
 

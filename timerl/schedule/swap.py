@@ -20,10 +20,13 @@ AST is checked against the swap dependences (:func:`plan_swaps`' ``validity``); 
 AST is wrong the schedule without swapping is used (warning). Only the placement is
 isl's: the compute order never changes.
 
-Not swapped (a debug line says why): tensors whose readers depend on a dynamic bound that
-is not known yet when they would move (the frees of such points wait for the bound's
-setter, ``dealloc._bound_waits``), tensors kept in the block store (slice-read buffers
-updated in place) and values kept for checkpoints. At run time a scanned loop
+Consumers in the next iteration of a loop after the production (``x[t + 1]`` reading
+``x[t]``, :func:`_next_step`) leave no gap to swap in: they count as production, and so
+do the setter points of a dynamic bound that the free waits for (``dealloc._bound_waits``:
+which readers a point has is not known before them), so the initial offload follows them.
+Not swapped (a debug line says why): tensors with no consumer left after that, nodes whose
+every output is kept in the block store (slice-read buffers updated in place; outputs of a
+swapped node kept there stay on the device) and values kept for checkpoints. At run time a scanned loop
 (``runtime/scan.py``) holding swap statements runs unscanned, and a point kept as a row
 of a scanned loop's stacked output is not moved (``PointStore.offload``).
 
@@ -88,7 +91,7 @@ class SwapPlan:
     validity: isl.UnionMap
     domain: isl.UnionSet
     offloads: dict[int, tuple[int, ...]]
-    fetches: dict[int, tuple[int, ...]]
+    fetches: dict[int, tuple[tuple[int, tuple[int, ...]], ...]]  # (node, outputs its consumer reads)
 
 
 def _maps(um: isl.UnionMap) -> list[isl.Map]:
@@ -132,34 +135,30 @@ def plan_swaps(
     schedule restricted to the run's parameters. None when nothing is swapped."""
     from timerl.schedule.dealloc import free_name
 
-    near = _next_step(theta)
-
     space = prog.context().get_space()
     after = isl.UnionMap.empty(space)
     before = isl.UnionMap.empty(space)
     validity = isl.UnionMap.empty(space)
     domain = isl.UnionSet.empty(space)
     offloads: dict[int, tuple[int, ...]] = {}
-    fetches: dict[int, tuple[int, ...]] = {}
+    fetches: dict[int, tuple[tuple[int, tuple[int, ...]], ...]] = {}
+    read_oids = _read_outputs(req)
     for k, members in frees.members.items():
         moved = tuple(m for m in members if m in swapped)
         if not moved:
             continue
         fk, st = free_name(k), frees.stmt[k]
         reads = frees.per[k].intersect_params(run)
+        # production: the statement's own point, the uses of near consumers, and the setter
+        # points of a dynamic bound the free waits for (which readers a point has is not
+        # known before them: the initial offload waits too, like the free)
         waits = frees.uses.intersect_params(run).subtract(frees.reads.intersect_params(run))
-        if not waits.intersect_domain(reads.domain()).is_empty():
-            log.debug(
-                "not swapping %s: its readers depend on a dynamic bound not known when it would move",
-                ", ".join(f"%{m}" for m in moved),
-            )
-            continue
-        # production: the statement's own point, and the uses of near consumers
-        prod_uses = _ident(reads.domain(), fk, stmt_name(st))
+        prod_uses = _ident(reads.domain(), fk, stmt_name(st)).union(waits.intersect_domain(reads.domain()))
         groups: list[isl.UnionMap] = []
         for m in _maps(reads.subtract(prod_uses)):
             if not m.is_empty():
                 groups.append(isl.UnionMap.from_map(m))
+        near = _next_step(theta, prod_uses.range())
         groups, prod_uses = _after_production(_merge_interleaved(groups, theta), prod_uses, theta, near)
         if not groups:
             log.debug(
@@ -186,7 +185,10 @@ def plan_swaps(
         for g, grp in enumerate(groups):
             jf = len(fetches)
             gname = f"{FETCH_PREFIX}{jf}"
-            fetches[jf] = moved
+            sinks = {m.get_tuple_name(isl.dim_type.out) for m in _maps(grp)}
+            fetches[jf] = tuple(
+                (x, tuple(sorted(set().union(*(read_oids.get((x, c), set()) for c in sinks))))) for x in moved
+            )
             gdom = grp.domain()
             first_user = first[g].apply_range(theta.reverse()).intersect(grp)
             before = before.union(_named(first_user, gname))
@@ -225,17 +227,41 @@ def plan_swaps(
     return SwapPlan(after, before, validity, domain, offloads, fetches)
 
 
-def _next_step(theta: isl.UnionMap) -> isl.UnionMap:
-    """Time ``a -> b`` where ``b`` is in the next iteration of a loop of ``a`` (at the first
-    coordinate where they differ, ``b`` is one more): no gap to swap in between."""
+def _read_outputs(req: object) -> dict[tuple[int, str], set[int]]:
+    """``(node, reading statement's isl name) -> outputs of the node it reads``: a fetch
+    moves back only what its consumer reads (a node's outputs kept in the block store, or
+    read only near their production, stay where they are)."""
+    out: dict[tuple[int, str], set[int]] = {}
+    for e in req.pdg.edges:
+        if not e.order_only and e.sink in req.stmt_of:
+            out.setdefault((e.src, stmt_name(req.stmt_of[e.sink])), set()).add(e.oid)
+    return out
+
+
+def _next_step(theta: isl.UnionMap, producer: isl.UnionSet) -> isl.UnionMap:
+    """Time ``a -> b`` where ``b`` is in the next iteration of a loop of ``a``: at the first
+    coordinate where they differ, one of the producer's loops (a coordinate that varies over
+    ``producer``'s instances; a sequence position does not), ``b`` is one more. No gap is
+    left to swap in between."""
     sets: list[isl.Set] = []
-    theta.range().foreach_set(sets.append)
+    theta.intersect_domain(producer).range().foreach_set(sets.append)
     n = max((x.dim(isl.dim_type.set) for x in sets), default=0)
-    if n == 0:
+    loops = [
+        k
+        for k in range(n)
+        if any(
+            k < x.dim(isl.dim_type.set)
+            and not x.project_out(isl.dim_type.set, k + 1, x.dim(isl.dim_type.set) - k - 1)
+            .project_out(isl.dim_type.set, 0, k)
+            .is_singleton()
+            for x in sets
+        )
+    ]
+    if not loops:
         return isl.UnionMap.empty(theta.get_space())
     a = [f"a{j}" for j in range(n)]
     b = [f"b{j}" for j in range(n)]
-    alts = [" and ".join([*(f"{b[i]} = {a[i]}" for i in range(k)), f"{b[k]} = {a[k]} + 1"]) for k in range(n)]
+    alts = [" and ".join([*(f"{b[i]} = {a[i]}" for i in range(k)), f"{b[k]} = {a[k]} + 1"]) for k in loops]
     text = f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {' or '.join(f'({x})' for x in alts)} }}"
     return isl.UnionMap.read_from_str(theta.get_ctx(), text)
 
@@ -292,22 +318,32 @@ def _merge_interleaved(groups: list[isl.UnionMap], theta: isl.UnionMap) -> list[
 
 
 def expand_swaps(
-    node: AstNode, offloads: Mapping[int, tuple[int, ...]], fetches: Mapping[int, tuple[int, ...]]
+    node: AstNode,
+    offloads: Mapping[int, tuple[int, ...]],
+    fetches: Mapping[int, tuple[tuple[int, tuple[int, ...]], ...]],
+    num_outputs: Mapping[int, int] | None = None,
 ) -> AstNode:
-    """Replace each ``Offload(k)`` / ``Fetch(k)`` of a swap statement by one per node it moves."""
+    """Replace each ``Offload(k)`` / ``Fetch(k)`` of a swap statement by one per node it
+    moves (a fetch naming the outputs its consumer reads, none when that is all of them)."""
     if isinstance(node, (Offload, Fetch)):
-        ms = (offloads if isinstance(node, Offload) else fetches)[node.node]
-        kind = type(node)
-        return kind(ms[0], node.point) if len(ms) == 1 else Seq(tuple(kind(m, node.point) for m in ms))
+        if isinstance(node, Offload):
+            out: list[AstNode] = [Offload(m, node.point) for m in offloads[node.node]]
+        else:
+            n_out = num_outputs or {}
+            out = [
+                Fetch(m, node.point, () if len(oids) == n_out.get(m, len(oids)) else oids)
+                for m, oids in fetches[node.node]
+            ]
+        return out[0] if len(out) == 1 else Seq(tuple(out))
     if isinstance(node, Seq):
-        return Seq(tuple(expand_swaps(c, offloads, fetches) for c in node.children))
+        return Seq(tuple(expand_swaps(c, offloads, fetches, num_outputs) for c in node.children))
     if isinstance(node, Loop):
-        return replace(node, body=expand_swaps(node.body, offloads, fetches))
+        return replace(node, body=expand_swaps(node.body, offloads, fetches, num_outputs))
     if isinstance(node, If):
         return replace(
             node,
-            then=expand_swaps(node.then, offloads, fetches),
-            else_=None if node.else_ is None else expand_swaps(node.else_, offloads, fetches),
+            then=expand_swaps(node.then, offloads, fetches, num_outputs),
+            else_=None if node.else_ is None else expand_swaps(node.else_, offloads, fetches, num_outputs),
         )
     return node
 
@@ -365,8 +401,8 @@ def drop_redundant_moves(node: AstNode) -> AstNode:
                 elif isinstance(nxt, Dealloc):
                     gone.add(a)
                 break
-            if isinstance(nxt, Fetch):  # fetched twice with no offload between
-                gone.add(b)
+            if isinstance(nxt, Fetch) and (not st.outputs or set(nxt.outputs) <= set(st.outputs)):
+                gone.add(b)  # fetched twice with no offload between
                 continue
             break
     out = tuple(c for k, c in enumerate(kids) if k not in gone)
@@ -432,7 +468,7 @@ def batch_memory_loops(node: AstNode, dynamic: frozenset[Sym] = frozenset()) -> 
         if off is None:
             return loop
         sl = Slice(_plus(loop.init, off), _plus(up[0], off))
-        out.append(type(s)(s.node, (*s.point[:k], sl, *s.point[k + 1 :])))
+        out.append(replace(s, point=(*s.point[:k], sl, *s.point[k + 1 :])))
     return out[0] if len(out) == 1 else Seq(tuple(out))
 
 
