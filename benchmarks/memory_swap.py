@@ -82,7 +82,7 @@ def mc_program(a: argparse.Namespace, length: int, sunk: dict, **options: Any) -
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, B), (i, I), (t, T)):
         env = trl.env.make(f"gym.{register_env(length)}", num_envs=B, seed=0)
-        dnn = trl.DNNBuilder(domain=(i,), seed=0).from_env(env, hidden=[]).build()
+        dnn = trl.DNNBuilder(domain=(), seed=0).from_env(env, hidden=[]).build()  # fixed: acting only
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
         o[b, i, 0] = env.reset(domain=(b, i))
         act = dnn(o)

@@ -250,3 +250,11 @@ def test_budget_turns_swapping_on_when_frees_do_not_fit() -> None:
     assert ex.memory_stats().pool("device").peak_bytes < ex0.memory_stats().pool("device").peak_bytes
     with pytest.raises(MemoryBudgetError, match="with deallocation and swapping holds"):
         _run(_static, 40, "torch", memory_budget=max(1, e1 // 4), **nv)
+
+
+def test_plot_schedule_lists_offloads_and_fetches(tmp_path: Any) -> None:
+    _, ex = _run(mc_program, 5, "torch", **SWAP)
+    txt, png = ex.plot_schedule(tmp_path / "sched")
+    text = txt.read_text()
+    assert "offload %" in text and "fetch %" in text and "offloads/fetches" in text
+    assert png.exists()
