@@ -203,7 +203,9 @@ def plot(timelines: dict[bool, Any], a: argparse.Namespace) -> None:
             ax.plot(tl.seconds, [x / mib for x in tl.pool("host")], label=f"swap={flag}: host", lw=1, ls="--")
     ax.set_xlabel("seconds into the run")
     ax.set_ylabel("live store bytes (MiB)")
-    ax.set_title(f"REINFORCE {a.backend}, 3x64x64 observations, {a.num_envs} envs, T = {a.length}")
+    ax.set_title(
+        f"Monte-Carlo program (mc), {a.backend}, 3x64x64 observations, {a.num_envs} envs, T = {a.length}"
+    )
     ax.legend()
     fig.tight_layout()
     out = Path(a.out)
