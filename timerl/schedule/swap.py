@@ -483,8 +483,3 @@ def _plus(e: object, k: int) -> object:
         return Const(int(e.value) + k)
     return Add(e, Const(k))
 
-
-def has_swaps(node: AstNode) -> bool:
-    from timerl.schedule.ast import walk
-
-    return any(isinstance(s, (Offload, Fetch)) for s in walk(node))
