@@ -482,4 +482,3 @@ def _plus(e: object, k: int) -> object:
     if isinstance(e, Const):
         return Const(int(e.value) + k)
     return Add(e, Const(k))
-
