@@ -184,6 +184,7 @@ def test_memory_only_static_loops_become_batched_statements() -> None:
         Loop(c1, Const(0), Lt(c1, Const(8)), 1, Seq((Dealloc(1, (c0, c1)), Exec(3, (c1,))))),
         Loop(c1, Const(0), Lt(c1, T), 1, Dealloc(1, (c0, c1))),
         Loop(c1, Const(0), Lt(c1, Const(8)), 1, Dealloc(1, (c1, c1))),
+        Loop(c1, Const(0), Lt(c1, Const(8)), 1, Dealloc(1, (c1, T + Const(-1)))),
     ):
         assert batch_memory_loops(keep, frozenset({T})) == keep
 

@@ -434,8 +434,9 @@ def _offset(e: object, v: Sym) -> int | None:
 
 def batch_memory_loops(node: AstNode, dynamic: frozenset[Sym] = frozenset()) -> AstNode:
     """A static loop (step 1, bounds free of dynamic bounds) whose body holds only memory
-    statements, each naming the counter once as ``v + k``, becomes those statements with
-    that coordinate a slice over the loop's range (one batched call each)."""
+    statements, each naming the counter once as ``v + k`` and no dynamic bound (its value
+    may differ per point of the range), becomes those statements with that coordinate a
+    slice over the loop's range (one batched call each)."""
     if isinstance(node, Seq):
         return Seq(tuple(batch_memory_loops(c, dynamic) for c in node.children))
     if isinstance(node, If):
@@ -462,6 +463,8 @@ def batch_memory_loops(node: AstNode, dynamic: frozenset[Sym] = frozenset()) -> 
     for s in stmts:
         uses = [k for k, c in enumerate(s.point) if not isinstance(c, Slice) and loop.var in free_symbols(c)]
         if len(uses) != 1 or any(isinstance(c, Slice) and loop.var in _slice_syms(c) for c in s.point):
+            return loop
+        if any(free_symbols(c) & dynamic for c in s.point):  # a bound's value per enclosing point
             return loop
         k = uses[0]
         off = _offset(s.point[k], loop.var)
