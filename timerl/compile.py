@@ -41,6 +41,11 @@ class CompileOptions:
     # buffer (donate_argnums; needs dealloc and fuse; no effect on Torch; schedule/donate.py,
     # docs/memory.md: on since measured neutral on PPO with identical rollouts)
     donate: bool = True
+    # offload tensors over swap_threshold bytes per point with more than one symbolic dim to
+    # the host pool between their consumers and fetch them back (placed by isl; needs dealloc;
+    # schedule/swap.py, docs/memory.md "Swapping")
+    swap: bool = False
+    swap_threshold: str | int = 1 << 20
     memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
@@ -236,66 +241,124 @@ def _kept_values(pdg: PDG) -> frozenset[int]:
     return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
 
 
+def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) -> frozenset[int]:
+    """The nodes ``swap`` moves (``schedule/swap.swappable``): none unless ``options.swap``
+    (or a ``threshold`` is given, by the budget); block-stored and checkpointed values
+    excluded. Swapping needs the frees (``dealloc``)."""
+    from timerl.schedule.budget import parse_bytes
+    from timerl.schedule.swap import swappable
+
+    if threshold is None:
+        if not options.swap:
+            return frozenset()
+        threshold = parse_bytes(options.swap_threshold) if options.swap_threshold else 0
+    if not options.dealloc:
+        log.warning(
+            "swap needs dealloc (the free after a tensor's last consumer ends its swapping); not swapping"
+        )
+        return frozenset()
+    exclude = set(_kept_values(pdg))
+    if options.block_store:
+        from timerl.runtime.block_store import plan_block_storage
+
+        blocks = plan_block_storage(pdg)  # a node with every output block-stored cannot move
+        exclude |= {
+            n.id for n in pdg if n.outputs and all((n.id, k) in blocks for k in range(len(n.outputs)))
+        }
+    return swappable(pdg, threshold, frozenset(exclude))
+
+
 def _fit_budget(
     pdg: PDG, sched: Any, options: CompileOptions, budget: int
 ) -> tuple[PDG, Any, CompileOptions]:
-    """The PDG, schedule and options to run within ``budget`` bytes: as given when the
-    estimated peak fits; with frees (``dealloc``) when only that fits; else, unless
-    ``incrementalize`` was given, with frees and incrementalized reductions when a threshold
-    fits (``budget.fit_by_incrementalizing``); else :class:`MemoryBudgetError` naming the
+    """The PDG, schedule and options to run within ``budget`` bytes, trying in order: as
+    given; with frees (``dealloc``); with frees and incrementalized reductions, unless
+    ``incrementalize`` was given (``budget.fit_by_incrementalizing``: no data moves); with
+    frees and swapping (:func:`_fit_swapping`); else :class:`MemoryBudgetError` naming the
     largest tensors (``timerl/schedule/budget.py``)."""
     from dataclasses import replace
 
     from timerl.errors import MemoryBudgetError
-    from timerl.schedule.budget import fit_by_incrementalizing, fmt_bytes
+    from timerl.schedule.budget import estimate_peak, fit_by_incrementalizing, fmt_bytes
     from timerl.schedule.scheduler import schedule_pdg
 
+    est = estimate_peak(pdg, sched.ast, fuse=options.fuse)
+    if est.peak_bytes <= budget:
+        return pdg, sched, options
+    if not options.dealloc:  # without frees (and without free_iterations: an upper side)
+        freed = schedule_pdg(
+            pdg, dealloc=True, keep=_kept_values(pdg), swap=_swapped(pdg, replace(options, dealloc=True))
+        )
+        log.warning(
+            "memory_budget %s: without frees the schedule holds about %s at once; turning dealloc on",
+            fmt_bytes(budget),
+            fmt_bytes(est.peak_bytes),
+        )
+        sched, options = freed, replace(options, dealloc=True)
+        if estimate_peak(pdg, sched.ast, fuse=options.fuse).peak_bytes <= budget:
+            return pdg, sched, options
+    if options.incrementalize is None:
+        got = fit_by_incrementalizing(
+            pdg,
+            budget,
+            lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p), swap=_swapped(p, options)),
+            fuse=options.fuse,
+        )
+        if got is not None:
+            inc, isched, thr, iest = got
+            log.warning(
+                "memory_budget %s: incrementalizing reductions over %s (estimated peak %s)",
+                fmt_bytes(budget),
+                fmt_bytes(thr),
+                fmt_bytes(iest.peak_bytes),
+            )
+            return inc, isched, replace(options, incrementalize=thr, dealloc=True)
     try:
-        return (pdg, *_fit_frees(pdg, sched, options, budget))
+        return (pdg, *_fit_swapping(pdg, sched, options, budget))
     except MemoryBudgetError as exc:
         if options.incrementalize is not None:
             raise
-        got = fit_by_incrementalizing(
-            pdg, budget, lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p)), fuse=options.fuse
-        )
-        if got is None:
-            raise MemoryBudgetError(
-                f"{exc}\nIncrementalizing the reductions (thresholds {fmt_bytes(budget // 4)} and smaller) "
-                "did not fit either."
-            ) from exc
-        inc, isched, thr, est = got
-        log.warning(
-            "memory_budget %s: incrementalizing reductions over %s (estimated peak %s)",
-            fmt_bytes(budget),
-            fmt_bytes(thr),
-            fmt_bytes(est.peak_bytes),
-        )
-        return inc, isched, replace(options, incrementalize=thr, dealloc=True)
+        raise MemoryBudgetError(
+            f"{exc}\nIncrementalizing the reductions (thresholds {fmt_bytes(budget // 4)} and smaller) "
+            "did not fit either."
+        ) from exc
 
 
-def _fit_frees(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
-    """The schedule and options to run within ``budget`` bytes as given or with frees."""
+MAX_SWAP_TRIES = 3
+"""Swap thresholds the budget tries (largest first) after swapping every eligible tensor fits."""
+
+
+def _fit_swapping(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
+    """Swapping chosen by the budget: every eligible tensor swapped (the smallest threshold)
+    must fit, else :class:`MemoryBudgetError`; then the largest of a few thresholds (the
+    eligible tensors' point sizes, largest first) that still fits, so that no more tensors
+    move than needed."""
     from dataclasses import replace
 
-    from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes
+    from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes, point_bytes
     from timerl.schedule.scheduler import schedule_pdg
 
-    if options.dealloc:
-        check_budget(pdg, sched.ast, budget, fuse=options.fuse)
-        return sched, options
-    est = estimate_peak(
-        pdg, sched.ast, fuse=options.fuse
-    )  # without frees (and without free_iterations: an upper side)
-    if est.peak_bytes <= budget:
-        return sched, options
-    freed = schedule_pdg(pdg, dealloc=True, keep=_kept_values(pdg))
-    check_budget(pdg, freed.ast, budget, "with deallocation", fuse=options.fuse)
+    eligible = _swapped(pdg, options, threshold=0)
+    if not eligible or (options.swap and _swapped(pdg, options) == eligible):
+        check_budget(pdg, sched.ast, budget, "with deallocation", fuse=options.fuse)  # raises
+    keep = _kept_values(pdg)
+    sizes = point_bytes(pdg)
+    every = schedule_pdg(pdg, dealloc=True, keep=keep, swap=eligible)
+    check_budget(pdg, every.ast, budget, "with deallocation and swapping", fuse=options.fuse)
+    chosen, threshold = every, min(sizes[n] for n in eligible)
+    for size in sorted({sizes[n] for n in eligible}, reverse=True)[:MAX_SWAP_TRIES]:
+        if size <= threshold:
+            break
+        tried = schedule_pdg(pdg, dealloc=True, keep=keep, swap=_swapped(pdg, options, threshold=size))
+        if estimate_peak(pdg, tried.ast, fuse=options.fuse).peak_bytes <= budget:
+            chosen, threshold = tried, size
+            break
     log.warning(
-        "memory_budget %s: without frees the schedule holds about %s at once; turning dealloc on",
+        "memory_budget %s: frees alone do not fit; swapping tensors of %s or more per point to host memory",
         fmt_bytes(budget),
-        fmt_bytes(est.peak_bytes),
+        fmt_bytes(threshold),
     )
-    return freed, replace(options, dealloc=True)
+    return chosen, replace(options, swap=True, swap_threshold=threshold)
 
 
 def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwargs: Any) -> Executor:
@@ -316,7 +379,10 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         budget = parse_bytes(options.memory_budget)  # a bad size fails before any compile work
     pdg = build_pdg(ctx, bounds, options)  # verified, reads checked
     sched = schedule_pdg(
-        pdg, dealloc=options.dealloc, keep=_kept_values(pdg) if options.dealloc else frozenset()
+        pdg,
+        dealloc=options.dealloc,
+        keep=_kept_values(pdg) if options.dealloc else frozenset(),
+        swap=_swapped(pdg, options),
     )
     if budget is not None:
         pdg, sched, options = _fit_budget(pdg, sched, options, budget)

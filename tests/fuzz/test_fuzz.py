@@ -31,7 +31,7 @@ class IllConditioned(Exception):
 
 def _option_sets(long: bool) -> list[dict[str, Any]]:
     # defaults, all off, frees and donation flipped from their default (the quick profile
-    # checks both settings of each), incrementalization on
+    # checks both settings of each), incrementalization and swapping on
     default = CompileOptions()
     sets = [
         {},
@@ -41,6 +41,8 @@ def _option_sets(long: bool) -> list[dict[str, Any]]:
         # incrementalization with a tiny threshold: every reduction over more than 2 floats
         # runs in blocks (the generator's tensors are a few floats)
         {"incrementalize": 8},
+        # swapping of every eligible tensor (a tiny threshold, so that it fires)
+        {"swap": True, "swap_threshold": 1},
     ]
     if long:
         sets += [{name: False} for name in SWITCHES if {name: False} not in sets]

@@ -308,6 +308,20 @@ class AbstractBackend(abc.ABC):
     def nbytes(self, x: Any) -> int:
         """Bytes used by the elements of ``x``."""
 
+    # -- swapping (schedule/swap.py) ---------------------------------------------------
+    def to_host(self, x: Any) -> Any:
+        """A host copy of ``x`` sharing no memory with it (an offload: the caller then drops
+        ``x``). Default: a NumPy copy through :meth:`to_numpy`."""
+        return np.array(self.to_numpy(x), copy=True)
+
+    def from_host(self, h: Any) -> Any:
+        """A backend tensor holding the host copy ``h`` (a fetch). Default: :meth:`from_numpy`."""
+        return self.from_numpy(h)
+
+    def host_nbytes(self, h: Any) -> int:
+        """Bytes held by a host copy made by :meth:`to_host`."""
+        return int(h.nbytes)
+
 
 # ---------------------------------------------------------------------------------------
 # Adapters: native function -> Kernel with the batch rules applied.

@@ -359,3 +359,23 @@ class TorchBackend(AbstractBackend):
     def nbytes(self, x: Any) -> int:
         """``numel * element_size``."""
         return int(x.numel() * x.element_size())
+
+    def to_host(self, x: Any) -> Any:
+        """On a GPU: a pinned (page-locked) host tensor filled by an asynchronous copy
+        (untested: no GPU in this project's runs); on CPU: a NumPy copy."""
+        if x.is_cuda:  # pragma: no cover - needs a GPU
+            h = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+            h.copy_(x, non_blocking=True)
+            return h
+        return np.array(x.detach().numpy(), copy=True)
+
+    def from_host(self, h: Any) -> Any:
+        """Back to the device: an asynchronous copy from pinned memory on a GPU (untested),
+        a fresh tensor from the NumPy copy on CPU."""
+        if isinstance(h, torch.Tensor):  # pragma: no cover - needs a GPU
+            return h.to("cuda", non_blocking=True)
+        return self.from_numpy(h)
+
+    def host_nbytes(self, h: Any) -> int:
+        """Bytes of a host copy (NumPy array or pinned tensor)."""
+        return int(h.nbytes) if isinstance(h, np.ndarray) else int(h.numel() * h.element_size())

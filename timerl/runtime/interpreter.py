@@ -58,6 +58,7 @@ user code become :class:`~timerl.errors.RuntimeExecutionError` naming the node a
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +87,7 @@ from timerl.runtime.layout import input_layout
 from timerl.runtime.regions import FusedExec, plan_regions
 from timerl.runtime.rows_table import RowsTable
 from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
-from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
+from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, MemOp, Offload, Seq, walk
 from timerl.symbolic import (
     Add,
     And,
@@ -323,7 +324,8 @@ class Executor:
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
 
     def _new_store(self) -> PointStore:
-        store = PointStore(self.backend.nbytes)
+        be = self.backend
+        store = PointStore(be.nbytes, be.to_host, be.from_host, be.host_nbytes)
         for n in self.pdg:
             store.declare(n.id, max(1, len(n.outputs)))
         for (nid, oid), spec in self.block_plan.items():
@@ -349,6 +351,8 @@ class Executor:
         try:
             x = self.store.get(node_id, oid, p)
         except KeyError:
+            if self.store.is_offloaded(node_id, p, oid):  # offloaded to the host pool (swapping)
+                return np.array(self.store.host_value(node_id, oid, p), copy=True)
             raise KeyError(
                 f"%{node_id} output {oid} has no stored value at {p} (never run or freed)"
             ) from None
@@ -417,13 +421,13 @@ class Executor:
             db = self._dyn[b]
             kf = None
             for st in walk(sub):
-                if not isinstance(st, (Exec, Dealloc)):  # a free's point names its episode too
+                if not isinstance(st, (Exec, *MemOp)):  # a free's point names its episode too
                     continue
                 dom = self.pdg.nodes[st.node].domain
                 if not set(db.enclosing) <= set(dom):
                     continue
                 es = tuple(st.point[dom.index(d)] for d in db.enclosing)
-                if _syms(es) <= allowed:
+                if _syms(es) <= allowed and not any(isinstance(x, Slice) for x in es):
                     kf = compile_exprs(es)
                     break
             keys.append((db, kf))
@@ -520,13 +524,44 @@ class Executor:
                 th(p)
 
             return run_exec
-        assert isinstance(node, Dealloc)
+        return self._compile_memory(node, pt, site)
 
-        def run_free() -> None:
-            p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of free %{nid}")
-            self.store.free(nid, p)
+    def _compile_memory(
+        self, node: AstNode, pt: Callable[[Env], Any], site: _Site | None
+    ) -> Callable[[], None]:
+        """A ``Dealloc``, ``Offload`` or ``Fetch``: one point, or (a batched memory loop,
+        ``schedule/swap.py``) ranges of points in one call to the store."""
+        env, nid = self._env, node.node
+        assert isinstance(node, MemOp)
+        kind = {Dealloc: "free", Offload: "offload", Fetch: "fetch"}[type(node)]
+        method = {Dealloc: "free_points", Offload: "offload", Fetch: "fetch"}[type(node)]
+        batched = any(isinstance(c, Slice) for c in node.point)
+        label = self.pdg.nodes[nid].label
 
-        return run_free
+        def points() -> Any:
+            p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of {kind} %{nid}")
+            if not batched:
+                return (p,)
+            return itertools.product(*(c if isinstance(c, range) else (c,) for c in p))
+
+        if isinstance(node, Fetch):
+            outs = node.outputs
+
+            def run_fetch() -> None:
+                try:
+                    self.store.fetch(nid, points(), outs)
+                except KeyError as err:
+                    raise RuntimeExecutionError(
+                        f"internal error: the schedule fetches {label} at {err.args[0]}, which is neither "
+                        "on the device nor offloaded (never computed, or freed: a swap-schedule bug)"
+                    ) from None
+
+            return run_fetch
+
+        def run_mem() -> None:  # the store is looked up per run (execute() makes a new one)
+            getattr(self.store, method)(nid, points())
+
+        return run_mem
 
     def _fuse_runs(self, children: Sequence[AstNode]) -> list[AstNode]:
         """The statements of a ``Seq`` with pure ``Exec``s at one point grouped into
@@ -870,6 +905,12 @@ class Executor:
 
         def missing(q: Point, v: Env) -> RuntimeExecutionError:
             here = point_dict(node.domain, tuple(v[s] for s in node.domain))
+            if self.store.is_offloaded(e.src, q, e.oid):
+                return RuntimeExecutionError(
+                    f"internal error: {node.label} at {here} reads {src.label} at {q}, which is offloaded to "
+                    "the host pool and was not fetched back (a swap-schedule bug; compile with swap=False "
+                    "to run without swapping)"
+                )
             return RuntimeExecutionError(
                 f"{node.label} at {here} reads {src.label} at {q}, which was not computed yet "
                 "or was already freed (a schedule or deallocation bug)"

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
 from timerl.pdg.ops import OpKind
 from timerl.runtime.fusion import fusable, internal_read
-from timerl.schedule.ast import AstNode, Dealloc, Exec, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, Offload, Seq
 from timerl.symbolic import Expr, Slice, Sym, free_symbols, substitute
 from timerl.symbolic.expr import same
 from timerl.symbolic.simplify import affine_difference
@@ -124,7 +124,11 @@ class _Planner:
 
     def depends(self, b: Exec, a: AstNode) -> bool:
         """Whether ``b`` (later) may read a value ``a`` writes, or must stay after ``a``."""
-        if isinstance(a, Dealloc):
+        if isinstance(a, Fetch):  # a reader of the fetched node stays after the fetch
+            return a.node == b.node or any(e.src == a.node for e in self.in_edges(b.node))
+        if isinstance(a, (Dealloc, Offload)):
+            if any(isinstance(c, Slice) for c in a.point):  # a batched free: a range of points
+                return a.node == b.node
             return a.node == b.node and _maybe_same(a.point, b.point)
         if not isinstance(a, Exec):
             return True  # a Loop or an If: never moved past

@@ -22,15 +22,19 @@ counted apart, so moving values between them is measured). Live and peak bytes a
 per pool and per node as well as in total, with a few integer updates per put/free, so the
 accounting stays on in every run. With :meth:`PointStore.record_timeline` (compile option
 ``memory_timeline``) each change also samples the live bytes per pool with the time
-(:class:`MemoryTimeline`, the paper's Fig. 11a). ``peak_bytes`` is the most bytes held at once by all
+(:class:`MemoryTimeline`, the paper's Fig. 11a). Swapping (:meth:`PointStore.offload`,
+:meth:`PointStore.fetch`) moves a point's outputs between the pools: a host copy
+(``backend.to_host``) replaces the device tensor, and back (``backend.from_host``). ``peak_bytes`` is the most bytes held at once by all
 pools together; a pool's or a node's peak is its own maximum (they need not coincide).
 """
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +44,12 @@ from timerl.runtime.rows_table import RowsTable
 
 Point = tuple[int, ...]
 
+log = logging.getLogger(__name__)
+
 
 POOLS = ("device", "host")
 """Memory pools of a store (see the module doc)."""
+_HOST = POOLS.index("host")
 
 DEFAULT_TOP = 10
 """How many tensors :meth:`PointStore.stats` lists, largest peak first."""
@@ -142,8 +149,24 @@ class PointStore:
     :meth:`free` so that the byte accounting stays right.
     """
 
-    def __init__(self, nbytes: Callable[[Any], int]) -> None:
+    def __init__(
+        self,
+        nbytes: Callable[[Any], int],
+        to_host: Callable[[Any], Any] | None = None,
+        from_host: Callable[[Any], Any] | None = None,
+        host_nbytes: Callable[[Any], int] | None = None,
+    ) -> None:
         self._nbytes = nbytes
+        # swapping (offload / fetch): per node, point -> host copies of its outputs (None
+        # where an output holds nothing), in the "host" pool
+        self._to_host = to_host
+        self._from_host = from_host
+        self._host_nbytes = host_nbytes or nbytes
+        self._host: dict[int, dict[Point, list[Any]]] = {}
+        self._not_moved: set[int] = set()  # nodes whose tables cannot move (logged once)
+        # id(device tensor) -> weak references to it and to its host copy (_host_copy)
+        self._host_of: dict[int, tuple[Any, Any]] = {}
+        self._prune_at = 1024
         self._tables: dict[int, list[Any]] = {}
         self._blocks: list[BlockTable] = []
         self.live_bytes = 0
@@ -215,15 +238,16 @@ class PointStore:
     def block_tables(self) -> list[BlockTable]:
         return list(self._blocks)
 
-    def _account(self, nid: int, db: int, dn: int) -> None:
-        """Add ``db`` bytes and ``dn`` points to the totals, ``nid``'s and its pool's."""
+    def _account(self, nid: int, db: int, dn: int, pool: int | None = None) -> None:
+        """Add ``db`` bytes and ``dn`` points to the totals, ``nid``'s and its pool's
+        (``pool``: an index into :data:`POOLS`, default the node's)."""
         acc = self._nodes[nid]
         acc[0] += db
         acc[2] += dn
         self.live_points += dn
         if acc[0] > acc[1]:
             acc[1] = acc[0]
-        k = acc[3]
+        k = acc[3] if pool is None else pool
         self._pool_live[k] += db
         if self._pool_live[k] > self._pool_peak[k]:
             self._pool_peak[k] = self._pool_live[k]
@@ -256,22 +280,151 @@ class PointStore:
         return tabs is not None and point in tabs[oid]
 
     def free(self, nid: int, point: Point) -> int:
-        """Drop every output of ``nid`` at ``point``; returns the bytes released."""
-        released = 0
-        removed = 0
-        for tab in self._tables.get(nid, ()):
-            if type(tab) is not dict:
-                b, n = tab.discard(point)
-                released += b
-                removed += n
-                continue
-            old = tab.pop(point, None)
-            if old is not None:
-                released += self._nbytes(old)
-                removed += 1
+        """Drop every output of ``nid`` at ``point`` (on the device or offloaded to the
+        host); returns the bytes released."""
+        return self.free_points(nid, (point,))
+
+    def free_points(self, nid: int, points: Iterable[Point]) -> int:
+        """:meth:`free` of several points, accounted once (a batched free)."""
+        released = removed = host_b = host_n = 0
+        tabs = self._tables.get(nid, ())
+        host = self._host.get(nid)
+        for point in points:
+            for tab in tabs:
+                if type(tab) is not dict:
+                    b, n = tab.discard(point)
+                    released += b
+                    removed += n
+                    continue
+                old = tab.pop(point, None)
+                if old is not None:
+                    released += self._nbytes(old)
+                    removed += 1
+            if host:
+                hs = host.pop(point, None)
+                if hs is not None:
+                    host_b += sum(self._host_nbytes(h) for h in hs if h is not None)
+                    host_n += sum(h is not None for h in hs)
         if removed:
             self._account(nid, -released, -removed)
-        return released
+        if host_n:
+            self._account(nid, -host_b, -host_n, _HOST)
+        return released + host_b
+
+    # -- swapping -------------------------------------------------------------------------
+    def _movable(self, nid: int) -> bool:
+        """Whether ``nid`` has outputs that can move: those in plain dict tables (outputs
+        in a block or rows table, preallocated buffers or a scanned loop's stacked rows,
+        stay on the device; logged once)."""
+        tabs = self._tables.get(nid, ())
+        if self._to_host is None:
+            return False
+        if any(type(t) is not dict for t in tabs) and nid not in self._not_moved:
+            self._not_moved.add(nid)
+            log.debug(
+                "%%%d: outputs kept in a block or rows table (preallocated buffers / a scanned "
+                "loop's stacked rows) stay on the device when it is swapped", nid
+            )  # fmt: skip
+        return any(type(t) is dict for t in tabs)
+
+    def offload(self, nid: int, points: Iterable[Point]) -> int:
+        """Move the outputs of ``nid`` at ``points`` from the device pool to the host pool (a
+        host copy each; the device tensors are dropped). Points not on the device (freed by a
+        merge that moved them, never stored) are skipped. Returns the bytes moved."""
+        if not self._movable(nid):
+            return 0
+        tabs = self._tables[nid]
+        host = self._host.setdefault(nid, {})
+        moved = n = hb = 0
+        for point in points:
+            vals = [tab.pop(point, None) if type(tab) is dict else None for tab in tabs]
+            if all(v is None for v in vals):
+                continue
+            hs = host.get(point) or [None] * len(tabs)
+            for k, v in enumerate(vals):
+                if v is not None:
+                    hs[k] = h = self._host_copy(v)
+                    moved += self._nbytes(v)
+                    hb += self._host_nbytes(h)
+                    n += 1
+            host[point] = hs
+        if n:
+            self._move(nid, moved, hb, n, to_host=True)
+        return moved
+
+    def _host_copy(self, v: Any) -> Any:
+        """``to_host(v)``, shared by the points that store the same tensor (a ``MERGE`` stores
+        its branch's tensor): one host copy per tensor, as on the device. (The accounting
+        still counts each point, like the device pool's.)"""
+        key = id(v)
+        hit = self._host_of.get(key)
+        if hit is not None and hit[0]() is v:
+            h = hit[1]()
+            if h is not None:
+                return h
+        h = self._to_host(v)
+        try:  # weak references only: a freed host copy or device tensor is not kept alive
+            self._host_of[key] = (weakref.ref(v), weakref.ref(h))
+        except TypeError:  # a tensor type without weak references: no sharing
+            return h
+        if len(self._host_of) > self._prune_at:
+            self._host_of = {
+                k: r for k, r in self._host_of.items() if r[0]() is not None and r[1]() is not None
+            }
+            self._prune_at = max(1024, 2 * len(self._host_of))
+        return h
+
+    def fetch(self, nid: int, points: Iterable[Point], outputs: Sequence[int] = ()) -> int:
+        """Move the outputs of ``nid`` at ``points`` (those in ``outputs``, default all) back
+        from the host pool to the device (a no-op for those already on the device).
+        ``KeyError(point)`` for a point held nowhere. Returns the bytes moved."""
+        if not self._movable(nid):
+            return 0
+        tabs = self._tables[nid]
+        host = self._host.get(nid, {})
+        which = tuple(outputs) or tuple(range(len(tabs)))
+        moved = n = hb = 0
+        for point in points:
+            hs = host.get(point)
+            if hs is None:
+                if not any(point in tab for tab in tabs if type(tab) is dict):
+                    raise KeyError(point)
+                continue  # already on the device
+            for k in which:
+                h = hs[k]
+                if h is not None:
+                    x = self._from_host(h)
+                    tabs[k][point] = x
+                    hs[k] = None
+                    moved += self._nbytes(x)
+                    hb += self._host_nbytes(h)
+                    n += 1
+            if all(h is None for h in hs):
+                del host[point]
+        if n:
+            self._move(nid, moved, hb, n, to_host=False)
+        return moved
+
+    def _move(self, nid: int, dev_bytes: int, host_bytes: int, n: int, to_host: bool) -> None:
+        """Account a move between the pools as one change (one timeline sample)."""
+        timeline, self._timeline = self._timeline, None
+        sign = 1 if to_host else -1
+        self._account(nid, -sign * dev_bytes, -sign * n)
+        self._timeline = timeline
+        self._account(nid, sign * host_bytes, sign * n, _HOST)
+
+    def is_offloaded(self, nid: int, point: Point, oid: int | None = None) -> bool:
+        """Whether ``nid``'s outputs (output ``oid``) at ``point`` are in the host pool
+        (offloaded, not fetched back)."""
+        hs = self._host.get(nid, {}).get(point)
+        return hs is not None and (oid is None or hs[oid] is not None)
+
+    def host_value(self, nid: int, oid: int, point: Point) -> Any:
+        """The host copy of an offloaded output (``KeyError`` when not offloaded)."""
+        h = self._host[nid][point][oid]
+        if h is None:
+            raise KeyError(point)
+        return h
 
     def points(self, nid: int, oid: int = 0) -> Iterable[Point]:
         """The points stored for output ``oid`` of ``nid``."""

@@ -10,6 +10,13 @@ bound symbols (``T``, possibly dynamic: known only at runtime) and constants.
   ``point`` (one expression per domain dim of the node, in the node's dim order).
 * ``Dealloc(node, point)``: the stored output of ``node`` at ``point`` has no
   later reader and can be freed.
+* ``Offload(node, point)``: move the stored outputs of ``node`` at ``point`` from the
+  device pool to the host pool (swapping, ``schedule/swap.py``); ``Fetch(node, point,
+  outputs)``: move them (those in ``outputs``, default all) back before their next reader.
+
+After post-processing (``schedule/swap.py::postprocess``) a memory statement's point may
+hold :class:`~timerl.symbolic.Slice` components: the batched form of a static loop that
+held only memory statements (one call over the range of points).
 """
 
 from __future__ import annotations
@@ -52,7 +59,24 @@ class Dealloc:
     point: tuple[Expr, ...]
 
 
-AstNode = Loop | If | Seq | Exec | Dealloc
+@dataclass(frozen=True, slots=True)
+class Offload:
+    node: int
+    point: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    node: int
+    point: tuple[Expr, ...]
+    outputs: tuple[int, ...] = ()  # the outputs to move back (empty: all)
+
+
+AstNode = Loop | If | Seq | Exec | Dealloc | Offload | Fetch
+MemOp = (Dealloc, Offload, Fetch)
+"""The memory statements (no data read or written, only moved or dropped)."""
+
+_KIND = {Dealloc: "free", Offload: "offload", Fetch: "fetch"}
 
 
 def pretty(node: AstNode, indent: int = 0) -> str:
@@ -69,8 +93,9 @@ def pretty(node: AstNode, indent: int = 0) -> str:
             s += f" else {{\n{pretty(node.else_, indent + 1)}\n{pad}}}"
         return s
     args = ", ".join(map(str, node.point))
-    kind = "exec" if isinstance(node, Exec) else "free"
-    return f"{pad}{kind} %{node.node}({args})"
+    kind = _KIND.get(type(node), "exec")
+    outs = getattr(node, "outputs", ())
+    return f"{pad}{kind} %{node.node}({args})" + (f" outputs {list(outs)}" if outs else "")
 
 
 def walk(node: AstNode):

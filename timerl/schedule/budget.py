@@ -18,11 +18,14 @@ stops after ``max_steps`` statement instances (the peak so far is still a lower 
 :func:`check_budget` raises :class:`~timerl.errors.MemoryBudgetError` when the estimate
 exceeds the budget, naming the largest tensors, their sizes and the budget.
 :func:`fit_by_incrementalizing` tries incrementalization (paper §5.3) with a few
-thresholds first (``compile._fit_budget``); swapping is not implemented.
+thresholds (``compile._fit_budget``); when that does not fit either, swapping is turned on
+(offloads and fetches move tensors to the host pool, which the budget does not count: it is
+a device budget) with the largest threshold that fits.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
@@ -34,8 +37,8 @@ from timerl.errors import MemoryBudgetError
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
 from timerl.runtime.regions import FusedExec
-from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
-from timerl.symbolic import Sym
+from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
+from timerl.symbolic import Slice, Sym
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +107,8 @@ class PeakEstimate:
 
 def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
-    static bounds and every dynamic bound at ``dynamic_value``."""
+    static bounds, every dynamic bound at ``dynamic_value`` and the node's own dims at
+    their last value."""
     from timerl.runtime.interpreter import compile_expr
 
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
@@ -115,8 +119,10 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     out = {}
     for n in pdg:
         total = 0
+        # a shape over the node's dims (a window ``x[t - 1:t + 1]``): at the last point
+        at = {**env, **{d: max(0, env.get(pdg.bound_of(d), 1) - 1) for d in n.domain}}
         for spec in n.outputs:
-            dims = [d if isinstance(d, int) else int(compile_expr(d)(env)) for d in spec.shape]
+            dims = [d if isinstance(d, int) else int(compile_expr(d)(at)) for d in spec.shape]
             total += math.prod(n.batch) * math.prod(dims) * spec.dtype.numpy.itemsize
         out[n.id] = total
     return out
@@ -130,6 +136,7 @@ class _Walk:
         self.max_steps = max_steps
         self.steps = 0
         self.live: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.host: dict[tuple[int, tuple[int, ...]], int] = {}  # offloaded points (not counted)
         self.total = 0
         self.peak = 0
         self.node_live: dict[int, list[int]] = {}  # nid -> [bytes, points, peak bytes, points then]
@@ -194,16 +201,40 @@ class _Walk:
             return run_region
         nid = node.node
         acc = self.node_live.setdefault(nid, [0, 0, 0, 0])
-        if isinstance(node, Dealloc):
+        if isinstance(node, (Dealloc, Offload, Fetch)):
+            batched = any(isinstance(c, Slice) for c in node.point)
+            size = self.sizes.get(nid, 0)
 
-            def free() -> None:
-                b = self.live.pop((nid, pt(env)), None)
-                if b is not None:
-                    self.total -= b
-                    acc[0] -= b
-                    acc[1] -= 1
+            def points() -> Any:
+                p = pt(env)
+                return (
+                    itertools.product(*(c if isinstance(c, range) else (c,) for c in p)) if batched else (p,)
+                )
 
-            return free
+            if isinstance(node, Fetch) and node.outputs:  # a part of the point: not counted (a lower bound)
+                return lambda: None
+            if isinstance(node, Fetch):  # back on the device (device bytes only are counted)
+
+                def fetch() -> None:
+                    for p in points():
+                        if self.host.pop((nid, p), None) is not None:
+                            self._add(nid, p, size, acc)
+
+                return fetch
+
+            def drop() -> None:
+                for p in points():
+                    b = self.live.pop((nid, p), None)
+                    if b is not None:
+                        self.total -= b
+                        acc[0] -= b
+                        acc[1] -= 1
+                        if isinstance(node, Offload):
+                            self.host[(nid, p)] = b
+                    elif isinstance(node, Dealloc):
+                        self.host.pop((nid, p), None)
+
+            return drop
         assert isinstance(node, Exec)
         add = self._adder(nid, pt)
 
@@ -222,21 +253,23 @@ class _Walk:
         acc = self.node_live.setdefault(nid, [0, 0, 0, 0])
 
         def add() -> None:
-            if not size:
-                return
-            key = (nid, pt(env))
-            if key in self.live:
-                return
-            self.live[key] = size
-            self.total += size
-            acc[0] += size
-            acc[1] += 1
-            if acc[0] > acc[2]:
-                acc[2], acc[3] = acc[0], acc[1]
-            if self.total > self.peak:
-                self.peak = self.total
+            if size:
+                self._add(nid, pt(env), size, acc)
 
         return add
+
+    def _add(self, nid: int, p: tuple[int, ...], size: int, acc: list[int]) -> None:
+        key = (nid, p)
+        if key in self.live:
+            return
+        self.live[key] = size
+        self.total += size
+        acc[0] += size
+        acc[1] += 1
+        if acc[0] > acc[2]:
+            acc[2], acc[3] = acc[0], acc[1]
+        if self.total > self.peak:
+            self.peak = self.total
 
 
 class _Stop(Exception):
@@ -289,7 +322,7 @@ def check_budget(pdg: PDG, ast: AstNode, budget: int, what: str = "", fuse: bool
         f"least {fmt_bytes(est.peak_bytes)} at once (estimated before running from each tensor's size"
         f"{f' with {dyn} = 1' if dyn else ''}). Largest tensors at their peak:\n{rows}\n"
         "Fix: raise memory_budget, or shrink the largest tensors (fewer envs or steps per iteration, "
-        "smaller minibatches); swapping is not implemented yet."
+        "smaller minibatches)."
     )
 
 

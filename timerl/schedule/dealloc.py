@@ -67,6 +67,7 @@ class FreeRequest:
     pdg: PDG
     stmt_of: Mapping[int, int]
     keep: frozenset[int] = frozenset()
+    swap: frozenset[int] = frozenset()  # nodes to swap as well (``schedule/swap.py``)
 
 
 def free_name(nid: int) -> str:
@@ -82,6 +83,7 @@ class _Frees:
     stmt: dict[int, int]
     uses: isl.UnionMap  # F_k[p] -> user instance, bound uses included
     reads: isl.UnionMap  # the data reads only
+    per: dict[int, isl.UnionMap]  # the data reads of each free statement
 
 
 def _uses(req: FreeRequest, prog: object) -> _Frees:
@@ -123,7 +125,7 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
         for k, um in per.items():
             if set(enclosing) <= set(pdg.nodes[members[k][0]].domain):
                 uses = uses.union(_bound_waits(prog, req, k, stmts[k], um, (bound, t, zid)))
-    return _Frees(members, stmts, uses, reads)
+    return _Frees(members, stmts, uses, reads, per)
 
 
 def _bound_waits(
@@ -198,9 +200,12 @@ def _leaves(node: isl.ScheduleNode, path: tuple[int, ...], out: list) -> None:
 
 def graft_frees(
     req: FreeRequest, prog: object, sched: isl.Schedule
-) -> tuple[isl.Schedule, isl.UnionMap, isl.UnionSet, dict[int, tuple[int, ...]]] | None:
+) -> tuple[isl.Schedule, isl.UnionMap, isl.UnionSet, dict[int, tuple[int, ...]], object] | None:
     """``(schedule with frees, validity of the frees, their domain, nodes each free
-    statement frees)``, or ``None`` when no point is freed (see the module doc)."""
+    statement frees, swap plan or None)``, or ``None`` when no point is freed (see the
+    module doc). With ``req.swap``, the offloads and fetches of ``schedule/swap.py`` are
+    grafted too (offloads after a leaf like frees, fetches before it), their validity and
+    domain included."""
     t0 = time.perf_counter()
     run = prog.run_context()
     frees = _uses(req, prog)
@@ -210,29 +215,45 @@ def graft_frees(
     theta = sched.get_map().intersect_domain(sched.get_domain()).intersect_params(run)
     last = uses.apply_range(theta).lexmax()
     last_user = last.apply_range(theta.reverse()).intersect(uses)
+    plan = None
+    if req.swap:
+        from timerl.schedule.swap import plan_swaps
+
+        plan = plan_swaps(req, frees, req.swap, prog, theta, run)
+    after = last_user if plan is None else last_user.union(plan.after)
     leaves: list = []
     _leaves(sched.get_root(), (), leaves)
     grafts = []
     for path, leaf in leaves:
-        here = last_user.intersect_range(leaf.get_domain())
-        if here.is_empty():
+        dom = leaf.get_domain()
+        here = after.intersect_range(dom)
+        first = None if plan is None else plan.before.intersect_range(dom)
+        if here.is_empty() and (first is None or first.is_empty()):
             continue
-        ext = here.apply_range(leaf.get_prefix_schedule_union_map()).reverse()
-        grafts.append((path, ext))
-    for path, ext in reversed(grafts):  # later leaves first: earlier paths stay valid
+        prefix = leaf.get_prefix_schedule_union_map()
+        ext = None if here.is_empty() else here.apply_range(prefix).reverse()
+        pre = None if first is None or first.is_empty() else first.apply_range(prefix).reverse()
+        grafts.append((path, ext, pre))
+    for path, ext, pre in reversed(grafts):  # later leaves first: earlier paths stay valid
         node = sched.get_root()
         for k in path:
             node = node.child(k)
-        node = node.graft_after(isl.ScheduleNode.from_extension(ext))
+        if ext is not None:
+            node = node.graft_after(isl.ScheduleNode.from_extension(ext))
+        if pre is not None:
+            node = node.graft_before(isl.ScheduleNode.from_extension(pre))
         sched = node.get_schedule()
     domain = frees.reads.domain().intersect_params(run)
     # each free after every use and after the write of the points it frees
     validity = uses.reverse().union(_own_writes(frees, prog).intersect_params(run))
+    if plan is not None:
+        domain = domain.union(plan.domain.intersect_params(run))
+        validity = validity.union(plan.validity.intersect_params(run))
     log.debug(
         "placed %d free statements (%d nodes) after %d leaves in %.3fs",
         len(frees.members), sum(map(len, frees.members.values())), len(grafts), time.perf_counter() - t0,
     )  # fmt: skip
-    return sched, validity, domain, frees.members
+    return sched, validity, domain, frees.members, plan
 
 
 def _own_writes(frees: _Frees, prog: object) -> isl.UnionMap:

@@ -80,6 +80,11 @@ def _frees_only(s: AstNode) -> bool:
     return bool(leaves) and all(isinstance(x, Dealloc) for x in leaves)
 
 
+def _batched(st: Dealloc) -> bool:
+    """A batched free (``schedule/swap.py``): a point with a range of coordinates."""
+    return any(isinstance(c, Slice) for c in st.point)
+
+
 def _mentions_dynamic(point: Sequence[Expr], pdg: PDG) -> bool:
     return any(free_symbols(c) & pdg.dynamic_bounds for c in point)
 
@@ -135,7 +140,7 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         if x is None:
             continue
         sig = static_signature(x)
-        if sig is None or _mentions_dynamic(st.point, pdg):
+        if sig is None or _mentions_dynamic(st.point, pdg) or _batched(st):
             continue
         k = j - 1
         while k >= 0 and isinstance(out[k], Dealloc):
@@ -192,7 +197,7 @@ def _free_early(stmts: list[AstNode], regions: Sequence[int], d: _Donor) -> list
             between = [s for s in stmts[k:j] if isinstance(s, Exec)]
             if any(d.setter(s) for s in between):
                 break  # frees after a bound's setter may wait for it (dealloc's bound waits)
-            if _mentions_dynamic(f.point, d.pdg):
+            if _mentions_dynamic(f.point, d.pdg) or _batched(f):
                 j += 1
                 continue
             if j not in gone and not any(

@@ -43,7 +43,7 @@ import islpy as isl
 
 from timerl.errors import BoundError, NonAffineIndexError, ScheduleError
 from timerl.pdg.ir import PDG, Edge, Node
-from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
 from timerl.symbolic import (
     TRUE,
     Add,
@@ -98,6 +98,12 @@ def new_context() -> isl.Context:
     ctx.set_schedule_max_constant_term(-1)
     ctx.set_schedule_max_coefficient(2)
     return ctx
+
+
+_MEM_KIND: dict[str, type] = {"F": Dealloc, "O": Offload, "G": Fetch}
+"""isl tuple-name prefixes of the memory statements grafted into a schedule (frees in
+``dealloc.py``, offloads and fetches in ``swap.py``) and the AST statement each becomes."""
+_MEM_PREFIX: dict[type, str] = {v: k for k, v in _MEM_KIND.items()}
 
 
 def stmt_name(node_id: int) -> str:
@@ -568,9 +574,9 @@ class IslProgram:
                 go(n.then, time, [*cons, cond], scope)
                 if n.else_ is not None:
                     go(n.else_, time, [*cons, f"not {cond}"], scope)
-            elif isinstance(n, (Exec, Dealloc)):
+            elif isinstance(n, (Exec, Dealloc, Offload, Fetch)):
                 args = ", ".join(self.expr(a, scope, "AST point") for a in n.point)
-                name = stmt_name(n.node) if isinstance(n, Exec) else f"F{n.node}"
+                name = stmt_name(n.node) if isinstance(n, Exec) else f"{_MEM_PREFIX[type(n)]}{n.node}"
                 pieces.append((time, cons, f"{name}[{args}]"))
 
         go(ast, [], [], {})
@@ -746,7 +752,7 @@ class _AstConverter:
             e = n.user_get_expr()
             name = e.op_get_arg(0).id_get_id().get_name()
             nid = int(name[1:])
-            kind = Dealloc if name[0] == "F" else Exec
+            kind = _MEM_KIND.get(name[0], Exec)
             alts: list[tuple[Expr, tuple[Expr, ...]]] = [(TRUE, ())]
             for k in range(1, e.op_get_n_arg()):
                 alts = [

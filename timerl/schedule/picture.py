@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from timerl.pdg.ir import PDG, Node
-from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
+from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, MemOp, Offload, Seq, walk
 from timerl.symbolic import Sym
 from timerl.symbolic.expr import free_symbols, to_str
 
@@ -41,7 +41,7 @@ def loop_dims(ast: AstNode, pdg: PDG) -> dict[Sym, str]:
             continue
         seen: Counter[str] = Counter()
         for s in walk(loop.body):
-            if isinstance(s, (Exec, Dealloc)) and s.node in pdg.nodes:
+            if isinstance(s, (Exec, *MemOp)) and s.node in pdg.nodes:
                 dom = pdg.nodes[s.node].domain
                 for d, e in zip(dom, s.point, strict=False):
                     if loop.var in free_symbols(e):
@@ -92,8 +92,9 @@ def listing(pdg: PDG, ast: AstNode) -> str:
                 go(n.else_, depth + 1)
             lines.append(f"{pad}}}")
         else:
-            kind = "exec" if isinstance(n, Exec) else "free"
-            head = f"{pad}{kind} %{n.node}({', '.join(map(to_str, n.point))})"
+            kind = {Dealloc: "free", Offload: "offload", Fetch: "fetch"}.get(type(n), "exec")
+            outs = f" outputs {list(n.outputs)}" if getattr(n, "outputs", ()) else ""
+            head = f"{pad}{kind} %{n.node}({', '.join(map(to_str, n.point))}){outs}"
             lines.append(f"{head:<40}  # {_statement(pdg.nodes.get(n.node), n)}")
 
     go(ast, 0)
@@ -118,9 +119,11 @@ def _rows(pdg: PDG, ast: AstNode) -> list[_Row]:
         if not run:
             return
         execs = [s for s in run if isinstance(s, Exec)]
-        frees = len(run) - len(execs)
+        frees = sum(isinstance(s, Dealloc) for s in run)
+        moves = sum(isinstance(s, (Offload, Fetch)) for s in run)
         head = f"{len(execs)} statement{'s' if len(execs) != 1 else ''}"
-        rows.append(_Row(depth, "count", head + (f", {frees} frees" if frees else "")))
+        head += (f", {frees} frees" if frees else "") + (f", {moves} offloads/fetches" if moves else "")
+        rows.append(_Row(depth, "count", head))
         by_line: dict[tuple[str, str], int] = {}
         for s in execs:
             node = pdg.nodes.get(s.node)
@@ -135,7 +138,7 @@ def _rows(pdg: PDG, ast: AstNode) -> list[_Row]:
             for c in n.children:
                 go(c, depth, run)
             return
-        if isinstance(n, (Exec, Dealloc)):
+        if isinstance(n, (Exec, *MemOp)):
             run.append(n)
             return
         flush(run, depth)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from timerl.errors import NonAffineIndexError, ScheduleError
 from timerl.pdg.ir import PDG, Edge, Node, strongly_connected_components
@@ -47,6 +47,7 @@ from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
 from timerl.schedule.dealloc import FreeRequest, expand_frees, graft_frees, sink_frees
 from timerl.schedule.distance import edge_offsets
 from timerl.schedule.isl import IslProgram, ScheduleBudgetExceeded
+from timerl.schedule.swap import expand_swaps, postprocess
 from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
 from timerl.symbolic.expr import cmp_le
 
@@ -84,6 +85,7 @@ def schedule_pdg(
     *,
     dealloc: bool = False,
     keep: frozenset[int] = frozenset(),
+    swap: frozenset[int] = frozenset(),
     _frees: FreeRequest | None = None,
     _episodes: tuple[tuple[Sym, tuple[Sym, ...]], ...] | None = None,
 ) -> Schedule:
@@ -93,7 +95,10 @@ def schedule_pdg(
     (``timerl.schedule.cluster``), which keeps isl fast on large programs. With
     ``dealloc``, ``Dealloc`` statements free every read point after its last reader
     (``timerl.schedule.dealloc``; nodes in ``keep`` are never freed), grafted into the
-    computed schedule without changing the compute order.
+    computed schedule without changing the compute order; nodes in ``swap`` get offloads
+    and fetches as well (``timerl.schedule.swap``; needs ``dealloc``). The memory
+    statements are then post-processed (``swap.postprocess``: redundant moves dropped,
+    memory-only static loops batched).
     """
     if not _clustered and not any(e.iid == BOUND_ORDER_IID for e in pdg.edges):
         pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
@@ -106,19 +111,22 @@ def schedule_pdg(
             _check_own_self_reads(pdg)
             req = None
             if dealloc:
-                req = FreeRequest(pdg, {m: r for r, ms in members.items() for m in ms}, keep)
+                req = FreeRequest(pdg, {m: r for r, ms in members.items() for m in ms}, keep, swap)
             try:
                 s = schedule_pdg(small, cluster=False, _clustered=True, _frees=req, _episodes=_episodes)
             except ScheduleError:
                 if len(rest.nodes) > MAX_UNCLUSTERED:
                     raise  # isl takes minutes on hundreds of statements; the cluster error names them
                 # re-run unclustered for a precise error (or a schedule)
-                return schedule_pdg(pdg, cluster=False, dealloc=dealloc, keep=keep, _episodes=_episodes)
+                return schedule_pdg(
+                    pdg, cluster=False, dealloc=dealloc, keep=keep, swap=swap, _episodes=_episodes
+                )
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             body = expand_ast(s.ast, members)
-            return Schedule(tast.Seq(pro + (sink_frees(body) if dealloc else body,)), s.isl_text, s.c_text)
+            body = postprocess(sink_frees(body), frozenset(pdg.dynamic_bounds)) if dealloc else body
+            return Schedule(tast.Seq((*pro, body)), s.isl_text, s.c_text)
     if dealloc and _frees is None:
-        _frees = FreeRequest(pdg, {n.id: n.id for n in pdg}, keep)
+        _frees = FreeRequest(pdg, {n.id: n.id for n in pdg}, keep, swap)
     t0 = time.perf_counter()
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
         static = IslProgram(pdg)
@@ -129,7 +137,7 @@ def schedule_pdg(
     if freed is not None:  # checked with the compute dependences too
         ast, c_text, sched = freed
         if not _clustered:
-            ast = sink_frees(ast)
+            ast = postprocess(sink_frees(ast), frozenset(pdg.dynamic_bounds))
     else:
         ast, c_text = _checked_ast(pdg, prog, sched, validity, _clustered)
     t2 = time.perf_counter()
@@ -149,19 +157,23 @@ def _with_frees(
     got = graft_frees(req, prog, sched)
     if got is None:
         return None
-    grafted, free_validity, free_domain, members = got
+    grafted, free_validity, free_domain, members, plan = got
+    what = "deallocation statements" if plan is None else "swapping"
     try:
         ast, c_text = prog.build_ast(grafted)
     except ScheduleError as exc:
-        log.warning("no deallocation statements: %s", exc)
-        return None
+        log.warning("no %s: %s", what, exc)
+        return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
     bad = prog.ast_violations(
         ast, validity.union(free_validity), same_point_ok=clustered, extra_domain=free_domain
     )
     if not bad.is_empty():
-        log.warning("no deallocation statements: isl's AST with frees misorders %s", bad.to_str()[:500])
-        return None
-    return expand_frees(ast, members), c_text, grafted
+        log.warning("no %s: isl's AST with them misorders %s", what, bad.to_str()[:500])
+        return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
+    ast = expand_frees(ast, members)
+    if plan is not None:
+        ast = expand_swaps(ast, plan.offloads, plan.fetches, {n.id: len(n.outputs) for n in req.pdg})
+    return ast, c_text, grafted
 
 
 ISL_BUDGET_S = 8.0
