@@ -198,3 +198,12 @@ def test_evaluation_refuses_predicted_episodes() -> None:
     bad = EpisodeRecord(0, 0, "mvt", 1.0, 0.5, 0.5, "a", "a", (1, 2), 1, True, True)
     with pytest.raises(TimeRLError, match="predicted"):
         tiramisu_eval.check_measured([ok, bad])
+
+
+def test_spearman() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ties get their average rank: ranks (1.5, 1.5, 3) vs (1, 2, 3)
+    assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(np.corrcoef([1.5, 1.5, 3], [1, 2, 3])[0, 1])
+    with pytest.raises(CostModelError):
+        spearman([1, 2], [1, 2])

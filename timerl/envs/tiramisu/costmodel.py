@@ -186,13 +186,22 @@ def schedule_from_key(program: Program, key: str) -> Schedule:
 # -- the model -----------------------------------------------------------------------------
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rank correlation of two equal-length sequences (average ranks for ties)."""
-    from scipy.stats import spearmanr
-
     if len(a) != len(b) or len(a) < 3:
         raise CostModelError(
             f"spearman: need two equal-length sequences of >= 3 values, got {len(a)}, {len(b)}"
         )
-    return float(spearmanr(a, b).statistic)
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        raise CostModelError("spearman: a constant sequence has no ranking")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(a: Sequence[float]) -> np.ndarray:
+    v = np.asarray(a, np.float64)
+    r = np.empty(len(v))
+    r[np.argsort(v, kind="mergesort")] = np.arange(len(v))
+    _, inv = np.unique(v, return_inverse=True)
+    return (np.bincount(inv, r) / np.bincount(inv))[inv]
 
 
 class CostModel:
@@ -222,8 +231,13 @@ class CostModel:
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> CostModel:
         """Fit on features ``x`` ``(n, NUM_COST_FEATURES)`` and targets ``y`` (log speedups)."""
-        import lightgbm as lgb
-
+        try:
+            import lightgbm as lgb
+        except ImportError as e:
+            raise CostModelError(
+                "the Tiramisu cost model needs lightgbm (pip install 'timerl[tiramisu]'), or train with "
+                "--surrogate off"
+            ) from e
         x = np.asarray(x, np.float32)
         y = np.asarray(y, np.float64)
         if x.ndim != 2 or y.shape != (x.shape[0],):
