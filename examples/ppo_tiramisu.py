@@ -61,9 +61,18 @@ def main(args: Args) -> dict:
         returns.setdefault(it, []).append(float(v[0]))
         if len(returns[it]) == args.num_envs:
             means.append(float(np.mean(returns[it])))
-            line = f"iter {it:4d} mean return {means[-1]:8.3f} time {time.perf_counter() - t0:6.0f}s"
+            meas, sur = env.measurer, env.surrogate
+            extra = {"measure_seconds": meas.seconds_spent, "compiles": meas.compiles}
+            if sur is not None:
+                extra.update(
+                    measured=sur.stats.measured, predicted=sur.stats.predicted, cached=sur.stats.cached
+                )
+            line = (
+                f"iter {it:4d} mean return {means[-1]:8.3f} time {time.perf_counter() - t0:6.0f}s "
+                + " ".join(f"{k} {v:.0f}" for k, v in extra.items())
+            )
             assert run is not None
-            run.log(it, line if quiet else None, mean_return=means[-1], episodes=len(env.history))
+            run.log(it, line if quiet else None, mean_return=means[-1], episodes=len(env.history), **extra)
 
     ex, env = build(args, log_fn)
     run = trl.run.RunLog(out, args.iterations, "training", quiet)
