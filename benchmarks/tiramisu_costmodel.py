@@ -25,6 +25,9 @@ from timerl.envs.tiramisu.surrogate import Surrogate
 class Args:
     holdout: float = 0.2
     """fraction of the records held out (the newest ones, then a random sample)"""
+    fit_first: int = 0
+    """> 0: instead, fit on the first N records and predict the rest (e.g. N = the cache's
+    size before a training run: how well the model ranks the schedules that run measured)"""
     threads: int = 1
     """the measurements' thread count (1: the CPU-time cache)"""
     max_std: float = 0.15
@@ -54,10 +57,12 @@ def main(args: Args) -> dict:
     x, y, keys = sur.dataset()
     progs = np.asarray([k.split("-", 1)[0] for k in keys])
     n = len(y)
-    cut = int(round((1 - args.holdout) * n))
+    cut = args.fit_first if args.fit_first > 0 else int(round((1 - args.holdout) * n))
+    if not 0 < cut < n:
+        raise trl.TimeRLError(f"--fit-first {args.fit_first}: the cache holds {n} usable records")
     out = {}
     splits = {
-        "newest held out": (np.arange(cut), np.arange(cut, n)),
+        f"newest {n - cut} held out": (np.arange(cut), np.arange(cut, n)),
         "random split": tuple(np.split(np.random.default_rng(args.seed).permutation(n), [cut])),
     }
     for name, (tr, te) in splits.items():
