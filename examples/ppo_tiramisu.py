@@ -21,6 +21,7 @@ import numpy as np
 import timerl as trl
 from timerl.agents.tiramisu import GATPolicy, build, greedy_rollouts, latest_weights, make_env
 from timerl.agents.tiramisu import TiramisuArgs as Args
+from timerl.envs.tiramisu.costmodel import spearman
 
 __all__ = [
     "Args",
@@ -112,6 +113,9 @@ def main(args: Args) -> dict:
             "refits": sur.stats.refits,
             "fit_seconds": sur.stats.fit_seconds,
             "data_points": len(sur.dataset()[1]),
+            "online_checks": len(sur.online),
+            "online_spearman": spearman(*zip(*sur.online, strict=True)) if len(sur.online) >= 3 else None,
+            "online_mae": float(np.mean([abs(p - m) for p, m in sur.online])) if sur.online else None,
         },
         "predicted_steps": sum(rec.predicted_steps for rec in hist),
     }

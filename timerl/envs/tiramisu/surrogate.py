@@ -96,6 +96,9 @@ class Surrogate:
         self._new_since_fit = 0
         self._fresh = 0
         self._pred: dict[str, tuple[float, float]] = {}
+        # (predicted, measured log speedup) of the every-measure_every-th schedules, predicted
+        # just before they were measured: the model's accuracy on what training visits
+        self.online: list[tuple[float, float]] = []
         self._load()
         self._refit()
 
@@ -182,12 +185,14 @@ class Surrogate:
             self.stats.cached += 1
             return hit.seconds, True
         self._fresh += 1
-        if (
-            not self.model.fitted
-            or self._per_program[sched.program.uid] < self.warmup
-            or self._fresh % self.measure_every == 0
-        ):
+        if not self.model.fitted or self._per_program[sched.program.uid] < self.warmup:
             return self._measure(sched), True
+        if self._fresh % self.measure_every == 0:  # the unbiased sample: check the prediction
+            mu, _ = self.predict(sched)
+            t = self._measure(sched)
+            if math.isfinite(t):
+                self.online.append((mu, math.log(self.measurer.base_seconds(sched.program) / t)))
+            return t, True
         mu, sd = self.predict(sched)
         t = self.measurer.base_seconds(sched.program) * math.exp(-mu)
         if sd > self.max_std or t < best_seconds * math.exp(self.best_margin):
