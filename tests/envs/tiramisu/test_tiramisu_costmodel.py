@@ -207,3 +207,18 @@ def test_spearman() -> None:
     assert spearman([5, 5, 7], [1, 2, 3]) == pytest.approx(np.corrcoef([1.5, 1.5, 3], [1, 2, 3])[0, 1])
     with pytest.raises(CostModelError):
         spearman([1, 2], [1, 2])
+
+
+def test_periodic_measurements_check_the_prediction(cache) -> None:
+    d, p, _ = cache
+    m = Measurer(cache_dir=d, threads=1)
+    sur = Surrogate(m, [p], warmup=0, measure_every=1)  # every schedule not cached: measured
+    task = TiramisuTask(p, m)
+    st = _state(task, sur)
+    ep = st.episodes[0]
+    a = _uncached(task, m, ep.sched)
+    new = task.try_action(ep.sched, 0, a)
+    mu, _ = sur.predict(new)
+    st.step(np.array([a]))
+    assert sur.stats.measured == 1 and sur.stats.predicted == 0
+    assert sur.online == [(mu, pytest.approx(math.log(m.base_seconds(p) / m.cached(new).seconds)))]
