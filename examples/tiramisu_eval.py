@@ -74,6 +74,16 @@ def replay(task: TiramisuTask, actions: tuple[int, ...]):
     return s, best, len(seen)
 
 
+def check_measured(records) -> None:
+    """Raise if an episode of the evaluation used a predicted time: the reported speedups
+    must come from measurements (the agent's rollouts run without the surrogate)."""
+    bad = [r.program for r in records if r.predicted_steps or r.final_predicted or r.best_predicted]
+    if bad:
+        raise trl.TimeRLError(
+            f"evaluation: the episodes of {bad} used predicted times; they must be measured"
+        )
+
+
 def fresh_speedup(sched, n: int, threads: int | None) -> float:
     """Median over ``n`` fresh measurers of untransformed / transformed seconds."""
     vals = []
@@ -124,13 +134,17 @@ def main(args: Args) -> dict:
     used: dict[str, int] = {}
     t0 = time.perf_counter()
     if args.run_dir and (Path(args.run_dir) / "checkpoints").exists():
-        tj = Path(args.run_dir) / "train.json"  # absent when training was stopped early: defaults
+        tj = Path(args.run_dir) / "train.json"  # absent when training was stopped early: args.json
+        aj = Path(args.run_dir) / "args.json"
         cfg = json.loads(tj.read_text())["args"] if tj.exists() else {}
+        if not cfg and aj.exists():
+            cfg = json.loads(aj.read_text())
         targs = tiramisu.TiramisuArgs(
             **{k: v for k, v in cfg.items() if k in tiramisu.TiramisuArgs.__dataclass_fields__}
         )
         weights = tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
         recs = tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
+        check_measured(recs)
         agent_bar = trl.run.progress(
             list(zip(recs, programs, strict=True)), desc="agent: re-measuring", quiet=args.quiet, unit="bench"
         )

@@ -90,6 +90,17 @@ class TiramisuArgs(RunArgs):
     """the masking of the greedy evaluation rollouts"""
     threads: int = 0
     """OpenMP threads of the measured programs (0: the CPU count)"""
+    surrogate: str = "lgbm"
+    """training measurements: lgbm (a cost model of gradient-boosted trees, fitted on the
+    disk cache of measurements and refitted as new ones arrive, predicts the time of most
+    new schedules; the others are measured: every --surrogate-every-th, uncertain ones, and
+    ones that may be among the episode's best), off (measure every new schedule). The
+    evaluation always measures"""
+    surrogate_every: int = 4
+    """with --surrogate lgbm: measure at least every N-th schedule not in the cache"""
+    surrogate_std: float = 0.15
+    """with --surrogate lgbm: measure when the ensemble's spread of the predicted log
+    speedup exceeds this"""
     seed: int = 0
     """random seed"""
     progress: bool = True
@@ -284,6 +295,12 @@ class GATPolicy:
 
 
 def make_env(args: TiramisuArgs, B, **kw):
+    kw.setdefault("surrogate", args.surrogate)
+    if kw["surrogate"] != "off":
+        kw.setdefault(
+            "surrogate_options",
+            {"measure_every": args.surrogate_every, "max_std": args.surrogate_std, "seed": args.seed},
+        )
     return trl.env.make(
         args.env_id,
         num_envs=B,
@@ -351,11 +368,12 @@ def latest_weights(ckpt_dir: str) -> dict[str, np.ndarray]:
 
 def greedy_rollouts(args: TiramisuArgs, weights: dict, programs: list, measurer=None) -> list:
     """One greedy episode per program with the trained policy (an RT program of its own);
-    the env's episode records (the last schedule of each is the agent's result)."""
+    the env's episode records (the last schedule of each is the agent's result). Every
+    schedule is measured (no surrogate, whatever ``args.surrogate`` says)."""
     B = len(programs)
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, Bs), (i, I), (t, T)):
-        env = make_env(args, Bs, split="test", programs=programs, measurer=measurer)
+        env = make_env(args, Bs, split="test", programs=programs, measurer=measurer, surrogate="off")
         arch = "v2" if "dnn.inp.w" in weights else "v1"
         dnn = GATPolicy((), args.seed, args.heads, args.hidden, weights, arch)
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")

@@ -44,6 +44,7 @@ from timerl.envs.tiramisu.legality import LegalityChecker
 from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.program import Program
 from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
+from timerl.envs.tiramisu.surrogate import Surrogate
 from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.rt.tensor import RecurrentTensor
 from timerl.rt.udf import UDFFn
@@ -105,6 +106,9 @@ class EpisodeRecord:
     final_key: str
     best_key: str
     actions: tuple[int, ...]
+    predicted_steps: int = 0  # steps whose time the surrogate predicted (not measured)
+    final_predicted: bool = False  # final_seconds is a prediction
+    best_predicted: bool = False  # best_seconds is a prediction
 
     @property
     def speedup(self) -> float:
@@ -125,6 +129,8 @@ class _Episode:
                 f"the untransformed program {task.program.name} failed to compile or run"
             )
         self.best, self.best_t = self.sched, self.t
+        self.t_predicted = self.best_predicted = False
+        self.predicted_steps = 0
         self.branch = 0
         self.actions: list[int] = []
         self.visited = {self.sched.key}  # schedules of this episode (the mask hides returns)
@@ -141,6 +147,9 @@ class _Episode:
             self.sched.key,
             self.best.key,
             tuple(self.actions),
+            self.predicted_steps,
+            self.t_predicted,
+            self.best_predicted,
         )
 
 
@@ -153,8 +162,10 @@ class _TiramisuState:
         tasks: list[TiramisuTask],
         in_order: bool,
         episode_len: int,
+        surrogate: Surrogate | None = None,
     ) -> None:
         self.env_id = env_id
+        self.surrogate = surrogate
         self.num_envs = num_envs
         self.seed = int(seed)
         self.tasks = tasks
@@ -207,7 +218,10 @@ class _TiramisuState:
                 ep.task.program.name,
             )
             return PENALTY
-        t = ep.task.seconds(new)
+        if self.surrogate is not None:
+            t, measured = self.surrogate.seconds(new, ep.best_t)
+        else:
+            t, measured = ep.task.seconds(new), True
         if not math.isfinite(t):
             self.failed += 1
             log.warning(
@@ -218,10 +232,11 @@ class _TiramisuState:
             )
             return PENALTY
         r = math.log(ep.t / t, 4)
-        ep.sched, ep.t = new, t
+        ep.sched, ep.t, ep.t_predicted = new, t, not measured
+        ep.predicted_steps += not measured
         ep.visited.add(new.key)
         if t < ep.best_t:
-            ep.best, ep.best_t = new, t
+            ep.best, ep.best_t, ep.best_predicted = new, t, not measured
         return r
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -281,8 +296,13 @@ class TiramisuEnv(GymEnv):
     """The Tiramisu-style environment in RT programs (``GymEnv`` interface; module doc).
 
     ``trl.env.make("tiramisu.<set>", num_envs=B, seed=0, split="train", episode_len=16,
-    programs=None, num_programs=64, threads=None, cache_dir=None, measurer=None)``.
+    programs=None, num_programs=64, threads=None, cache_dir=None, measurer=None,
+    surrogate="off", surrogate_options=None)``.
     ``measurer``: a :class:`~.measure.Measurer` to share (its caches) between envs.
+    ``surrogate``: ``off`` (every new schedule measured) or ``lgbm`` (a
+    :class:`~.surrogate.Surrogate` measures some and predicts the rest with a cost model;
+    ``surrogate_options``: its keyword arguments); the reward keeps its definition, with
+    predicted times where a step was not measured (:attr:`EpisodeRecord.predicted_steps`).
     """
 
     def __init__(
@@ -297,6 +317,8 @@ class TiramisuEnv(GymEnv):
         threads: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         measurer: Measurer | None = None,
+        surrogate: str = "off",
+        surrogate_options: Mapping[str, Any] | None = None,
     ) -> None:
         import gymnasium as gym
 
@@ -310,9 +332,18 @@ class TiramisuEnv(GymEnv):
             raise TimeRLError(f"env {env_id}: no programs")
         self.measurer = measurer if measurer is not None else Measurer(cache_dir, threads)
         self.tasks = [TiramisuTask(p, self.measurer) for p in plist]
+        if surrogate not in ("off", "lgbm"):
+            raise TimeRLError(f"env {env_id}: surrogate must be 'off' or 'lgbm', got {surrogate!r}")
+        if surrogate == "off" and surrogate_options:
+            raise TimeRLError(f"env {env_id}: surrogate_options given with surrogate='off'")
+        self.surrogate = (
+            Surrogate(self.measurer, plist, **dict(surrogate_options or {})) if surrogate == "lgbm" else None
+        )
         self.obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float32)
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
-        state = _TiramisuState(env_id, num_envs, seed, self.tasks, split == "test", episode_len)
+        state = _TiramisuState(
+            env_id, num_envs, seed, self.tasks, split == "test", episode_len, self.surrogate
+        )
         self._init_wrapper(env_id, num_envs, state)
 
     def action_mask(self, obs: RecurrentTensor, legal: bool = False) -> RecurrentTensor:

@@ -56,6 +56,12 @@ class Measurement:
 
     seconds: float
     error: str = ""
+    base: float = math.nan  # the untransformed program's seconds it was scaled by (nan: unknown)
+
+    @property
+    def speedup(self) -> float:
+        """``base / seconds`` (nan when the base is unknown, 0 for a failure)."""
+        return self.base / self.seconds if self.ok else 0.0
 
     @property
     def ok(self) -> bool:
@@ -113,7 +119,9 @@ class Measurer:
             for line in self._db.read_text().splitlines():
                 try:
                     rec = json.loads(line)
-                    m = Measurement(float(rec["seconds"]), rec.get("error", ""))
+                    m = Measurement(
+                        float(rec["seconds"]), rec.get("error", ""), float(rec.get("base", math.nan))
+                    )
                     self._mem[rec["key"]] = m
                     if rec.get("src"):
                         self._by_src[rec["src"]] = m
@@ -199,8 +207,9 @@ class Measurer:
             ref = self.reference(sched.program)
             src = program_c(sched, initial, self.clock) if sched.key != initial.key else ""
             src_key = f"{self._hash(src)}@{self.threads}" if src else ""
+            base = self._base[sched.program.uid]
             if not src or kernel_c(sched) == kernel_c(initial):  # the untransformed code
-                m = Measurement(self._base[sched.program.uid])
+                m = Measurement(base, base=base)
                 if src:
                     self.source_hits += 1
             elif src_key in self._by_src:
@@ -216,7 +225,7 @@ class Measurer:
                     err = float(np.max(np.abs(data - ref))) if data.shape == ref.shape else float("nan")
                     raise TimeRLError(f"wrong result (max abs error {err:.3g}, reference scale {scale:.3g})")
                 ratio = float(np.median(times[:, 1] / times[:, 0]))
-                m = Measurement(ratio * self._base[sched.program.uid])
+                m = Measurement(ratio * base, base=base)
         except (TimeRLError, subprocess.TimeoutExpired, OSError) as e:
             log.warning("schedule %s failed: %s", sched.key, e)
             m = Measurement(math.inf, str(e)[:300])
@@ -225,10 +234,18 @@ class Measurer:
         if src_key:
             self._by_src.setdefault(src_key, m)
         if self.disk_cache:
-            rec = {"key": key, "seconds": m.seconds, "error": m.error, "src": src_key}
+            rec = {"key": key, "seconds": m.seconds, "error": m.error, "src": src_key, "base": m.base}
             with self._db.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
         return m
 
     def seconds(self, sched: Schedule) -> float:
         return self.measure(sched).seconds
+
+    def cached(self, sched: Schedule) -> Measurement | None:
+        """The measurement of ``sched`` if it is in the cache (by schedule key), else None."""
+        return self._mem.get(f"{sched.key}@{self.threads}")
+
+    def records(self) -> dict[str, Measurement]:
+        """Every cached measurement by ``key@threads`` (disk records and this process's)."""
+        return dict(self._mem)
