@@ -24,6 +24,7 @@ import numpy as np
 import timerl as trl
 from timerl.agents import ppo  # the PPO program over any env (examples/ppo.py trains it)
 from timerl.envs.release.cost_model import CostModel
+from timerl.envs.release.diversity import check_mode
 from timerl.envs.release.env import KnobEnv
 from timerl.envs.release.measure import TemplateMeasurer
 from timerl.envs.release.rounds import ProgramRounds
@@ -97,6 +98,12 @@ class Args(ppo.PPOArgs):
     adaptive_epsilon: float = 0.0
     """adaptive sampler: probability that a slot goes to a random unvisited configuration
     instead (0: the paper's sampler)"""
+    diversity: str = "none"
+    """against plateaus of equivalent candidates (timerl.envs.release.diversity): none; ties
+    (both samplers keep one candidate per predicted score); knobs (ties, and greedy takes its
+    top k in AutoTVM-style diversity-aware order, weighted by --knob-weight)"""
+    knob_weight: float = 1.0
+    """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
     """re-time each run's best configuration this many times with fresh measurers (no cache)
     and report the best of them too (0: off): one timing on a busy machine can be 10-25 % off"""
@@ -234,6 +241,8 @@ def run_layer(
     in the search, and for the PPO search its compiles and their seconds."""
     run_stats = {} if run_stats is None else run_stats
     space = template_space(layer(name))
+    ties = check_mode(args.diversity) != "none"
+    knob_weight = args.knob_weight if args.diversity == "knobs" else 0.0
     results: dict[str, list[TuneResult]] = {}
     for k in range(args.seeds):
         seed = args.seed + k
@@ -245,10 +254,10 @@ def run_layer(
                 else RLSearch(replace(args, seed=seed))
             )
             sampler = (
-                GreedySampler(args.batch_size, args.epsilon)
+                GreedySampler(args.batch_size, args.epsilon, ties, knob_weight)
                 if m_name == "greedy"
                 else AdaptiveSampler(
-                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon
+                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon, ties
                 )
             )
             log = trl.run.RunLog(
