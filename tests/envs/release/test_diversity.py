@@ -13,7 +13,8 @@ from timerl.envs.release.space import Layer, template_space
 from timerl.errors import TimeRLError
 
 N_TIED = 10  # the plateau: the first N_TIED candidates of plateau()
-SPACE = template_space(Layer.matmul("mm", 64, 64, 64))  # knobs: tile_i, tile_j, tile_k, unroll, explicit, vec, par
+# knobs: tile_i, tile_j, tile_k, unroll, explicit, vectorize, parallel
+SPACE = template_space(Layer.matmul("mm", 64, 64, 64))
 
 
 def plateau() -> tuple[list, np.ndarray]:
@@ -61,7 +62,9 @@ def test_diverse_order() -> None:
     assert sorted(order) == sorted(cands)  # a permutation
     assert order[0] == cands[0]
     assert order[1] == cands[N_TIED]
-    plateau_in_batch = [len(set(diverse_order(cands, scores, w)[:8]) & set(cands[:N_TIED])) for w in (0, 1, 2)]
+    plateau_in_batch = [
+        len(set(diverse_order(cands, scores, w)[:8]) & set(cands[:N_TIED])) for w in (0, 1, 2)
+    ]
     assert plateau_in_batch[0] == 8 and plateau_in_batch[0] > plateau_in_batch[1] > plateau_in_batch[2]
     with pytest.raises(TimeRLError, match="knob_weight"):
         diverse_order(cands, scores, -1.0)
@@ -94,7 +97,9 @@ def test_samplers_unchanged_without_ties() -> None:
         )
         assert a == b
         a = AdaptiveSampler().select(SPACE, cands, scores, visited, 20, np.random.default_rng(seed))
-        b = AdaptiveSampler(dedup_ties=True).select(SPACE, cands, scores, visited, 20, np.random.default_rng(seed))
+        b = AdaptiveSampler(dedup_ties=True).select(
+            SPACE, cands, scores, visited, 20, np.random.default_rng(seed)
+        )
         assert a == b
 
 
