@@ -1,6 +1,7 @@
 """TVM MetaSchedule on a RELEASE conv2d layer (:mod:`timerl.envs.release.metaschedule`): a
 tiny layer, a few trials; its best schedule is checked against NumPy and timed by the knob
-tuners' measurer."""
+tuners' measurer. Marked ``slow`` (about 2 minutes at load 5, mostly MetaSchedule's
+builder and runner pools): run with ``pytest -m slow``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ for _mod in ("xgboost", "cloudpickle", "psutil"):
     pytest.importorskip(_mod)
 
 
+@pytest.mark.slow
 def test_metaschedule_tunes_a_conv2d_layer(tmp_path) -> None:
     from timerl.envs.release.metaschedule import layer_module, tune_layer
 
