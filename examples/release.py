@@ -98,10 +98,12 @@ class Args(ppo.PPOArgs):
     adaptive_epsilon: float = 0.0
     """adaptive sampler: probability that a slot goes to a random unvisited configuration
     instead (0: the paper's sampler)"""
-    diversity: str = "none"
-    """against plateaus of equivalent candidates (timerl.envs.release.diversity): none; ties
-    (both samplers keep one candidate per predicted score); knobs (ties, and greedy takes its
-    top k in AutoTVM-style diversity-aware order, weighted by --knob-weight)"""
+    diversity: str = "ties"
+    """against plateaus of equivalent candidates (timerl.envs.release.diversity): ties (default:
+    both samplers keep one candidate per predicted score; a no-op when no predictions tie;
+    docs/release.md: 2 stuck runs in 8 against 10 in 16 without); none (the samplers as
+    published: AutoTVM's greedy, RELEASE's adaptive); knobs (ties, and greedy takes its top k in
+    AutoTVM-style diversity-aware order, weighted by --knob-weight)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
