@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -189,7 +190,7 @@ def _time_module(mod: Any, problem: Problem, target: Any) -> float:
 class ModuleTuneResult:
     """Outcome of :func:`tune_module`: as :class:`MetaScheduleResult` (without the problem),
     plus ``runner_curve``: the best GFLOPS by MetaSchedule's own runner after each trial, in
-    the order the database holds the trials (0 for a trial that failed)."""
+    trial order (:func:`_runner_curve`)."""
 
     gflops: float
     seconds: float
@@ -197,6 +198,24 @@ class ModuleTuneResult:
     runner_gflops: float
     setup_seconds: float
     runner_curve: tuple[float, ...]
+
+
+def _runner_curve(path: str, flops: float) -> tuple[float, ...]:
+    """Best-so-far GFLOPS by MetaSchedule's runner after each trial, in trial order: the JSON
+    database appends one line ``[workload, [trace, run_secs, target, args]]`` per committed
+    trial (its in-memory records are sorted by speed, not by trial). A failed trial (no run
+    seconds, or MetaSchedule's 1e10 s marker) counts 0."""
+    if not os.path.exists(path):
+        raise TimeRLError(f"MetaSchedule's tuning records are not where expected: {path}")
+    per_trial = []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            secs = json.loads(line)[1][1] or []
+            ok = bool(secs) and all(0 < float(x) < 1e9 for x in secs)
+            per_trial.append(flops / float(np.mean([float(x) for x in secs])) / 1e9 if ok else 0.0)
+    return tuple(float(x) for x in np.maximum.accumulate(per_trial)) if per_trial else ()
 
 
 def tune_module(
@@ -265,12 +284,7 @@ def tune_module(
                 f"logs in work_dir (pass work_dir=... to keep them) or raise trials"
             )
         runner_secs = [float(np.mean([float(s) for s in r.run_secs])) for r in records]
-        per_trial = []
-        for r in all_records:
-            secs = [float(s) for s in r.run_secs] if r.run_secs is not None else []
-            ok = secs and all(0 < s < 1e9 for s in secs)
-            per_trial.append(flops / float(np.mean(secs)) / 1e9 if ok else 0.0)
-        curve = tuple(float(x) for x in np.maximum.accumulate(per_trial)) if per_trial else ()
+        curve = _runner_curve(os.path.join(root, "database_tuning_record.json"), flops)
         best = 0.0
         for record in records:
             sch = tvm.s_tir.Schedule(workload.mod)
