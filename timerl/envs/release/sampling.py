@@ -90,7 +90,9 @@ class GreedySampler:
         fresh = [int(j) for j in order if candidates[int(j)] not in visited]
         ranked, scores = [candidates[j] for j in fresh], scores[fresh]
         if self.dedup_ties:
+            n_before = len(ranked)
             ranked, scores = dedup_ties(ranked, scores)
+            log.debug("greedy sampling: %d of %d candidates have distinct predictions", len(ranked), n_before)
         if self.knob_weight > 0:
             ranked = diverse_order(ranked, scores, self.knob_weight)
         out: list[Config] = []
@@ -167,7 +169,11 @@ class AdaptiveSampler:
         rng: np.random.Generator,
     ) -> list[Config]:
         if self.dedup_ties:  # (the searches hand unvisited candidates, best first)
+            n_before = len(candidates)
             candidates, scores = dedup_ties(candidates, scores)
+            log.debug(
+                "adaptive sampling: %d of %d candidates have distinct predictions", len(candidates), n_before
+            )
         cands = list(dict.fromkeys(candidates))
         sc = dict(zip(candidates, np.asarray(scores, np.float64), strict=True))
         if not cands:
