@@ -65,6 +65,8 @@ def main() -> None:
                     label += f", eps {eps})" if eps else ")"
                 if combo.startswith("rl"):
                     label += f" (agents {a['num_envs']}, iters {a['iterations']}, pool {a['plan_size']})"
+                if a.get("diversity", "none") != "none":
+                    label += f" (diversity {a['diversity']})"
                 variants[label] = curves
         best = max(max(c[-1] for c in cs) for cs in variants.values())
         print(f"\n{name}: pooled best {best:.1f} GFLOPS; baseline {args.baseline}:{args.baseline_combo}")

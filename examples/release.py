@@ -24,6 +24,7 @@ import numpy as np
 import timerl as trl
 from timerl.agents import ppo  # the PPO program over any env (examples/ppo.py trains it)
 from timerl.envs.release.cost_model import CostModel
+from timerl.envs.release.diversity import check_mode
 from timerl.envs.release.env import KnobEnv
 from timerl.envs.release.measure import TemplateMeasurer
 from timerl.envs.release.rounds import ProgramRounds
@@ -97,6 +98,14 @@ class Args(ppo.PPOArgs):
     adaptive_epsilon: float = 0.0
     """adaptive sampler: probability that a slot goes to a random unvisited configuration
     instead (0: the paper's sampler)"""
+    diversity: str = "ties"
+    """against plateaus of equivalent candidates (timerl.envs.release.diversity): ties (default:
+    both samplers keep one candidate per predicted score; a no-op when no predictions tie;
+    docs/release.md: 2 stuck runs in 8 against 10 in 16 without); none (the samplers as
+    published: AutoTVM's greedy, RELEASE's adaptive); knobs (ties, and greedy takes its top k in
+    AutoTVM-style diversity-aware order, weighted by --knob-weight)"""
+    knob_weight: float = 1.0
+    """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
     """re-time each run's best configuration this many times with fresh measurers (no cache)
     and report the best of them too (0: off): one timing on a busy machine can be 10-25 % off"""
@@ -109,8 +118,8 @@ class Args(ppo.PPOArgs):
     combos: str = ",".join(f"{s}+{m}" for s, m in COMBOS)
     """the search+sampler combinations to run"""
     metaschedule_trials: int = 0
-    """also tune the matmul layers with TVM MetaSchedule for this many trials (0: off; needs
-    pip install 'timerl[metaschedule]', whose xgboost wheel is ~0.5 GB; conv2d is not wired up)"""
+    """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
+    pip install 'timerl[metaschedule]': xgboost-cpu, cloudpickle, psutil)"""
     progress: bool = True
     """a progress bar per tuning run (off: as --quiet)"""
     out_dir: str = "runs/release"
@@ -234,6 +243,8 @@ def run_layer(
     in the search, and for the PPO search its compiles and their seconds."""
     run_stats = {} if run_stats is None else run_stats
     space = template_space(layer(name))
+    ties = check_mode(args.diversity) != "none"
+    knob_weight = args.knob_weight if args.diversity == "knobs" else 0.0
     results: dict[str, list[TuneResult]] = {}
     for k in range(args.seeds):
         seed = args.seed + k
@@ -245,10 +256,10 @@ def run_layer(
                 else RLSearch(replace(args, seed=seed))
             )
             sampler = (
-                GreedySampler(args.batch_size, args.epsilon)
+                GreedySampler(args.batch_size, args.epsilon, ties, knob_weight)
                 if m_name == "greedy"
                 else AdaptiveSampler(
-                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon
+                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon, ties
                 )
             )
             log = trl.run.RunLog(
@@ -438,29 +449,43 @@ def plot_curves(all_results: dict[str, dict[str, list[TuneResult]]], path: Path)
     plt.close(fig)
 
 
-def run_metaschedule(args: Args, names: list[str]) -> list[dict]:
-    """TVM MetaSchedule on the matmul layers (``timerl.envs.looptune.metaschedule``), where it runs."""
-    from timerl.envs.looptune import metaschedule
-    from timerl.envs.looptune.ir import Problem
-    from timerl.envs.release.space import LayerKind
+def run_metaschedule(args: Args, names: list[str], rows: list[dict]) -> list[dict]:
+    """TVM MetaSchedule on each layer (``timerl.envs.release.metaschedule``: the layer's compute,
+    its best schedules measured by the knob tuners' rule), with ``metaschedule_trials`` trials;
+    compared with SA + greedy's median best on the layer (``rows``)."""
+    from timerl.envs.release import metaschedule
     from timerl.errors import TimeRLError
 
-    rows = []
+    out = []
     for name in names:
-        lay = layer(name)
-        if lay.kind is not LayerKind.MATMUL:
-            print(f"MetaSchedule {name}: not run (only matmul is wired up)")
-            continue
         try:
-            res = metaschedule.tune(Problem(*lay.sizes), trials=args.metaschedule_trials, seed=args.seed)
+            res = metaschedule.tune_layer(layer(name), args.metaschedule_trials, seed=args.seed)
         except TimeRLError as exc:
             print(f"MetaSchedule {name}: not run ({exc})")
             continue
-        print(
-            f"MetaSchedule {name}: {res.gflops:.1f} GFLOPS after {res.trials} trials in {res.seconds:.0f} s"
+        base = next(
+            (r["best_gflops"] for r in rows if r["layer"] == name and r["combo"] == "sa+greedy"), None
         )
-        rows.append({"layer": name, "gflops": res.gflops, "trials": res.trials, "seconds": res.seconds})
-    return rows
+        final = res.runner_curve[-1] if res.runner_curve else 0.0
+        to95 = next((j + 1 for j, g in enumerate(res.runner_curve) if g >= 0.95 * final), None)
+        row = {
+            "layer": name,
+            "gflops": res.gflops,
+            "trials": res.trials,
+            "seconds": res.seconds,
+            "runner_gflops": res.runner_gflops,
+            "runner_trials_to_95_own": to95,
+            "gflops_vs_sa_greedy": res.gflops / base if base else None,
+            "runner_curve": list(res.runner_curve),
+        }
+        vs = f", {row['gflops_vs_sa_greedy']:.3f}x SA + greedy's median best" if base else ""
+        print(
+            f"MetaSchedule {name}: {res.gflops:.1f} GFLOPS (its runner: {res.runner_gflops:.1f}) after "
+            f"{res.trials} trials in {res.seconds:.0f} s{vs}; its runner's curve reached 95 % of its "
+            f"final in {to95} trials"
+        )
+        out.append(row)
+    return out
 
 
 def main(args: Args) -> dict:
@@ -486,7 +511,7 @@ def main(args: Args) -> dict:
         print(format_rows(layer_rows), flush=True)
         print(format_seeds(layer_rows), flush=True)
         print(format_stats(name, all_stats[name]), flush=True)
-    ms_rows = run_metaschedule(args, names) if args.metaschedule_trials > 0 else []
+    ms_rows = run_metaschedule(args, names, rows) if args.metaschedule_trials > 0 else []
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot_curves(all_results, out / "curves.png")

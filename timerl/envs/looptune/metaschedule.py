@@ -13,7 +13,8 @@ Fixes this needs on TVM 0.27 (``shared/notes/loop_envs.md``):
 
 - ``apache-tvm-ffi==0.1.14.post1`` (0.1.15.x segfaults in every ``TuneContext``) and the
   packages the wheel leaves out: ``xgboost``, ``cloudpickle``, ``psutil``
-  (``pip install 'timerl[metaschedule]'``);
+  (``pip install 'timerl[metaschedule]'``, whose ``xgboost-cpu`` wheel provides the
+  ``xgboost`` module without the ~0.5 GB of GPU libraries of the ``xgboost`` wheel);
 - builders use :func:`_fast_build`, the default build without its
   ``import tvm.s_tir.tensor_intrin``; that import registers the tensor intrinsics of
   every target and takes 35-120 s here (the CUDA ones dominate), more than the
@@ -36,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -53,7 +55,7 @@ from timerl.envs.looptune.ir import Problem
 from timerl.envs.looptune.measure import problem_inputs, reduction_size
 from timerl.errors import TimeRLError
 
-__all__ = ["MetaScheduleResult", "metaschedule_tuner", "tune"]
+__all__ = ["MetaScheduleResult", "ModuleTuneResult", "metaschedule_tuner", "tune", "tune_module"]
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ def _import_meta_schedule() -> Any:
     if missing:
         raise TimeRLError(
             f"MetaSchedule needs {', '.join(missing)}: pip install 'timerl[metaschedule]' "
-            "(or pip install xgboost==3.2.0 cloudpickle psutil)"
+            "(or pip install xgboost-cpu==3.2.0 cloudpickle psutil)"
         )
     from tvm.s_tir import meta_schedule
 
@@ -184,8 +186,43 @@ def _time_module(mod: Any, problem: Problem, target: Any) -> float:
         return 0.0
 
 
-def tune(
-    problem: Problem,
+@dataclass(frozen=True)
+class ModuleTuneResult:
+    """Outcome of :func:`tune_module`: as :class:`MetaScheduleResult` (without the problem),
+    plus ``runner_curve``: the best GFLOPS by MetaSchedule's own runner after each trial, in
+    trial order (:func:`_runner_curve`)."""
+
+    gflops: float
+    seconds: float
+    trials: int
+    runner_gflops: float
+    setup_seconds: float
+    runner_curve: tuple[float, ...]
+
+
+def _runner_curve(path: str, flops: float) -> tuple[float, ...]:
+    """Best-so-far GFLOPS by MetaSchedule's runner after each trial, in trial order: the JSON
+    database appends one line ``[workload, [trace, run_secs, target, args]]`` per committed
+    trial (its in-memory records are sorted by speed, not by trial). A failed trial (no run
+    seconds, or MetaSchedule's 1e10 s marker) counts 0."""
+    if not os.path.exists(path):
+        raise TimeRLError(f"MetaSchedule's tuning records are not where expected: {path}")
+    per_trial = []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            secs = json.loads(line)[1][1] or []
+            ok = bool(secs) and all(0 < float(x) < 1e9 for x in secs)
+            per_trial.append(flops / float(np.mean([float(x) for x in secs])) / 1e9 if ok else 0.0)
+    return tuple(float(x) for x in np.maximum.accumulate(per_trial)) if per_trial else ()
+
+
+def tune_module(
+    mod: Any,
+    name: str,
+    flops: float,
+    time_fn: Callable[[Any], float],
     *,
     trials: int = DEFAULT_TRIALS,
     trials_per_iter: int = 32,
@@ -193,8 +230,11 @@ def tune(
     seed: int = 0,
     builder_workers: int = 2,
     work_dir: str | os.PathLike[str] | None = None,
-) -> MetaScheduleResult:
-    """Tune ``problem``'s matmul with MetaSchedule for ``trials`` trials (see the module doc).
+) -> ModuleTuneResult:
+    """Tune the ``IRModule`` ``mod`` (function ``main``, ``flops`` per call) with MetaSchedule
+    for ``trials`` trials; the ``top_k`` best schedules are passed to ``time_fn`` (scheduled
+    module -> GFLOPS, 0.0 for a failure: it checks the result and times it the caller's way)
+    and the best is returned (see the module doc). ``name`` is for messages.
 
     ``work_dir``: where MetaSchedule keeps its database and logs (a temporary folder,
     removed afterwards, by default). ``builder_workers``: parallel LLVM builds.
@@ -215,7 +255,6 @@ def tune(
     setup = time.perf_counter() - setup_start
     tvm = tvm_lower.import_tvm()
     target = tvm_lower.host_target()
-    mod = matmul_module(problem)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         root = str(work_dir) if work_dir is not None else stack.enter_context(tempfile.TemporaryDirectory())
@@ -238,30 +277,61 @@ def tune(
         )
         workload = database.commit_workload(mod)
         records = database.get_top_k(workload, top_k)
-        num_trials = len(database.get_all_tuning_records())
+        all_records = database.get_all_tuning_records()
         if not records:
             raise TimeRLError(
-                f"MetaSchedule found no valid schedule for {problem.name} in {trials} trials: see the "
+                f"MetaSchedule found no valid schedule for {name} in {trials} trials: see the "
                 f"logs in work_dir (pass work_dir=... to keep them) or raise trials"
             )
         runner_secs = [float(np.mean([float(s) for s in r.run_secs])) for r in records]
+        curve = _runner_curve(os.path.join(root, "database_tuning_record.json"), flops)
         best = 0.0
         for record in records:
             sch = tvm.s_tir.Schedule(workload.mod)
             record.trace.apply_to_schedule(sch, remove_postproc=False)
-            best = max(best, _time_module(sch.mod, problem, target))
+            best = max(best, time_fn(sch.mod))
     seconds = time.perf_counter() - start
-    runner_gflops = problem.flops / min(runner_secs) / 1e9 if min(runner_secs) > 0 else math.nan
+    runner_gflops = flops / min(runner_secs) / 1e9 if min(runner_secs) > 0 else math.nan
     log.info(
         "MetaSchedule %s: %.1f GFLOPS (runner %.1f) after %d trials in %.0f s (+%.0f s setup)",
-        problem.name,
+        name,
         best,
         runner_gflops,
-        num_trials,
+        len(all_records),
         seconds,
         setup,
     )
-    return MetaScheduleResult(problem, best, seconds, num_trials, runner_gflops, setup)
+    return ModuleTuneResult(best, seconds, len(all_records), runner_gflops, setup, curve)
+
+
+def tune(
+    problem: Problem,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    trials_per_iter: int = 32,
+    top_k: int = 3,
+    seed: int = 0,
+    builder_workers: int = 2,
+    work_dir: str | os.PathLike[str] | None = None,
+) -> MetaScheduleResult:
+    """Tune ``problem``'s matmul with MetaSchedule for ``trials`` trials (see the module doc
+    and :func:`tune_module`)."""
+    target = tvm_lower.host_target()
+    res = tune_module(
+        matmul_module(problem),
+        problem.name,
+        problem.flops,
+        lambda mod: _time_module(mod, problem, target),
+        trials=trials,
+        trials_per_iter=trials_per_iter,
+        top_k=top_k,
+        seed=seed,
+        builder_workers=builder_workers,
+        work_dir=work_dir,
+    )
+    return MetaScheduleResult(
+        problem, res.gflops, res.seconds, res.trials, res.runner_gflops, res.setup_seconds
+    )
 
 
 def metaschedule_tuner(

@@ -112,8 +112,12 @@ class TemplateMeasurer:
         return m
 
     def _time(self, space: KnobSpace, cfg: Config) -> float:
-        layer = space.layer
-        fn_mod = template.build(space, cfg, self.target)
+        return self.time_lib(space.layer, template.build(space, cfg, self.target))
+
+    def time_lib(self, layer: Layer, fn_mod: Any) -> float:
+        """GFLOPS of a built module ``main(A, B, C)`` of ``layer`` (any schedule: the template's
+        or another tuner's), checked against NumPy and timed by this measurer's rule; a wrong
+        result raises :class:`TimeRLError`."""
         fn = fn_mod["main"]
         a, b, ref = self._arrays(layer)
         c = self.tvm.runtime.tensor(np.full(ref.shape, np.nan, np.float32), self.dev)

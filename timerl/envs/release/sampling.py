@@ -15,7 +15,10 @@
   unvisited configuration with that probability, as greedy sampling does, so that a run
   whose cost model ranks the best basin low still lands there by chance.
 
-Both return unvisited configurations only, at most ``limit`` of them.
+Both return unvisited configurations only, at most ``limit`` of them. Against plateaus of
+equivalent candidates (:mod:`.diversity`): ``dedup_ties=True`` keeps one candidate per
+predicted score before either sampler chooses; greedy's ``knob_weight > 0`` takes its top
+k in AutoTVM-style diversity-aware order instead of the plain score order.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
+from timerl.envs.release.diversity import dedup_ties, diverse_order
 from timerl.envs.release.space import Config, KnobSpace
 from timerl.errors import TimeRLError
 
@@ -61,7 +65,15 @@ class GreedySampler:
 
     batch_size: int = 8
     epsilon: float = 0.05
+    dedup_ties: bool = False
+    knob_weight: float = 0.0
     name: str = "greedy"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise TimeRLError(f"greedy sampling: epsilon must be in [0, 1], got {self.epsilon}")
+        if self.knob_weight < 0:
+            raise TimeRLError(f"greedy sampling: knob_weight must be >= 0, got {self.knob_weight}")
 
     def select(
         self,
@@ -73,8 +85,16 @@ class GreedySampler:
         rng: np.random.Generator,
     ) -> list[Config]:
         n = min(self.batch_size, limit)
-        order = np.argsort(-np.asarray(scores), kind="stable")
-        ranked = [candidates[int(j)] for j in order]
+        scores = np.asarray(scores, np.float64)
+        order = np.argsort(-scores, kind="stable")
+        fresh = [int(j) for j in order if candidates[int(j)] not in visited]
+        ranked, scores = [candidates[j] for j in fresh], scores[fresh]
+        if self.dedup_ties:
+            n_before = len(ranked)
+            ranked, scores = dedup_ties(ranked, scores)
+            log.debug("greedy sampling: %d of %d candidates have distinct predictions", len(ranked), n_before)
+        if self.knob_weight > 0:
+            ranked = diverse_order(ranked, scores, self.knob_weight)
         out: list[Config] = []
         taken = set(visited)
         pos = 0
@@ -126,6 +146,7 @@ class AdaptiveSampler:
     knee: float = 1.15
     representative: str = "centroid"
     epsilon: float = 0.0
+    dedup_ties: bool = False
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -147,6 +168,12 @@ class AdaptiveSampler:
         limit: int,
         rng: np.random.Generator,
     ) -> list[Config]:
+        if self.dedup_ties:  # (the searches hand unvisited candidates, best first)
+            n_before = len(candidates)
+            candidates, scores = dedup_ties(candidates, scores)
+            log.debug(
+                "adaptive sampling: %d of %d candidates have distinct predictions", len(candidates), n_before
+            )
         cands = list(dict.fromkeys(candidates))
         sc = dict(zip(candidates, np.asarray(scores, np.float64), strict=True))
         if not cands:
