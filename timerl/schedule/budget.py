@@ -105,6 +105,7 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
     static bounds and every dynamic bound at ``dynamic_value``."""
     from timerl.runtime.interpreter import compile_expr
+    from timerl.runtime.layout import resolve_batch
 
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
     env.update({s: dynamic_value for s in pdg.dynamic_bounds})
@@ -113,7 +114,7 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
         total = 0
         for spec in n.outputs:
             dims = [d if isinstance(d, int) else int(compile_expr(d)(env)) for d in spec.shape]
-            total += math.prod(n.batch) * math.prod(dims) * spec.dtype.numpy.itemsize
+            total += math.prod(resolve_batch(tuple(n.batch), env)) * math.prod(dims) * spec.dtype.numpy.itemsize
         out[n.id] = total
     return out
 
