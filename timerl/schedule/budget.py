@@ -114,7 +114,9 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
         total = 0
         for spec in n.outputs:
             dims = [d if isinstance(d, int) else int(compile_expr(d)(env)) for d in spec.shape]
-            total += math.prod(resolve_batch(tuple(n.batch), env)) * math.prod(dims) * spec.dtype.numpy.itemsize
+            total += (
+                math.prod(resolve_batch(tuple(n.batch), env)) * math.prod(dims) * spec.dtype.numpy.itemsize
+            )
         out[n.id] = total
     return out
 
