@@ -161,18 +161,22 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
         # end anyway (their values need T) are vectorized; the others run per point as soon
         # as their inputs exist and free them (an n-step window keeps O(n) values live)
         waits = _waits_for_end(pdg, bound, enclosing)
-        # ... and the nodes whose every reader waits (nothing early needs them)
-        readers: dict[int, list[int]] = {}
-        for e in pdg.edges:
-            readers.setdefault(e.src, []).append(e.sink)
-        grew = True
-        while grew:
-            grew = False
-            for nid in over - waits:
-                rs = readers.get(nid, [])
-                if rs and all(r in waits for r in rs):
-                    waits.add(nid)
-                    grew = True
+        # ... and, unless the episode is read through a window that streams learning
+        # behind acting (``r[t:min(t + n, T)]``: TimeRL's n-step schedule, O(n) live
+        # values), the nodes whose every reader waits: nothing needs them earlier
+        if not _streams(pdg, d, bound):
+            readers: dict[int, list[int]] = {}
+            for e in pdg.edges:
+                if not e.order_only:
+                    readers.setdefault(e.src, []).append(e.sink)
+            grew = True
+            while grew:
+                grew = False
+                for nid in over - waits:
+                    rs = readers.get(nid, [])
+                    if rs and all(r in waits for r in rs):
+                        waits.add(nid)
+                        grew = True
         for nid in ok - waits:
             log.debug(
                 "vectorize %s: %s stays per point (it can run before %s is known)",
@@ -324,6 +328,16 @@ def _mentions_end(x: Expr | Slice | None, bound: Sym) -> bool:
     return any(_mentions_end(a, bound) for a in x.args if isinstance(a, (Expr, Slice)))
 
 
+def _streams(pdg: PDG, d: Sym, bound: Sym) -> bool:
+    """Whether some edge reads along ``d`` through a window whose end uses ``bound`` inside a
+    ``min``/``max`` (``r[t:min(t + n, T)]``): learning can run ``n`` steps behind acting."""
+    for e in pdg.edges:
+        for c in e.phi:
+            if isinstance(c, Slice) and d in _syms(c) and bound in _syms(c) and not _mentions_end(c, bound):
+                return True
+    return False
+
+
 def _exprs(values: Iterable[object]) -> Iterable[Expr | Slice]:
     """The symbolic expressions among ``values`` (nested in tuples and lists too)."""
     for v in values:
@@ -339,15 +353,18 @@ def _waits_for_end(pdg: PDG, bound: Sym, enclosing: frozenset[Sym]) -> set[int]:
     episode (not through reads of an earlier enclosing point); nodes whose shape or attributes
     need it (``expand`` to ``T`` rows) too. Conditions (``t - 1 < T``,
     ``t < T - 1``) do not count: T's lower bound decides them at most a step later."""
-    seeds = {e.sink for e in pdg.edges if any(_mentions_end(c, bound) for c in e.phi)}
+    enc = [s for s, _ in pdg.dims if s in enclosing]
+    same = [e for e in pdg.edges if not _carried(e, pdg.nodes[e.src], enc)]  # not an earlier episode
+    seeds = {e.sink for e in same if any(_mentions_end(c, bound) for c in e.phi)}
     for n in pdg:  # shapes or attributes of size T (the VJP of a sum over 0:T expands to T)
+        if n.op.kind is OpKind.SET_SYMBOL:
+            continue  # names the bound, finds its value
         values = [x for spec in n.outputs for x in spec.shape] + [v for _, v in n.op.attrs]
         if any(_mentions_end(x, bound) for x in _exprs(values)):
             seeds.add(n.id)
     succ: dict[int, list[int]] = {}
-    for e in pdg.edges:
-        if not _carried(e, pdg.nodes[e.src], [s for s, _ in pdg.dims if s in enclosing]):
-            succ.setdefault(e.src, []).append(e.sink)
+    for e in same:
+        succ.setdefault(e.src, []).append(e.sink)
     seen, stack = set(seeds), list(seeds)
     while stack:
         for v in succ.get(stack.pop(), ()):
