@@ -22,7 +22,10 @@ class CompileOptions:
     """Switches for every pass, so each can be checked by running with and without it."""
 
     vectorize: bool = True  # turn batch-like dims (identity-accessed, static) into concrete dims
-    vectorize_time: bool = True  # vectorize the innermost static dim where no recurrence needs it
+    vectorize_time: bool = True  # vectorize the innermost dim where no recurrence needs it
+    # ... also when its bound is dynamic (per-episode T): batch axes padded to power-of-two
+    # buckets of T, so compiled code is reused across episode lengths (vectorize_partial.py)
+    vectorize_dynamic: bool = True
     simplify: bool = True  # readers of copies and of products with one read the operand
     cse: bool = True  # common-subexpression elimination
     broadcast: bool = True  # elementwise readers of an EXPAND read its operand (NumPy broadcasting)
@@ -214,7 +217,12 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
             if options.check_reads:  # reads along vectorized dims are no longer in phi after it
                 check_reads_defined(pdg)
                 reads_checked = True
-            pdg = verified(vectorize_partial(pdg, inner), "vectorize_partial")
+            if pdg.bound_of(inner) in pdg.dynamic_bounds and options.vectorize_dynamic:
+                # vectorized nodes need the dims enclosing the episodes (their T)
+                pdg = verified(enclose_dynamic_dims(pdg), "enclose_dynamic_dims")
+            pdg = verified(
+                vectorize_partial(pdg, inner, dynamic=options.vectorize_dynamic), "vectorize_partial"
+            )
     if options.incrementalize is not None:
         from timerl.pdg.passes.incrementalize import incrementalize, parse_threshold
 

@@ -14,6 +14,7 @@ from timerl.agents.ppo import minibatch_loss
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
+from timerl.symbolic import Sym
 
 
 def _pdg(args: ppo.Args):
@@ -34,9 +35,15 @@ def test_one_epoch_reuses_the_acting_forward_pass() -> None:
     per_layer = sorted(p for p in map(param_read, mms) if p is not None)
     assert per_layer == ["dnn.vw0", "dnn.vw1", "dnn.vw2", "dnn.w0", "dnn.w1", "dnn.w2"]
     assert len(mms) == 6 + 2 * (3 + 2)
-    per_point = [n for n in mms if len(n.domain) == 2]  # (i, t)
-    per_iteration = [n for n in mms if len(n.domain) == 1]  # (i,): summed outer products
-    assert len(per_point) == 6 + 2 * 2 and len(per_iteration) == 6
+    # per (i, t): over both dims, or vectorized over the episode's t (a batch axis padded to
+    # a bucket of the dynamic T: vectorize_dynamic); per (i,): the summed outer products
+    over_t = [n for n in mms if len(n.domain) == 2 or any(isinstance(b, Sym) for b in n.batch)]
+    per_iteration = [n for n in mms if n not in over_t]
+    assert len(over_t) == 6 + 2 * 2 and len(per_iteration) == 6
+    # the policy's forward pass runs per step (the env needs its action); the critic's waits
+    # for the episode's end with the rest of learning and runs once over the padded episode
+    per_step = sorted(param_read(n) for n in over_t if len(n.domain) == 2)
+    assert per_step == ["dnn.w0", "dnn.w1", "dnn.w2"]
 
 
 def test_gae_runs_backwards_after_acting() -> None:

@@ -219,6 +219,10 @@ class AbstractBackend(abc.ABC):
         """Select element ``index`` along ``axis`` (the axis is removed)."""
 
     @abc.abstractmethod
+    def mask_rows(self, x: Any, axis: int, stop: int) -> Any:
+        """``x`` with the rows ``stop ..`` along ``axis`` set to zero (same shape)."""
+
+    @abc.abstractmethod
     def permute_axes(self, x: Any, perm: tuple[int, ...]) -> Any:
         """Axes of ``x`` reordered: axis ``k`` of the result is axis ``perm[k]`` of ``x``."""
 

@@ -92,6 +92,12 @@ def _take(x: jax.Array, axis: int, index: jax.Array) -> jax.Array:
     return lax.dynamic_index_in_dim(x, index, axis, keepdims=False)
 
 
+@functools.partial(jax.jit, static_argnums=(1,))
+def _mask_rows(x: jax.Array, axis: int, stop: jax.Array) -> jax.Array:
+    rows = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+    return jnp.where(rows < stop, x, jnp.zeros((), x.dtype))
+
+
 def _random(be: AbstractBackend, shape: tuple[int, ...], dtype: DType, normal: bool) -> jax.Array:
     assert isinstance(be, JaxBackend)
     seed, be._pending_seed = be._pending_seed, -1
@@ -295,6 +301,11 @@ class JaxBackend(AbstractBackend):
         if not 0 <= k < n:
             raise BackendError(f"index {index} is out of range for axis {axis} of size {n}")
         return _take(x, axis, np.int64(k))
+
+    def mask_rows(self, x: Any, axis: int, stop: int) -> jax.Array:
+        """Rows ``stop ..`` along ``axis`` zeroed: one jitted dispatch with ``stop`` traced
+        (compiled once per shape and axis, not per ``stop``)."""
+        return _mask_rows(x, axis, np.int32(stop))
 
     def permute_axes(self, x: Any, perm: tuple[int, ...]) -> jax.Array:
         """``jnp.transpose``."""

@@ -283,6 +283,12 @@ class TorchBackend(AbstractBackend):
         """``x`` at ``index`` along ``axis`` (axis removed; a view)."""
         return torch.select(x, axis, index)
 
+    def mask_rows(self, x: Any, axis: int, stop: int) -> torch.Tensor:
+        """A copy of ``x`` with rows ``stop ..`` along ``axis`` zeroed."""
+        out = x.clone()
+        out.narrow(axis, stop, x.shape[axis] - stop).zero_()
+        return out
+
     def permute_axes(self, x: Any, perm: tuple[int, ...]) -> torch.Tensor:
         """``x.permute(perm)`` (a view)."""
         return x.permute(perm)

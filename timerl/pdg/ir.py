@@ -17,7 +17,9 @@ Glossary (see ``docs/glossary.md``):
   previous episode's steps).
 * ``batch``: leading concrete dims that vectorization turned from symbolic dims
   (``(64,)`` after vectorizing ``b`` with ``B = 64``); ``batch_dims`` names them, in
-  vectorization order.
+  vectorization order. An entry that is a bound symbol ``T`` (a dim with a dynamic bound,
+  vectorized) has the size ``bucket(T)`` at run time (``runtime/layout.py``): rows
+  ``T ..`` are padding that no reader sees.
 * ``batch_read`` (edges): reads along dims the *source* has as batch dims but the edge
   still indexes (a sink that was not vectorized over ``t`` reading a source that was:
   ``x[t + 1]`` takes row ``t + 1`` of the batch axis, ``x[0:T]`` narrows it and makes it the
@@ -63,7 +65,7 @@ class Node:
     outputs: tuple[TensorSpec, ...]
     num_inputs: int
     cond: Expr = TRUE
-    batch: tuple[int, ...] = ()
+    batch: tuple[int | Sym, ...] = ()  # a Sym: a dynamic bound T, padded to bucket(T) at run time
     name: str | None = None
     where: str = "?"  # the user's defining line, for error messages
     batch_dims: tuple[Sym, ...] = ()  # the symbolic dims ``batch`` came from, same order

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from timerl.backends.base import AbstractBackend
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import OpKind
-from timerl.runtime.layout import InputLayout, input_layout
-from timerl.symbolic import TRUE, Expr, Slice, free_symbols
+from timerl.runtime.layout import InputLayout, bucket, input_layout, resolve_batch
+from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
 
 if TYPE_CHECKING:
     from timerl.runtime.interpreter import Executor
@@ -130,6 +130,11 @@ def make_fused_thunk(
     :meth:`~timerl.backends.base.AbstractBackend.compile`).
     """
     pdg, be, store = ex.pdg, ex.backend, ex.store
+    # batch axes padded to bucket(T) (dynamic T, vectorize_partial): one compiled function
+    # per combination of buckets; such regions donate nothing (shapes vary per episode)
+    padded = sorted({x for n in nodes for x in n.batch if isinstance(x, Sym)}, key=str)
+    if padded:
+        donate = ()
     inside = {n.id: k for k, n in enumerate(nodes)}
     point_env, enter = ex._point_env_fns(nodes[0])
     static = dict(ex._static)
@@ -180,27 +185,46 @@ def make_fused_thunk(
                 gathers[k] = plain[k]
         donated = sorted(into.values())
 
-    def region(*ext: Any, _into: dict[int, int] | None = None) -> tuple[Any, ...]:
-        outs: list[Any] = []
-        for m, ((op, batch), plan, fl) in enumerate(zip(specs, plans, flags, strict=True)):
-            ins = []
-            for j, (kind, k) in enumerate(plan):
-                if kind == "ext":
-                    ins.append(ext[k])
-                    continue
-                lay = layouts.get((m, j))
-                ins.append(outs[k] if lay is None else lay.apply(outs[k], static, be))
-            out = None
-            if _into and m in _into:
-                out = be.run_into(op, ins, batch, fl, static, ext[_into[m]])
-            outs.append(be.run(op, ins, batch, fl, static) if out is None else out)
-        return tuple(outs[k] for k in keep)
+    def make_region(
+        specs: list[tuple[Any, tuple[Any, ...]]], static: dict[Sym, int]
+    ) -> Callable[..., tuple[Any, ...]]:
+        def region(*ext: Any, _into: dict[int, int] | None = None) -> tuple[Any, ...]:
+            outs: list[Any] = []
+            for m, ((op, batch), plan, fl) in enumerate(zip(specs, plans, flags, strict=True)):
+                ins = []
+                for j, (kind, k) in enumerate(plan):
+                    if kind == "ext":
+                        ins.append(ext[k])
+                        continue
+                    lay = layouts.get((m, j))
+                    ins.append(outs[k] if lay is None else lay.apply(outs[k], static, be))
+                out = None
+                if _into and m in _into:
+                    out = be.run_into(op, ins, batch, fl, static, ext[_into[m]])
+                outs.append(be.run(op, ins, batch, fl, static) if out is None else out)
+            return tuple(outs[k] for k in keep)
 
+        return region
+
+    region = make_region(specs, static)
     ids = [n.id for n in nodes]
     kept_ids = [ids[k] for k in keep]
     compiled = compiled_cache.get(tuple(ids))
-    if compiled is None:
+    if compiled is None and not padded:
         compiled = compiled_cache[tuple(ids)] = be.compile(region)
+
+    def per_bucket(v: Mapping[Sym, int]) -> Callable[..., Any]:
+        """The region compiled for the buckets of this episode's dynamic bounds."""
+        bk = tuple(bucket(v[b]) for b in padded)
+        key = (tuple(ids), "buckets", bk)
+        fn = compiled_cache.get(key)
+        if fn is None:
+            env = {**static, **dict(zip(padded, bk, strict=True))}  # bucket(bucket(T)) = bucket(T)
+            fn = compiled_cache[key] = be.compile(
+                make_region([(op, resolve_batch(b, env)) for op, b in specs], env)
+            )
+        return fn
+
     dpos = tuple(donated)
 
     def giving(ok: tuple[int, ...]) -> Callable[..., Any]:
@@ -233,7 +257,7 @@ def make_fused_thunk(
             return
         v = point_env(point)
         ext = [g(v) for g in gathers]
-        fn = compiled
+        fn = per_bucket(v) if padded else compiled
         if dpos:
             # donate only tensors nothing else holds (2: the list and getrefcount's argument;
             # a Torch view holds its base, and a view itself is not donated)

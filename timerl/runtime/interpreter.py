@@ -83,7 +83,7 @@ from timerl.runtime.common import (
 from timerl.runtime.fusion import internal_read, make_fused_thunk
 from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
 from timerl.runtime.host_memory import keep_freed_host_memory
-from timerl.runtime.layout import input_layout
+from timerl.runtime.layout import input_layout, is_padded, pads_to_bucket, resolve_batch
 from timerl.runtime.regions import FusedExec, plan_regions
 from timerl.runtime.rows_table import RowsTable
 from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
@@ -736,6 +736,7 @@ class Executor:
         """``thunk(point)``: gather inputs, run the op, store the outputs."""
         be, store = self.backend, self.store
         nid, domain, batch, op = node.id, node.domain, tuple(node.batch), node.op
+        padb = is_padded(batch)  # an axis padded to bucket(T): resolved per episode
         kind = op.kind
         point_env, enter = self._point_env_fns(node)
         edges = self.pdg.data_in_edges(nid)
@@ -758,7 +759,9 @@ class Executor:
                 for c, g, bcast, move in branches:
                     if c(v):
                         x = g(v)
-                        put(nid, 0, point, be.broadcast_batch(x, batch) if bcast else x)
+                        if bcast:
+                            x = be.broadcast_batch(x, resolve_batch(batch, v) if padb else batch)
+                        put(nid, 0, point, x)
                         if move is not None:
                             move(v)
                         return
@@ -833,7 +836,7 @@ class Executor:
                 if rand:
                     be.seed(point_seed(seed, nid, point))
                 try:
-                    out = run(op, ins, batch, flags, v)
+                    out = run(op, ins, resolve_batch(batch, v) if padb else batch, flags, v)
                 except BackendError as exc:
                     raise BackendError(f"{exc}\n  while running {where(point)}") from exc
                 except TimeRLError:
@@ -930,6 +933,8 @@ class Executor:
         sel = self._node_expr((e.select,), node, False) if e.select is not None else None
         spec = src.outputs[e.oid]
         pad = be.static_shapes and len(slices) == 1 and e.to_batch is None and _zero_pad_safe(node)
+        # stacked rows 0:T of a batch axis padded to bucket(T) (vectorize_partial, dynamic T)
+        pad = pad or pads_to_bucket(node, e)
         if isinstance(tab, BlockTable) and slice_axis(e) == tab.spec.axis:
             return self._make_block_gather(node, e, tab, phi, pad, missing)
 
@@ -1046,4 +1051,6 @@ def _empty(
     shape = eval_shape(spec.shape, v, src)
     if sel:
         shape = shape[1:]
-    return be.zeros(tuple(src.batch) + tuple(len(comps[k]) for k in slices) + shape, spec.dtype)
+    return be.zeros(
+        resolve_batch(tuple(src.batch), v) + tuple(len(comps[k]) for k in slices) + shape, spec.dtype
+    )

@@ -33,10 +33,37 @@ from timerl.pdg.ir import Edge, Node
 from timerl.symbolic import Slice, Sym, evaluate
 
 
+def bucket(n: int) -> int:
+    """The padded length of a batch axis whose dynamic bound has the value ``n``: the
+    smallest power of two ``>= n`` (compiled code is then reused across lengths)."""
+    return 1 << (max(int(n), 1) - 1).bit_length()
+
+
+def is_padded(batch: tuple[Any, ...]) -> bool:
+    """Whether a node's ``batch`` has an axis padded to a bucket of a dynamic bound."""
+    return any(isinstance(x, Sym) for x in batch)
+
+
+def resolve_batch(batch: tuple[Any, ...], env: Mapping[Sym, int]) -> tuple[int, ...]:
+    """A node's ``batch`` with each dynamic bound ``T`` replaced by ``bucket(T)`` (``env``
+    holds the node's episode's ``T``)."""
+    return tuple(bucket(env[x]) if isinstance(x, Sym) else int(x) for x in batch)
+
+
+def pads_to_bucket(node: Node, e: Edge) -> bool:
+    """Whether edge ``e`` stacks rows ``0:T`` into a batch axis of ``node`` padded to
+    ``bucket(T)`` (``to_batch`` into a dim whose bound is dynamic): the stack is zero-padded."""
+    if e.to_batch is None or e.to_batch not in node.batch_dims:
+        return False
+    return isinstance(node.batch[node.batch_dims.index(e.to_batch)], Sym)
+
+
 class ArrayOps(Protocol):
     def take(self, x: Any, axis: int, index: int) -> Any: ...
 
     def permute_axes(self, x: Any, perm: tuple[int, ...]) -> Any: ...
+
+    def mask_rows(self, x: Any, axis: int, stop: int) -> Any: ...
 
     def broadcast_to(self, x: Any, shape: tuple[int, ...]) -> Any: ...
 
@@ -51,6 +78,12 @@ class NumpyOps:
     @staticmethod
     def permute_axes(x: Any, perm: tuple[int, ...]) -> Any:
         return np.transpose(x, perm)
+
+    @staticmethod
+    def mask_rows(x: Any, axis: int, stop: int) -> Any:
+        out = np.array(x, copy=True)
+        out[(slice(None),) * axis + (slice(stop, None),)] = 0
+        return out
 
     @staticmethod
     def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
@@ -74,6 +107,15 @@ class InputLayout:
                         f"read at {e} = {k} outside the vectorized dim of size {x.shape[ax]}"
                     )
                 x = ops.take(x, ax, k)
+            elif kind == "mask":  # a slice 0:b of an axis padded to a bucket, read by a sum
+                ax, sl = arg
+                b = int(evaluate(sl.stop, env))
+                if not 0 <= b <= x.shape[ax]:
+                    raise RuntimeExecutionError(
+                        f"read of {sl} = 0:{b} outside the vectorized dim of size {x.shape[ax]}"
+                    )
+                if b < x.shape[ax]:
+                    x = ops.mask_rows(x, ax, b)
             elif kind == "narrow":
                 ax, sl = arg
                 a, b = int(evaluate(sl.start, env)), int(evaluate(sl.stop, env))
@@ -92,6 +134,8 @@ class InputLayout:
                 x = ops.permute_axes(x, tuple(arg) + tuple(range(k, x.ndim)))
             else:  # "expand": (ndim of the batch before, reshape target, broadcast shape)
                 nb, lead, full = arg
+                if is_padded(full):
+                    lead, full = resolve_batch(lead, env), resolve_batch(full, env)
                 s = tuple(x.shape)
                 x = ops.broadcast_to(x.reshape(lead + s[nb:]), full + s[nb:])
         return x
@@ -101,6 +145,37 @@ class InputLayout:
         if not self.steps:
             return None
         return lambda x, env: self.apply(x, env, ops)
+
+
+def _sums_rows(src: Node, sink: Node, e: Edge, d: Sym, comp: Slice) -> bool:
+    """Whether ``sink`` may read the slice ``comp = 0:b`` of ``src``'s padded batch axis ``d``
+    with the rows ``b ..`` zeroed instead of cut off (same shape for every episode length,
+    so one compilation per bucket): its op sums that axis (``SUM`` over it,
+    ``DISCOUNTED_SUM`` with it first, or the row reshapes of a contraction from
+    :mod:`~timerl.pdg.passes.contract`), so zero rows at the end add nothing."""
+    from timerl.pdg.ops import OpKind
+    from timerl.symbolic import Const
+
+    if not (isinstance(comp.start, Const) and comp.start.value == 0) or e.to_batch is not None:
+        return False
+    # where the axis lands among the sink's per-point dims (input_layout): right after the
+    # source's other batch dims that the sink does not keep as its batch
+    read = {y for y, _ in e.batch_read}  # d among them
+    cur = [x for x in src.batch_dims if x not in read]
+    extra = [x for x in cur if x not in sink.batch_dims]
+    # kept batch dims stay batch dims, the others come first among the per-point dims
+    pos = len(extra) if len(extra) < len(cur) and sink.batch_dims else len(cur)
+    kind = sink.op.kind
+    if kind is OpKind.RESHAPE and sink.op.attr("contracted_rows", False):
+        return True  # rows of a contraction whose other operand is read the same way
+    if kind is OpKind.DISCOUNTED_SUM:
+        return pos == 0
+    if kind is OpKind.SUM:
+        dims = sink.op.attr("dims")
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        nd = pos + 1 + sum(isinstance(c, Slice) for c in e.phi) + len(src.outputs[e.oid].shape)
+        return pos in {x % nd for x in dims}
+    return False
 
 
 def input_layout(src: Node, sink: Node, e: Edge) -> InputLayout:
@@ -122,7 +197,8 @@ def input_layout(src: Node, sink: Node, e: Edge) -> InputLayout:
             if slice_read:
                 raise ValueError(f"edge {e!r}: at most one slice read along batch dims")
             slice_read = True
-            steps.append(("narrow", (ax, comp)))
+            padded = isinstance(size.get(d), Sym)
+            steps.append(("mask" if padded and _sums_rows(src, sink, e, d, comp) else "narrow", (ax, comp)))
             last = len(cur) - 1
             if ax != last:
                 steps.append(("move", (ax, last)))

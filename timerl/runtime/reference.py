@@ -40,7 +40,7 @@ from timerl.runtime.common import (
     udf_outputs,
     user_code_error,
 )
-from timerl.runtime.layout import NumpyOps, input_layout
+from timerl.runtime.layout import NumpyOps, bucket, input_layout, pads_to_bucket, resolve_batch
 from timerl.symbolic import Sym, evaluate, free_symbols
 
 log = logging.getLogger(__name__)
@@ -363,7 +363,7 @@ class ReferenceEvaluator:
             vals.append(x)
         if not sizes:
             return vals[0]
-        batch = tuple(src.batch)
+        batch = resolve_batch(tuple(src.batch), env)
         if not vals:
             spec = src.outputs[e.oid]
             shape = eval_shape(spec.shape, env, src)
@@ -371,7 +371,12 @@ class ReferenceEvaluator:
                 shape = shape[1:]
             return np.zeros(batch + tuple(sizes) + shape, dtype=spec.dtype.numpy)
         flat = np.stack(vals, axis=nb)  # batch + (prod(sizes),) + per-point
-        return flat.reshape(batch + tuple(sizes) + flat.shape[nb + 1 :])
+        flat = flat.reshape(batch + tuple(sizes) + flat.shape[nb + 1 :])
+        if pads_to_bucket(self.pdg.nodes[e.sink], e):  # rows 0:T of an axis padded to bucket(T)
+            widths = [(0, 0)] * flat.ndim
+            widths[nb] = (0, bucket(sizes[0]) - sizes[0])
+            flat = np.pad(flat, widths)
+        return flat
 
     def _compute(self, nid: int, p: Point, reader: Key | None) -> None:
         n = self.pdg.nodes[nid]
@@ -385,15 +390,16 @@ class ReferenceEvaluator:
         layouts = [input_layout(self.pdg.nodes[e.src], n, e) for e in edges]
         ins = [lay.apply(self._gather(e, env), env, NumpyOps) for e, lay in zip(edges, layouts, strict=True)]
         be, kind = self.backend, n.op.kind
+        batch = resolve_batch(tuple(n.batch), env)
         outs: list[np.ndarray]
         if kind is OpKind.MERGE:
             x = ins[0]
             if n.batch and not layouts[0].batched:  # unbatched branch: broadcast
-                x = np.broadcast_to(x, tuple(n.batch) + tuple(np.shape(x))).copy()
+                x = np.broadcast_to(x, batch + tuple(np.shape(x))).copy()
             outs = [x]
         elif kind is OpKind.EVAL_SYMBOL:
             v = np.asarray(evaluate(n.op.attr("expr"), env), dtype=n.op.attr("dtype").numpy)
-            outs = [np.broadcast_to(v, tuple(n.batch)).copy()]
+            outs = [np.broadcast_to(v, batch).copy()]
         elif kind is OpKind.SET_SYMBOL:
             b = n.op.attr("bound")
             key, t = p[:-1], p[-1]
@@ -430,7 +436,7 @@ class ReferenceEvaluator:
             if kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL):
                 be.seed(point_seed(self.seed, nid, p))
             flags = [lay.batched for lay in layouts]
-            y = be.run(n.op, [be.from_numpy(np.array(x)) for x in ins], tuple(n.batch), flags, env)
+            y = be.run(n.op, [be.from_numpy(np.array(x)) for x in ins], batch, flags, env)
             outs = [np.array(be.to_numpy(y))]
         self.memo[(nid, p)] = outs
 

@@ -110,6 +110,7 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     static bounds, every dynamic bound at ``dynamic_value`` and the node's own dims at
     their last value."""
     from timerl.runtime.interpreter import compile_expr
+    from timerl.runtime.layout import resolve_batch
 
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
     env.update({s: dynamic_value for s in pdg.dynamic_bounds})
@@ -123,7 +124,9 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
         at = {**env, **{d: max(0, env.get(pdg.bound_of(d), 1) - 1) for d in n.domain}}
         for spec in n.outputs:
             dims = [d if isinstance(d, int) else int(compile_expr(d)(at)) for d in spec.shape]
-            total += math.prod(n.batch) * math.prod(dims) * spec.dtype.numpy.itemsize
+            total += (
+                math.prod(resolve_batch(tuple(n.batch), env)) * math.prod(dims) * spec.dtype.numpy.itemsize
+            )
         out[n.id] = total
     return out
 

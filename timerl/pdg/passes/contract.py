@@ -14,7 +14,10 @@ does not keep as its own batch, plus ``phi``'s slices; a sum kept per batch inde
 when autodiff sums one dim at a time, contracts per batch index); ``X`` and ``Y`` are read by ``M`` at its own point
 with ``M``'s batch, with per-point shapes ``(k, 1)`` and ``(1, n)``. Rewrite: ``S``
 becomes ``MATMUL(PERMUTE(RESHAPE(X, (-1, k))), RESHAPE(Y, (-1, n)))``, where the two
-reshapes read ``X`` and ``Y`` through ``S``'s edge. ``M`` is left for DCE.
+reshapes read ``X`` and ``Y`` through ``S``'s edge. ``M`` is left for DCE. The reshapes
+carry ``contracted_rows=True``: their rows are only summed against rows read the same way,
+so trailing zero rows change nothing (a batch axis padded to a bucket of a dynamic bound is
+then read with its padding zeroed instead of cut off: ``runtime/layout.py``).
 
 A sum kept per batch index is often summed again by its one reader (autodiff sums the
 dims of a weight gradient one at a time: over ``t`` per env ``b``, then over ``b``): the
@@ -102,14 +105,14 @@ def contract_outer_products(pdg: PDG) -> PDG:
         next_id += 3
         nodes[xr] = Node(
             xr,
-            Op.make(OpKind.RESHAPE, shape=(-1, k)),
+            Op.make(OpKind.RESHAPE, shape=(-1, k), contracted_rows=True),
             outputs=(TensorSpec((rows, k), dt),),
             num_inputs=1,
             **common,
         )
         nodes[yr] = Node(
             yr,
-            Op.make(OpKind.RESHAPE, shape=(-1, n)),
+            Op.make(OpKind.RESHAPE, shape=(-1, n), contracted_rows=True),
             outputs=(TensorSpec((rows, n), dt),),
             num_inputs=1,
             **common,

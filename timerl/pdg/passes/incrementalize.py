@@ -133,7 +133,9 @@ def _itemsize(spec: TensorSpec) -> int:
 
 
 def _named(n: Node) -> bool:
-    return len(n.batch_dims) == len(n.batch)
+    """Batch dims named, and none padded to a bucket of a dynamic bound (``vectorize_dynamic``:
+    its size is known per episode only, so it is not tiled)."""
+    return len(n.batch_dims) == len(n.batch) and all(isinstance(b, int) for b in n.batch)
 
 
 class _Stacked:
@@ -238,7 +240,9 @@ class _Incrementalizer:
     def _bytes(self, n: Node) -> int | None:
         spec = n.outputs[0]
         s = _static(spec.shape)
-        return None if s is None else math.prod(n.batch) * math.prod(s) * _itemsize(spec)
+        if s is None or not all(isinstance(b, int) for b in n.batch):
+            return None
+        return math.prod(n.batch) * math.prod(s) * _itemsize(spec)
 
     def recursable(self, n: Node, a: int, size: int) -> list[int | None] | None:
         """Input axes of ``n`` over its output axis ``a`` of length ``size`` (None: it cannot run
@@ -410,6 +414,8 @@ def _root_axes(pdg: PDG, r: Node) -> tuple[int, list[int | None], int, int] | No
     ins = pdg.data_in_edges(r.id)
     if r.cond is not TRUE or any(e.order_only for e in pdg.in_edges(r.id)) or len(r.outputs) != 1:
         return None
+    if not _named(r) or not all(_named(pdg.nodes[e.src]) for e in ins):
+        return None  # a batch padded per episode (dynamic T) has no static row count
     if r.op.kind is OpKind.SUM:
         if len(ins) != 1:
             return None

@@ -29,9 +29,28 @@ Sink vectorized, source not: the edge reads ``0:D`` and the stacked axis becomes
 sink's batch axis (``to_batch``). Source without ``d``: the runtime broadcasts it.
 (:mod:`~timerl.runtime.layout` carries these out.)
 
+**Dynamic bounds** (``T`` found per episode by a ``SET_SYMBOL`` node). A vectorized node
+runs once per enclosing point, after ``T`` is known, with its batch axis padded to a
+*bucket*: the batch entry is the bound symbol ``T`` itself, which the runtime reads as
+``bucket(T)``, the smallest power of two ``>= T`` (:func:`timerl.runtime.layout.bucket`),
+so compiled code is reused across episode lengths (one compilation per bucket). Per-point
+sources read whole (``to_batch``) are stacked over ``0:T`` and zero-padded; readers of a
+vectorized node take rows ``< T`` or narrow to ``0:T`` (``batch_read``), so padded rows
+never reach a value that is read: every op is elementwise along batch axes, and every
+reduction over ``t`` reads through such a narrowed slice. Nodes that need the concrete
+length stay per point under a dynamic bound: ``EVAL_SYMBOL`` of an expression of ``t``,
+RNG draws (seeded per row), rows of a lifted scan, and nodes lacking a dim that encloses
+``t`` in the bound's ``SET_SYMBOL`` node (they have no single ``T``). Only nodes that wait for
+the episode's end anyway are vectorized (they read at an index that needs ``T``'s value,
+``t:T``, ``T - 1``, or depend on such a node in the same episode): the others, an n-step
+window ``r[t:min(t + n, T)]`` and what follows from it, run per point while the episode
+goes on and free their inputs (TimeRL §8.4: O(n) live values), and nothing the done signal
+depends on waits.
+
 Postcondition: vectorized nodes lose ``d`` from their domain and gain a last batch dim
-of size ``D`` (``batch_dims`` names it); values are unchanged up to float order inside
-batched kernels. A dim with a dynamic bound, or already vectorized, is left alone.
+of size ``D`` (``batch_dims`` names it; ``D`` is the bound symbol when it is dynamic);
+values are unchanged up to float order inside batched kernels. A dim already vectorized
+is left alone, and a dynamic one too when ``dynamic=False``.
 """
 
 from __future__ import annotations
@@ -44,7 +63,7 @@ import numpy as np
 
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec, strongly_connected_components
 from timerl.pdg.ops import Op, OpKind
-from timerl.symbolic import TRUE, Add, Const, Expr, Slice, Sym, evaluate, free_symbols
+from timerl.symbolic import TRUE, Add, Const, Expr, Max, Min, Slice, Sym, evaluate, free_symbols
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +128,12 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
     order = [s for s, _ in pdg.dims]
     outer = order[: order.index(d)]
     static = {b for b in pdg.static_bounds}
+    bound = pdg.bound_of(d)
+    enclosing: frozenset[Sym] = frozenset()
+    if bound not in pdg.static_bounds:
+        from timerl.pdg.passes.enclose import enclosing_dims
+
+        enclosing = frozenset(enclosing_dims(pdg).get(bound, (d, (), -1))[1])
     over = {n.id for n in pdg if d in n.domain}
     succ: dict[int, list[int]] = {}
     intra: list[Edge] = []
@@ -131,12 +156,54 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
         if not _trivial(e, pdg.nodes[e.src], d):
             bad_comp.add(k)
     ok = {nid for nid in over if comp_of[nid] not in bad_comp}
+    if bound not in pdg.static_bounds:
+        # vectorized, a node runs once the episode has ended: only nodes that wait for the
+        # end anyway (their values need T) are vectorized; the others run per point as soon
+        # as their inputs exist and free them (an n-step window keeps O(n) values live)
+        waits = _waits_for_end(pdg, bound, enclosing)
+        # ... and, unless the episode is read through a window that streams learning
+        # behind acting (``r[t:min(t + n, T)]``: TimeRL's n-step schedule, O(n) live
+        # values), the nodes whose every reader waits: nothing needs them earlier
+        if not _streams(pdg, d, bound):
+            readers: dict[int, list[int]] = {}
+            for e in pdg.edges:
+                if not e.order_only:
+                    readers.setdefault(e.src, []).append(e.sink)
+            grew = True
+            while grew:
+                grew = False
+                for nid in over - waits:
+                    rs = readers.get(nid, [])
+                    if rs and all(r in waits for r in rs):
+                        waits.add(nid)
+                        grew = True
+        for nid in ok - waits:
+            log.debug(
+                "vectorize %s: %s stays per point (it can run before %s is known)",
+                d,
+                pdg.nodes[nid].label,
+                bound,
+            )
+        ok &= waits
+        # nothing the done signal depends on can wait for the end
+        before = _ancestors(succ, [n.id for n in pdg if n.op.kind is OpKind.SET_SYMBOL])
+        for nid in ok & before:
+            log.debug(
+                "vectorize %s: %s stays per point (the dynamic bound %s depends on it)",
+                d,
+                pdg.nodes[nid].label,
+                bound,
+            )
+        ok -= before
     for nid in list(ok):
         n = pdg.nodes[nid]
         why = _local_reason(pdg, n, d, static)
+        if not why and bound not in pdg.static_bounds:
+            why = _dynamic_reason(pdg, n, d, enclosing)
         if why:
             log.debug("vectorize %s: %s stays per point (%s)", d, n.label, why)
             ok.discard(nid)
+    pairs = _contraction_pairs(pdg) if bound not in pdg.static_bounds else []
     changed = True
     while changed:
         changed = False
@@ -173,7 +240,41 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
             if any(v not in ok for v in members) and any(v in ok for v in members):
                 ok.difference_update(members)
                 changed = True
+        # the two operands of a contraction over a padded axis: both or neither (the row
+        # reshapes read both with the padding zeroed, or both cut to T rows)
+        for pair in pairs:
+            if len(pair & ok) == 1:
+                ok.difference_update(pair)
+                changed = True
     return ok
+
+
+def _contraction_pairs(pdg: PDG) -> list[set[int]]:
+    """The sources read by the two row reshapes of each contracted matmul (``contract``)."""
+    by_sink: dict[int, list[Edge]] = {}
+    for e in pdg.edges:
+        if not e.order_only:
+            by_sink.setdefault(e.sink, []).append(e)
+
+    def rows_source(nid: int) -> int | None:
+        n = pdg.nodes[nid]
+        if n.op.kind is OpKind.PERMUTE:
+            ins = by_sink.get(nid, [])
+            if len(ins) != 1:
+                return None
+            n = pdg.nodes[ins[0].src]
+        if n.op.kind is not OpKind.RESHAPE or not n.op.attr("contracted_rows", False):
+            return None
+        ins = by_sink.get(n.id, [])
+        return ins[0].src if len(ins) == 1 else None
+
+    out = []
+    for n in pdg:
+        if n.op.kind is OpKind.MATMUL:
+            srcs = [rows_source(e.src) for e in by_sink.get(n.id, [])]
+            if len(srcs) == 2 and None not in srcs:
+                out.append({s for s in srcs if s is not None})
+    return out
 
 
 def _local_reason(pdg: PDG, n: Node, d: Sym, static: set[Sym]) -> str:
@@ -213,6 +314,95 @@ def _local_reason(pdg: PDG, n: Node, d: Sym, static: set[Sym]) -> str:
     return ""
 
 
+def _mentions_end(x: Expr | Slice | None, bound: Sym) -> bool:
+    """Whether ``x`` uses ``bound`` outside a ``min``/``max`` (``T - 1``, ``t:T``, ``t < T - 1``
+    need ``T`` itself; ``min(t + n, T)`` is known earlier, from ``T``'s lower bound)."""
+    if x is None:
+        return False
+    if isinstance(x, Slice):
+        return _mentions_end(x.start, bound) or _mentions_end(x.stop, bound)
+    if x is bound:
+        return True
+    if isinstance(x, (Min, Max)) or not isinstance(x, Expr):
+        return False
+    return any(_mentions_end(a, bound) for a in x.args if isinstance(a, (Expr, Slice)))
+
+
+def _streams(pdg: PDG, d: Sym, bound: Sym) -> bool:
+    """Whether some edge reads along ``d`` through a window whose end uses ``bound`` inside a
+    ``min``/``max`` (``r[t:min(t + n, T)]``): learning can run ``n`` steps behind acting."""
+    for e in pdg.edges:
+        for c in e.phi:
+            if isinstance(c, Slice) and d in _syms(c) and bound in _syms(c) and not _mentions_end(c, bound):
+                return True
+    return False
+
+
+def _exprs(values: Iterable[object]) -> Iterable[Expr | Slice]:
+    """The symbolic expressions among ``values`` (nested in tuples and lists too)."""
+    for v in values:
+        if isinstance(v, (Expr, Slice)):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            yield from _exprs(v)
+
+
+def _waits_for_end(pdg: PDG, bound: Sym, enclosing: frozenset[Sym]) -> set[int]:
+    """The nodes that cannot run before the episode of ``bound`` ends: those reading at an
+    index that needs ``bound``'s value, and everything that depends on them within the same
+    episode (not through reads of an earlier enclosing point); nodes whose shape or attributes
+    need it (``expand`` to ``T`` rows) too. Conditions (``t - 1 < T``,
+    ``t < T - 1``) do not count: T's lower bound decides them at most a step later."""
+    enc = [s for s, _ in pdg.dims if s in enclosing]
+    same = [e for e in pdg.edges if not _carried(e, pdg.nodes[e.src], enc)]  # not an earlier episode
+    seeds = {e.sink for e in same if any(_mentions_end(c, bound) for c in e.phi)}
+    for n in pdg:  # shapes or attributes of size T (the VJP of a sum over 0:T expands to T)
+        if n.op.kind is OpKind.SET_SYMBOL:
+            continue  # names the bound, finds its value
+        values = [x for spec in n.outputs for x in spec.shape] + [v for _, v in n.op.attrs]
+        if any(_mentions_end(x, bound) for x in _exprs(values)):
+            seeds.add(n.id)
+    succ: dict[int, list[int]] = {}
+    for e in same:
+        succ.setdefault(e.src, []).append(e.sink)
+    seen, stack = set(seeds), list(seeds)
+    while stack:
+        for v in succ.get(stack.pop(), ()):
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return seen
+
+
+def _ancestors(succ: dict[int, list[int]], targets: list[int]) -> set[int]:
+    """The nodes with a path to one of ``targets`` in the graph ``succ`` (targets included)."""
+    pred: dict[int, list[int]] = {}
+    for u, vs in succ.items():
+        for v in vs:
+            pred.setdefault(v, []).append(u)
+    seen, stack = set(targets), list(targets)
+    while stack:
+        for u in pred.get(stack.pop(), ()):
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return seen
+
+
+def _dynamic_reason(pdg: PDG, n: Node, d: Sym, enclosing: frozenset[Sym]) -> str:
+    """Why ``n`` stays per point over ``d`` whose bound is dynamic (empty if it need not)."""
+    kind = n.op.kind
+    if not enclosing <= set(n.domain):
+        return "it lacks a dim enclosing the dynamic bound's episodes"
+    if kind is OpKind.EVAL_SYMBOL:
+        return "the values of its expression along a dynamic dim are known only at run time"
+    if kind in _RAND:
+        return "its rows are seeded per point of a dynamic dim"
+    if _row_of(pdg, n, d) is not None:
+        return "a row of a lifted scan over a dynamic dim"
+    return ""
+
+
 def _row_of(pdg: PDG, n: Node, d: Sym) -> Edge | None:
     """The input edge of ``n = INDEX(x, dim=0, index=d)`` when ``x`` does not vary with ``d``
     and is read at one point: vectorized, ``n`` is ``x`` itself with its first per-point
@@ -232,12 +422,18 @@ def _row_of(pdg: PDG, n: Node, d: Sym) -> Edge | None:
     return e
 
 
-def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
-    """Vectorize ``d`` on the nodes :func:`vectorizable_nodes` finds (module doc)."""
+def vectorize_partial(pdg: PDG, d: Sym, dynamic: bool = True) -> PDG:
+    """Vectorize ``d`` on the nodes :func:`vectorizable_nodes` finds (module doc); a ``d``
+    with a dynamic bound only when ``dynamic`` (batch axes padded to buckets of ``T``)."""
     bound = pdg.bound_of(d)
-    if bound not in pdg.static_bounds:
+    size: int | Sym
+    if bound in pdg.static_bounds:
+        size = int(pdg.static_bounds[bound])
+    elif dynamic and bound in pdg.dynamic_bounds:
+        size = bound
+    else:
+        log.debug("vectorize %s: its bound %s is dynamic (vectorize_dynamic is off)", d, bound)
         return pdg
-    size = int(pdg.static_bounds[bound])
     vec = vectorizable_nodes(pdg, d)
     if not vec:
         return pdg
@@ -252,6 +448,7 @@ def vectorize_partial(pdg: PDG, d: Sym) -> PDG:
             op = Op.make(OpKind.IDENTITY)
             rows.add(nid)
         elif op.kind is OpKind.EVAL_SYMBOL and d in free_symbols(op.attr("expr")):
+            assert isinstance(size, int)  # dynamic: such nodes stay per point (_dynamic_reason)
             dt = op.attr("dtype").numpy
             vals = np.array([evaluate(op.attr("expr"), {**env, d: k}) for k in range(size)], dtype=dt)
             value = np.ascontiguousarray(np.broadcast_to(vals, tuple(n.batch) + (size,)))
