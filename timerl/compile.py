@@ -24,7 +24,8 @@ class CompileOptions:
     vectorize: bool = True  # turn batch-like dims (identity-accessed, static) into concrete dims
     vectorize_time: bool = True  # vectorize the innermost dim where no recurrence needs it
     # ... also when its bound is dynamic (per-episode T): batch axes padded to power-of-two
-    # buckets of T, so compiled code is reused across episode lengths (vectorize_partial.py)
+    # buckets of T, so compiled code is reused across episode lengths (vectorize_partial.py);
+    # not with swap=True (learning then fetches the swapped episode one step at a time)
     vectorize_dynamic: bool = True
     simplify: bool = True  # readers of copies and of products with one read the operand
     cse: bool = True  # common-subexpression elimination
@@ -217,12 +218,15 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
             if options.check_reads:  # reads along vectorized dims are no longer in phi after it
                 check_reads_defined(pdg)
                 reads_checked = True
-            if pdg.bound_of(inner) in pdg.dynamic_bounds and options.vectorize_dynamic:
+            # with swapping, learning reads an episode's swapped tensors one step at a time
+            # (fetched per step); vectorized, it would read them whole, block-stored, unswapped
+            dynamic = options.vectorize_dynamic and not options.swap
+            if options.vectorize_dynamic and options.swap and pdg.bound_of(inner) in pdg.dynamic_bounds:
+                log.info("swap=True: %s (dynamic bound) is not vectorized (vectorize_dynamic)", inner)
+            if pdg.bound_of(inner) in pdg.dynamic_bounds and dynamic:
                 # vectorized nodes need the dims enclosing the episodes (their T)
                 pdg = verified(enclose_dynamic_dims(pdg), "enclose_dynamic_dims")
-            pdg = verified(
-                vectorize_partial(pdg, inner, dynamic=options.vectorize_dynamic), "vectorize_partial"
-            )
+            pdg = verified(vectorize_partial(pdg, inner, dynamic=dynamic), "vectorize_partial")
     if options.incrementalize is not None:
         from timerl.pdg.passes.incrementalize import incrementalize, parse_threshold
 

@@ -138,3 +138,11 @@ def test_reference_evaluator_on_the_padded_pdg(backend: str) -> None:
 
 def test_buckets_are_powers_of_two() -> None:
     assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 500)] == [1, 2, 4, 4, 8, 8, 16, 512]
+
+
+def test_swapping_keeps_learning_per_step() -> None:
+    """``swap=True``: learning fetches the swapped episode one step at a time, so the dynamic
+    dim is not vectorized (a vectorized reader would read the episode whole)."""
+    ctx, bounds = program({"loss": {}, "last": {}, "w": {}})
+    assert not _padded(build_pdg(ctx, bounds, CompileOptions(swap=True)))
+    assert _padded(build_pdg(ctx, bounds, CompileOptions(swap=False)))
