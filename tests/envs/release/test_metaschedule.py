@@ -11,12 +11,11 @@ import pytest
 from timerl.envs.release.measure import TemplateMeasurer
 from timerl.envs.release.space import Layer
 
-for _mod in ("xgboost", "cloudpickle", "psutil"):
-    pytest.importorskip(_mod)
-
 
 @pytest.mark.slow
 def test_metaschedule_tunes_a_conv2d_layer(tmp_path) -> None:
+    for mod in ("xgboost", "cloudpickle", "psutil"):  # the metaschedule extra
+        pytest.importorskip(mod)
     from timerl.envs.release.metaschedule import layer_module, tune_layer
 
     lay = Layer.conv2d("tiny_conv_ms", 4, 8, 6, 3, 1, 1)
