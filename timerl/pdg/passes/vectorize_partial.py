@@ -35,17 +35,19 @@ runs once per enclosing point, after ``T`` is known, with its batch axis padded 
 ``bucket(T)``, the smallest power of two ``>= T`` (:func:`timerl.runtime.layout.bucket`),
 so compiled code is reused across episode lengths (one compilation per bucket). Per-point
 sources read whole (``to_batch``) are stacked over ``0:T`` and zero-padded; readers of a
-vectorized node take rows ``< T`` or narrow to ``0:T`` (``batch_read``), so padded rows
-never reach a value that is read: every op is elementwise along batch axes, and every
-reduction over ``t`` reads through such a narrowed slice. Nodes that need the concrete
+vectorized node take rows ``< T`` or read the slice ``0:T`` (``batch_read``): narrowed to
+``T`` rows, or, for a sum over it and a contraction's row reshapes, with the rows ``>= T``
+zeroed (``runtime/layout.py``). Padded rows never reach a value that is read: every op is
+elementwise along batch axes. Nodes that need the concrete
 length stay per point under a dynamic bound: ``EVAL_SYMBOL`` of an expression of ``t``,
 RNG draws (seeded per row), rows of a lifted scan, and nodes lacking a dim that encloses
 ``t`` in the bound's ``SET_SYMBOL`` node (they have no single ``T``). Only nodes that wait for
 the episode's end anyway are vectorized (they read at an index that needs ``T``'s value,
-``t:T``, ``T - 1``, or depend on such a node in the same episode): the others, an n-step
-window ``r[t:min(t + n, T)]`` and what follows from it, run per point while the episode
-goes on and free their inputs (TimeRL §8.4: O(n) live values), and nothing the done signal
-depends on waits.
+``t:T``, ``T - 1``, or depend on such a node in the same episode), and, unless an n-step
+window ``r[t:min(t + n, T)]`` streams learning behind acting, the nodes whose every reader
+waits. With such a window the nodes that need no ``T`` run per point while the episode goes
+on and free their inputs (TimeRL §8.4: O(n) live values). Nothing the done signal depends
+on waits; the two operands of a contraction are vectorized together or not at all.
 
 Postcondition: vectorized nodes lose ``d`` from their domain and gain a last batch dim
 of size ``D`` (``batch_dims`` names it; ``D`` is the bound symbol when it is dynamic);
@@ -365,7 +367,13 @@ def _waits_for_end(pdg: PDG, bound: Sym, enclosing: frozenset[Sym]) -> set[int]:
     succ: dict[int, list[int]] = {}
     for e in same:
         succ.setdefault(e.src, []).append(e.sink)
-    seen, stack = set(seeds), list(seeds)
+    return _reach(succ, seeds)
+
+
+def _reach(succ: dict[int, list[int]], starts: Iterable[int]) -> set[int]:
+    """The nodes reachable from ``starts`` in the graph ``succ`` (starts included)."""
+    seen = set(starts)
+    stack = list(seen)
     while stack:
         for v in succ.get(stack.pop(), ()):
             if v not in seen:
@@ -380,13 +388,7 @@ def _ancestors(succ: dict[int, list[int]], targets: list[int]) -> set[int]:
     for u, vs in succ.items():
         for v in vs:
             pred.setdefault(v, []).append(u)
-    seen, stack = set(targets), list(targets)
-    while stack:
-        for u in pred.get(stack.pop(), ()):
-            if u not in seen:
-                seen.add(u)
-                stack.append(u)
-    return seen
+    return _reach(pred, targets)
 
 
 def _dynamic_reason(pdg: PDG, n: Node, d: Sym, enclosing: frozenset[Sym]) -> str:
