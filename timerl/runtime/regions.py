@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
 from timerl.pdg.ops import OpKind
 from timerl.runtime.fusion import fusable, internal_read
-from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, Offload, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, Offload, inline_seqs
 from timerl.symbolic import Expr, Slice, Sym, free_symbols, substitute
 from timerl.symbolic.expr import same
 from timerl.symbolic.simplify import affine_difference
@@ -55,17 +55,6 @@ class FusedExec(Exec):
 
     members: tuple[int, ...] = ()
     donate: tuple[tuple[int, int], ...] = ()
-
-
-def inline_seqs(children: Sequence[AstNode]) -> list[AstNode]:
-    """``children`` with nested ``Seq``s replaced by their statements, in order."""
-    out: list[AstNode] = []
-    for c in children:
-        if isinstance(c, Seq):
-            out.extend(inline_seqs(c.children))
-        else:
-            out.append(c)
-    return out
 
 
 def may_read(e: Edge, sink: Node, sink_point: Sequence[Expr], src_point: Sequence[Expr]) -> bool:

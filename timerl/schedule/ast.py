@@ -21,6 +21,7 @@ held only memory statements (one call over the range of points).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timerl.symbolic import Expr, Sym
@@ -110,3 +111,14 @@ def walk(node: AstNode):
         yield from walk(node.then)
         if node.else_ is not None:
             yield from walk(node.else_)
+
+
+def inline_seqs(children: Sequence[AstNode]) -> list[AstNode]:
+    """``children`` with nested ``Seq``s replaced by their statements, in order."""
+    out: list[AstNode] = []
+    for c in children:
+        if isinstance(c, Seq):
+            out.extend(inline_seqs(c.children))
+        else:
+            out.append(c)
+    return out

@@ -49,7 +49,7 @@ import islpy as isl
 
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
-from timerl.schedule.ast import AstNode, Dealloc, Fetch, If, Loop, MemOp, Offload, Seq
+from timerl.schedule.ast import AstNode, Dealloc, Fetch, If, Loop, MemOp, Offload, Seq, inline_seqs
 from timerl.schedule.isl import stmt_name
 from timerl.symbolic import Add, Const, Le, Lt, Slice, Sym, free_symbols
 
@@ -357,16 +357,6 @@ def postprocess(node: AstNode, dynamic: frozenset[Sym] = frozenset()) -> AstNode
     return batch_memory_loops(drop_redundant_moves(node), dynamic)
 
 
-def _flat(children: tuple[AstNode, ...]) -> list[AstNode]:
-    out: list[AstNode] = []
-    for c in children:
-        if isinstance(c, Seq):
-            out.extend(_flat(c.children))
-        else:
-            out.append(c)
-    return out
-
-
 def drop_redundant_moves(node: AstNode) -> AstNode:
     """Offload then fetch (or free) of the same point in one sequence, and repeated fetches
     of a point, removed (module doc)."""
@@ -380,7 +370,7 @@ def drop_redundant_moves(node: AstNode) -> AstNode:
         )
     if not isinstance(node, Seq):
         return node
-    kids = [drop_redundant_moves(c) for c in _flat(node.children)]
+    kids = [drop_redundant_moves(c) for c in inline_seqs(node.children)]
     gone: set[int] = set()
     for a, st in enumerate(kids):
         if a in gone or not isinstance(st, (Offload, Fetch)):
@@ -449,7 +439,7 @@ def batch_memory_loops(node: AstNode, dynamic: frozenset[Sym] = frozenset()) -> 
         return node
     body = batch_memory_loops(node.body, dynamic)
     loop = replace(node, body=body)
-    stmts = _flat((body,))
+    stmts = inline_seqs((body,))
     up = _upper(loop)
     if (
         up is None
