@@ -52,12 +52,24 @@ class Args:
     beside the training run's files, which keep their names)"""
     quiet: bool = False
     """no progress bars (the per-benchmark lines are still printed)"""
+    samples: int = 0
+    """best-of-K: also sample K episodes per benchmark from the policy (every schedule
+    measured), report the fastest schedule they measured (column agent@K) and run beam
+    and random search with as many measurements as those K episodes made (beam@K,
+    random@K); 0: off"""
+    sample_seed: int = 0
+    """seed of the policy's sampling for --samples"""
+    skip_searches: bool = False
+    """skip the budget-matched searches of the greedy episode (columns beam, random)"""
 
 
-def replay(task: TiramisuTask, actions: tuple[int, ...]):
+def replay(task: TiramisuTask, actions: tuple[int, ...], seen: set[str] | None = None):
     """``(last, best, n)``: the schedule at the end of an episode, the fastest one it
-    measured (by the shared measurer's cached times) and the distinct schedules measured."""
-    s, br, seen = task.initial, 0, {task.initial.key}
+    measured (by the shared measurer's cached times) and the distinct schedules measured
+    (``seen``, if given, collects their keys across episodes)."""
+    s, br = task.initial, 0
+    seen = {task.initial.key} if seen is None else seen
+    seen.add(task.initial.key)
     best, best_t = s, task.seconds(s)
     for a in actions:
         if a == NEXT:
@@ -72,6 +84,19 @@ def replay(task: TiramisuTask, actions: tuple[int, ...]):
             if t < best_t:
                 best, best_t = new, t
     return s, best, len(seen)
+
+
+def best_of_episodes(task: TiramisuTask, episodes: list[tuple[int, ...]]):
+    """``(best, n)``: the fastest schedule measured over several episodes' action sequences
+    (by the shared measurer's cached times) and the distinct schedules they measured (the
+    budget a search gets for a fair comparison)."""
+    seen: set[str] = set()
+    best, best_t = task.initial, task.seconds(task.initial)
+    for acts in episodes:
+        _, b, _ = replay(task, acts, seen)
+        if (t := task.seconds(b)) < best_t:
+            best, best_t = b, t
+    return best, len(seen)
 
 
 def check_measured(records) -> None:
@@ -160,17 +185,38 @@ def main(args: Args) -> dict:
             rows[p.name]["agent_schedule"] = best.key
             rows[p.name]["agent_last_schedule"] = last.key
             rows[p.name]["agent_actions"] = list(rec.actions)
+    k = args.samples
+    if k > 0 and args.run_dir and (Path(args.run_dir) / "checkpoints").exists():
+        per_prog = tiramisu.sampled_rollouts(
+            targs, weights, programs, k, measurer=measurer, seed=args.sample_seed
+        )
+        for eps, p in zip(per_prog, programs, strict=True):
+            check_measured(eps)
+            best, n = best_of_episodes(tasks[p.name], [rec.actions for rec in eps])
+            rows[p.name][f"budget@{k}"] = n
+            rows[p.name][f"agent@{k}"] = fresh_speedup(best, args.remeasure, threads)
+            rows[p.name][f"agent@{k}_schedule"] = best.key
+            rows[p.name][f"agent@{k}_episodes"] = [
+                " ".join(ACTIONS[a].name for a in rec.actions) for rec in eps
+            ]
     agent_s = time.perf_counter() - t0
     bar = trl.run.progress(names, desc="searches", quiet=args.quiet, unit="bench")
     for n in bar:
         bar.set_postfix_str(n, refresh=False)
         budget = args.budget or max(2, used.get(n, 2))
-        b = beam_search(tasks[n], budget, width=args.beam_width)
-        r = random_search(tasks[n], budget, seed=args.seed)
         rows[n]["budget"] = budget
-        rows[n]["beam"] = fresh_speedup(b.best, args.remeasure, threads)
-        rows[n]["random"] = fresh_speedup(r.best, args.remeasure, threads)
-        rows[n]["beam_schedule"], rows[n]["random_schedule"] = b.best.key, r.best.key
+        if not args.skip_searches:
+            b = beam_search(tasks[n], budget, width=args.beam_width)
+            r = random_search(tasks[n], budget, seed=args.seed)
+            rows[n]["beam"] = fresh_speedup(b.best, args.remeasure, threads)
+            rows[n]["random"] = fresh_speedup(r.best, args.remeasure, threads)
+            rows[n]["beam_schedule"], rows[n]["random_schedule"] = b.best.key, r.best.key
+        if f"budget@{k}" in rows[n]:
+            bk = beam_search(tasks[n], rows[n][f"budget@{k}"], width=args.beam_width)
+            rk = random_search(tasks[n], rows[n][f"budget@{k}"], seed=args.seed)
+            rows[n][f"beam@{k}"] = fresh_speedup(bk.best, args.remeasure, threads)
+            rows[n][f"random@{k}"] = fresh_speedup(rk.best, args.remeasure, threads)
+            rows[n][f"beam@{k}_schedule"], rows[n][f"random@{k}_schedule"] = bk.best.key, rk.best.key
         rows[n]["untransformed_ms"] = 1e3 * measurer.base_seconds(tasks[n].program)
         if args.hand and n in HAND_SCHEDULES:
             hand = [
@@ -194,23 +240,28 @@ def main(args: Args) -> dict:
                     "agent_last",
                     "beam",
                     "random",
+                    f"agent@{args.samples}",
+                    f"beam@{args.samples}",
+                    f"random@{args.samples}",
                     f"beam@{args.ceiling_budget}",
                     f"random@{args.ceiling_budget}",
                     "hand",
                 )
                 if k in rows[n]
             )
-            + f" (budget {budget})"
+            + f" (budget {budget}"
+            + (f", best-of-{k} budget {rows[n][f'budget@{k}']})" if f"budget@{k}" in rows[n] else ")")
             + " agent actions: "
             + " ".join(ACTIONS[a].name for a in rows[n].get("agent_actions", []))
         )
     extra = (
         [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []
     )
+    sampled = [f"agent@{k}", f"beam@{k}", f"random@{k}"] if k > 0 else []
     methods = [
-        k
-        for k in ("agent", "agent_last", "beam", "random", *extra, "hand")
-        if all(k in r for r in rows.values())
+        m
+        for m in ("agent", "agent_last", "beam", "random", *sampled, *extra, "hand")
+        if all(m in r for r in rows.values())
     ]
     geo = {k: geomean([rows[n][k] for n in names]) for k in methods}
     lines = [
@@ -218,8 +269,11 @@ def main(args: Args) -> dict:
         "|---|---|---|" + "---|" * len(methods),
     ]
     for n in names:
+        meas_col = str(rows[n]["budget"]) + (
+            f" / {rows[n][f'budget@{k}']}" if f"budget@{k}" in rows[n] else ""
+        )
         lines.append(
-            f"| {n} | {rows[n]['untransformed_ms']:.1f} | {rows[n]['budget']} | "
+            f"| {n} | {rows[n]['untransformed_ms']:.1f} | {meas_col} | "
             + " | ".join(f"{rows[n][k]:.2f}x" for k in methods)
             + " |"
         )

@@ -370,6 +370,30 @@ def greedy_rollouts(args: TiramisuArgs, weights: dict, programs: list, measurer=
     """One greedy episode per program with the trained policy (an RT program of its own);
     the env's episode records (the last schedule of each is the agent's result). Every
     schedule is measured (no surrogate, whatever ``args.surrogate`` says)."""
+    return [eps[0] for eps in _rollouts(args, weights, programs, measurer, 1, sample=False)]
+
+
+def sampled_rollouts(
+    args: TiramisuArgs, weights: dict, programs: list, episodes: int, measurer=None, seed: int | None = None
+) -> list[list]:
+    """``episodes`` episodes per program sampled from the trained policy (with
+    ``args.eval_mask``), every schedule measured (no surrogate): per program, its episode
+    records in order. The best-of-K evaluation picks the fastest schedule they measured.
+    ``seed`` (default ``args.seed``) seeds the sampling."""
+    if episodes < 1:
+        raise trl.TimeRLError(f"sampled_rollouts: episodes must be >= 1, got {episodes}")
+    return _rollouts(args, weights, programs, measurer, episodes, sample=True, seed=seed)
+
+
+def _rollouts(
+    args: TiramisuArgs,
+    weights: dict,
+    programs: list,
+    measurer,
+    episodes: int,
+    sample: bool,
+    seed: int | None = None,
+) -> list[list]:
     B = len(programs)
     ctx = trl.Context(dims=("b", "i", "t"))
     with ctx as ((b, Bs), (i, I), (t, T)):
@@ -377,10 +401,14 @@ def greedy_rollouts(args: TiramisuArgs, weights: dict, programs: list, measurer=
         arch = "v2" if "dnn.inp.w" in weights else "v1"
         dnn = GATPolicy((), args.seed, args.heads, args.hidden, weights, arch)
         o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
-        o[b, i, 0] = env.reset(domain=(b, i))
+        o[b, i, 0] = env.reset(domain=(b, i))  # in order: env b plays programs[b] at every i
         mask = env.action_mask(o, legal=args.eval_mask == "legal") if args.eval_mask != "none" else None
-        a = dnn.forward(o, mask).argmax(-1)
+        a = dnn(o, mask) if sample else dnn.forward(o, mask).argmax(-1)
         o[b, i, t + 1], _, d = env.step(a)
-    ctx.compile({Bs: B, I: 1, T: d}, backend=args.backend, seed=args.seed).execute()
-    by_env = {rec.env_index: rec for rec in env.history}
+    ctx.compile(
+        {Bs: B, I: episodes, T: d}, backend=args.backend, seed=args.seed if seed is None else seed
+    ).execute()
+    by_env: dict[int, list] = {k: [] for k in range(B)}
+    for rec in sorted(env.history, key=lambda r: r.reset_point):
+        by_env[rec.env_index].append(rec)
     return [by_env[k] for k in range(B)]

@@ -9,6 +9,7 @@ measurement). Both return the fastest schedule found and the measurements used.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -19,7 +20,9 @@ from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.schedule import Schedule
 from timerl.errors import TimeRLError
 
-__all__ = ["SearchResult", "apply_sequence", "beam_search", "random_search"]
+log = logging.getLogger(__name__)
+
+__all__ = ["ClimbResult", "SearchResult", "apply_sequence", "beam_search", "hill_climb", "random_search"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,77 @@ def random_search(task: TiramisuTask, budget: int, episode_len: int = 16, seed: 
                 best, best_t = new, tn
         stale = stale + 1 if len(b.seen) == before else 0
     return SearchResult(best, best_t, t0, len(b.seen))
+
+
+@dataclass(frozen=True)
+class ClimbResult:
+    """``hill_climb``'s answer: every measured schedule as ``(seconds, spec, schedule)``,
+    fastest first (``spec`` the ``branch:action`` tokens that reach it, for
+    :func:`apply_sequence`), and the measurements used."""
+
+    ranked: list[tuple[float, str, Schedule]]
+    initial_seconds: float
+    measurements: int
+
+    @property
+    def best(self) -> tuple[float, str, Schedule]:
+        return self.ranked[0]
+
+
+def hill_climb(
+    task: TiramisuTask,
+    starts: list[str],
+    budget: int,
+    min_gain: float = 1.02,
+    seed: int = 0,
+    skip: tuple[str, ...] = (),
+) -> ClimbResult:
+    """First-improvement hill climbing over the whole action space (every action on every
+    branch, legality-checked; no episode length, no branch order): measure the ``starts``
+    (``branch:action`` specs, ``""`` the untransformed program; illegal ones are logged
+    and skipped), then from the fastest one measure its neighbours in a random order and
+    move to the first that is ``min_gain`` times faster (the margin keeps measurement noise
+    from moving it), until a local optimum or ``budget`` measurements. Actions whose kind
+    is in ``skip`` (e.g. ``("P",)`` for serial runs) are left out. A tool to find the best
+    schedules the action space holds (the ceiling), not a baseline at equal budget."""
+    rng = np.random.default_rng(seed)
+    b = _Budget(task, max(1, budget))
+    t0 = b.seconds(task.initial)
+    specs: dict[str, tuple[float, str, Schedule]] = {task.initial.key: (t0, "", task.initial)}
+    for spec in starts:
+        if b.left <= 0:
+            break
+        try:
+            s = apply_sequence(task, spec)
+        except TimeRLError as e:
+            log.info("hill_climb: start skipped: %s", e)
+            continue
+        t = b.seconds(s)
+        if math.isfinite(t) and (s.key not in specs or t < specs[s.key][0]):
+            specs[s.key] = (t, spec, s)
+    cur_t, cur_spec, cur = min(specs.values(), key=lambda x: x[0])
+    nbr = len(task.program.branches)
+    moves = [(br, a) for br in range(nbr) for a in range(NUM_ACTIONS - 1) if ACTIONS[a].kind not in skip]
+    while b.left > 0:
+        moved = False
+        for j in rng.permutation(len(moves)):
+            if b.left <= 0:
+                break
+            br, a = moves[j]
+            new = task.try_action(cur, br, a)
+            if new is None or new.key in b.seen:
+                continue
+            t = b.seconds(new)
+            if not math.isfinite(t):
+                continue
+            spec = f"{cur_spec} {br}:{ACTIONS[a].name}".strip()
+            specs.setdefault(new.key, (t, spec, new))
+            if t * min_gain < cur_t:
+                log.info("hill_climb %s: %.3fx %s", task.program.name, t0 / t, spec)
+                cur_t, cur_spec, cur = t, spec, new
+                moved = True
+                break
+        if not moved:
+            break
+    ranked = sorted(specs.values(), key=lambda x: x[0])
+    return ClimbResult(ranked, t0, len(b.seen))
