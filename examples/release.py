@@ -104,6 +104,9 @@ class Args(ppo.PPOArgs):
     docs/release.md: 2 stuck runs in 8 against 10 in 16 without); none (the samplers as
     published: AutoTVM's greedy, RELEASE's adaptive); knobs (ties, and greedy takes its top k in
     AutoTVM-style diversity-aware order, weighted by --knob-weight)"""
+    cost_objective: str = "regression"
+    """cost model's objective: regression (LightGBM regression on GFLOPS over the best measured)
+    or rank (LightGBM lambdarank over the measurements as one query, AutoTVM-style rank loss)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -276,7 +279,17 @@ def run_layer(
 
             t0 = time.perf_counter()
             try:
-                r = tune(space, search, sampler, measurer, args.budget, seed, args.n_init, tick)
+                r = tune(
+                    space,
+                    search,
+                    sampler,
+                    measurer,
+                    args.budget,
+                    seed,
+                    args.n_init,
+                    tick,
+                    args.cost_objective,
+                )
             finally:
                 log.close(curve="best_gflops", x="measurements")
                 if isinstance(search, RLSearch):
