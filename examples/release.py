@@ -119,7 +119,8 @@ class Args(ppo.PPOArgs):
     sa_iters: int = 500
     """simulated annealing: steps per round (AutoTVM's n_iter)"""
     combos: str = ",".join(f"{s}+{m}" for s, m in COMBOS)
-    """the search+sampler combinations to run"""
+    """the search+sampler combinations to run; search+sampler:objective (e.g. rl+adaptive:rank)
+    overrides --cost-objective for that one, so both objectives share a layer's measurer cache"""
     metaschedule_trials: int = 0
     """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
     pip install 'timerl[metaschedule]': xgboost-cpu, cloudpickle, psutil)"""
@@ -252,7 +253,8 @@ def run_layer(
     for k in range(args.seeds):
         seed = args.seed + k
         for combo in [c for c in args.combos.split(",") if c]:
-            s_name, m_name = combo.split("+")
+            pair, _, objective = combo.partition(":")  # rl+adaptive:rank: this one with a ranker
+            s_name, m_name = pair.split("+")
             search = (
                 SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
                 if s_name == "sa"
@@ -288,7 +290,7 @@ def run_layer(
                     seed,
                     args.n_init,
                     tick,
-                    args.cost_objective,
+                    objective or args.cost_objective,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")
