@@ -5,7 +5,9 @@
 # best of the same seed (within 1 %), the ratio of the baseline's medians over these, and
 # the final best over the baseline's (median, min). A run that never reaches a target
 # counts its whole budget (the ratios built from it are lower bounds) and is counted as
-# a miss.
+# a miss. Per seed also SA + greedy's count to its own final best over the variant's
+# count to it (median, min-max), and the runs that got stuck (final best below 90 % of the
+# pooled best).
 #
 # A comma-separated list of files (same settings, consecutive seeds: --seed 0 --seeds 3, then
 # --seed 3 --seeds 3) counts as one run whose seeds are concatenated, baseline included.
@@ -19,6 +21,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+STUCK = 0.9  # a run whose final best is below this fraction of the pooled best got stuck
 
 
 def reach(curve: list[float], target: float) -> tuple[int, bool]:
@@ -67,6 +71,10 @@ def main() -> None:
                     label += f" (agents {a['num_envs']}, iters {a['iterations']}, pool {a['plan_size']})"
                 if a.get("diversity", "none") != "none":
                     label += f" (diversity {a['diversity']})"
+                if a.get("cost_objective", "regression") != "regression":
+                    label += f" (cost {a['cost_objective']})"
+                if combo.startswith("rl") and a.get("episode_len", 10) != 10:
+                    label += f" (episode {a['episode_len']})"
                 variants[label] = curves
         best = max(max(c[-1] for c in cs) for cs in variants.values())
         print(f"\n{name}: pooled best {best:.1f} GFLOPS; baseline {args.baseline}:{args.baseline_combo}")
@@ -74,19 +82,23 @@ def main() -> None:
         bown = [reach(c, 0.99 * c[-1])[0] for c in ref]
         print(
             f"{'variant':<90} {'seeds':>5} {'meas->95% med (min-max)':>24} {'miss':>4} {'x fewer':>7} "
-            f"{'meas->SA+G best':>16} {'miss':>4} {'x fewer':>7} {'best/SA+G med (min)':>20}"
+            f"{'meas->SA+G best':>16} {'miss':>4} {'x fewer':>7} {'per-seed x: med (min-max)':>26} "
+            f"{'best/SA+G med (min-max)':>24} {'stuck':>5}"
         )
         for label, curves in variants.items():
             n = min(len(curves), len(ref))
             to95 = [reach(c, 0.95 * best) for c in curves[:n]]
             tosg = [reach(c, 0.99 * r[-1]) for c, r in zip(curves[:n], ref[:n], strict=True)]
             ratio = [c[-1] / r[-1] for c, r in zip(curves[:n], ref[:n], strict=True)]
+            per_seed = [b / x[0] for b, x in zip(bown[:n], tosg, strict=True)]
+            stuck = sum(c[-1] < STUCK * best for c in curves[:n])
             print(
                 f"{label:<90} {n:>5} {spread([x[0] for x in to95]):>24} {sum(not x[1] for x in to95):>4} "
                 f"{np.median(b95[:n]) / np.median([x[0] for x in to95]):>7.2f} "
                 f"{spread([x[0] for x in tosg]):>16} {sum(not x[1] for x in tosg):>4} "
                 f"{np.median(bown[:n]) / np.median([x[0] for x in tosg]):>7.2f} "
-                f"{np.median(ratio):>13.3f} ({min(ratio):.3f})"
+                f"{np.median(per_seed):>12.2f} ({min(per_seed):.2f}-{max(per_seed):.2f}) "
+                f"{np.median(ratio):>10.3f} ({min(ratio):.3f}-{max(ratio):.3f}) {stuck:>5}"
             )
 
 

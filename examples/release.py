@@ -104,6 +104,9 @@ class Args(ppo.PPOArgs):
     docs/release.md: 2 stuck runs in 8 against 10 in 16 without); none (the samplers as
     published: AutoTVM's greedy, RELEASE's adaptive); knobs (ties, and greedy takes its top k in
     AutoTVM-style diversity-aware order, weighted by --knob-weight)"""
+    cost_objective: str = "regression"
+    """cost model's objective: regression (LightGBM regression on GFLOPS over the best measured)
+    or rank (LightGBM lambdarank over the measurements as one query, AutoTVM-style rank loss)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -116,7 +119,8 @@ class Args(ppo.PPOArgs):
     sa_iters: int = 500
     """simulated annealing: steps per round (AutoTVM's n_iter)"""
     combos: str = ",".join(f"{s}+{m}" for s, m in COMBOS)
-    """the search+sampler combinations to run"""
+    """the search+sampler combinations to run; search+sampler:objective (e.g. rl+adaptive:rank)
+    overrides --cost-objective for that one, so both objectives share a layer's measurer cache"""
     metaschedule_trials: int = 0
     """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
     pip install 'timerl[metaschedule]': xgboost-cpu, cloudpickle, psutil)"""
@@ -249,7 +253,8 @@ def run_layer(
     for k in range(args.seeds):
         seed = args.seed + k
         for combo in [c for c in args.combos.split(",") if c]:
-            s_name, m_name = combo.split("+")
+            pair, _, objective = combo.partition(":")  # rl+adaptive:rank: this one with a ranker
+            s_name, m_name = pair.split("+")
             search = (
                 SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
                 if s_name == "sa"
@@ -276,7 +281,17 @@ def run_layer(
 
             t0 = time.perf_counter()
             try:
-                r = tune(space, search, sampler, measurer, args.budget, seed, args.n_init, tick)
+                r = tune(
+                    space,
+                    search,
+                    sampler,
+                    measurer,
+                    args.budget,
+                    seed,
+                    args.n_init,
+                    tick,
+                    objective or args.cost_objective,
+                )
             finally:
                 log.close(curve="best_gflops", x="measurements")
                 if isinstance(search, RLSearch):

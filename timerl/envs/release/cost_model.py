@@ -5,6 +5,16 @@ The target is each measured configuration's GFLOPS over the best measured so far
 invalid configuration counts 0), so predictions are on the same [0, ~1] scale whatever the
 layer: the searches use them as fitness (simulated annealing) and as reward (PPO). Before
 the first fit (or with fewer than ``min_samples`` valid measurements) every prediction is 0.
+
+``objective="rank"`` fits a ranker instead (AutoTVM ranks with a rank loss: only the order
+of the configurations matters to a search that keeps the best ones): LightGBM's
+``lambdarank`` over all measurements as one query, the relevance of a configuration its
+GFLOPS over the best measured quantised to ``0..RANK_LEVELS``, with a linear gain (relevance
+``r`` gains ``r``; lambdarank's default ``2^r - 1`` looks almost only at the top few) and
+every pair of positions weighted (no truncation), which is closer to a pairwise rank loss. A ranker's raw scores have no
+scale, so its predictions are mapped affinely onto the regression's: the lowest score over
+the measured configurations goes to 0, the highest to 1 (SA's temperature and the PPO
+reward keep their meaning).
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ from timerl.errors import TimeRLError
 
 log = logging.getLogger("timerl.envs.release")
 
+OBJECTIVES = ("regression", "rank")
+RANK_LEVELS = 30  # lambdarank's default label_gain covers relevance 0..30
+
 
 def _lightgbm():
     try:
@@ -31,7 +44,7 @@ def _lightgbm():
 
 
 class CostModel:
-    """LightGBM regression trees over :meth:`.KnobSpace.features` (see the module doc)."""
+    """LightGBM regression (or ranking) trees over :meth:`.KnobSpace.features` (see the module doc)."""
 
     def __init__(
         self,
@@ -41,8 +54,12 @@ class CostModel:
         learning_rate: float = 0.1,
         min_samples: int = 4,
         seed: int = 0,
+        objective: str = "regression",
     ) -> None:
+        if objective not in OBJECTIVES:
+            raise TimeRLError(f"cost model: objective must be one of {OBJECTIVES}, got {objective!r}")
         self.space = space
+        self.objective = objective
         self.params = dict(
             n_estimators=n_estimators,
             num_leaves=num_leaves,
@@ -56,6 +73,7 @@ class CostModel:
         self.min_samples = min_samples
         self.model = None
         self.fits = 0
+        self._scale = (0.0, 1.0)  # rank: (offset, span) mapping raw scores onto [0, 1]
 
     def fit(self, configs: Sequence[Config], gflops: Sequence[float]) -> None:
         """Refit on every measurement so far (``gflops``: 0 for invalid configurations)."""
@@ -65,8 +83,22 @@ class CostModel:
         if (y > 0).sum() < self.min_samples or y.max() <= 0:
             return
         lgb = _lightgbm()
-        model = lgb.LGBMRegressor(**self.params)
-        model.fit(self.space.features(configs), y / y.max())
+        x = self.space.features(configs)
+        if self.objective == "rank":
+            rel = np.rint(y / y.max() * RANK_LEVELS).astype(np.int64)
+            model = lgb.LGBMRanker(
+                objective="lambdarank",
+                lambdarank_truncation_level=len(y),
+                label_gain=list(range(RANK_LEVELS + 1)),
+                **self.params,
+            )
+            model.fit(x, rel, group=[len(y)])
+            raw = np.asarray(model.predict(x), np.float64)
+            lo, hi = float(raw.min()), float(raw.max())
+            self._scale = (lo, hi - lo if hi > lo else 1.0)
+        else:
+            model = lgb.LGBMRegressor(**self.params)
+            model.fit(x, y / y.max())
         self.model = model
         self.fits += 1
 
@@ -74,4 +106,8 @@ class CostModel:
         """Predicted GFLOPS over the best measured, per configuration (float64)."""
         if self.model is None or not len(configs):
             return np.zeros(len(configs))
-        return np.asarray(self.model.predict(self.space.features(configs)), np.float64)
+        raw = np.asarray(self.model.predict(self.space.features(configs)), np.float64)
+        if self.objective == "rank":
+            lo, span = self._scale
+            return (raw - lo) / span
+        return raw

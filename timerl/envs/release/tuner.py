@@ -72,13 +72,15 @@ def tune(
     seed: int = 0,
     n_init: int = 8,
     on_measure: Callable[[Measurement], None] | None = None,
+    objective: str = "regression",
 ) -> TuneResult:
-    """Tune ``space`` with ``budget`` hardware measurements (see the module doc). Raises
+    """Tune ``space`` with ``budget`` hardware measurements (see the module doc); ``objective``
+    is the cost model's (:class:`.CostModel`: regression or rank). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
     rng = np.random.default_rng(seed)
-    model = CostModel(space, seed=seed)
+    model = CostModel(space, seed=seed, objective=objective)
     done: dict[Config, Measurement] = {}
     order: list[Measurement] = []
     elapsed: list[float] = []
