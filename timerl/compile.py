@@ -202,6 +202,8 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
         from timerl.pdg.passes.contract import contract_outer_products
 
         pdg = verified(contract_outer_products(pdg), "contract_outer_products")
+        if options.cse:  # the contractions of one operand (actor's and critic's first layer)
+            pdg = verified(eliminate_common_subexpressions(pdg), "eliminate_common_subexpressions")
     if options.scan_lift:
         from timerl.pdg.passes.scan_lift import lift_scans
 

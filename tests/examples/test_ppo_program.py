@@ -193,6 +193,22 @@ def test_fixed_length_learning_is_vectorized_over_t() -> None:
     assert any(n.op.kind is OpKind.LINEAR_SCAN and n.op.attr("reverse") for n in pdg)
 
 
+def test_no_duplicates_left_after_the_passes() -> None:
+    """CSE runs again after ``contract``: the actor's and the critic's first-layer weight
+    gradients contract the same observations, and their row reshapes (and transposes) are
+    one node each, not two (image observations held them twice: 96 MiB each at 16 x 128)."""
+    from timerl.pdg.passes.cse import eliminate_common_subexpressions
+
+    pdg = lower_example(ppo.build_fixed, ppo.Args(num_envs=2, num_steps=8, iterations=2), lambda v, p: None)
+    assert eliminate_common_subexpressions(pdg) is pdg
+    obs_rows = [
+        n
+        for n in pdg
+        if n.op.kind is OpKind.RESHAPE and n.op.attr("contracted_rows") and n.outputs[0].shape[-1] == 4
+    ]
+    assert len(obs_rows) == 1
+
+
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_minibatch_loss_matches_cleanrl_on_the_same_rows(backend: str) -> None:
     """``minibatch_loss`` (rollout shuffled per epoch, rows taken, advantages normalised per
