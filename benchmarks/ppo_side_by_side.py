@@ -17,7 +17,8 @@ torch PPO steps it as one jitted call per step, arrays crossing by DLPack). With
 per env step) and the whole learning phase (one call per iteration).
 
 Every program runs in its own subprocess (so peak RSS, VmHWM, is its own), with
-``OMP_NUM_THREADS=1`` and ``torch.set_num_threads(1)``. Reported per program: the compile
+``OMP_NUM_THREADS=1`` and, where it uses torch, ``torch.set_num_threads(1)`` (the JAX
+programs never import torch: its ~0.2 GB would count in their RSS). Reported per program: the compile
 time (timerl: trace -> passes -> schedule -> AST; jitted baselines compile in their first
 iteration), the first iteration's time, the median time of ``--iterations`` iterations after
 ``--warmup`` untimed ones, env steps per second from that median, peak RSS, and the ratio
@@ -516,7 +517,7 @@ def run_child(cfg: Config) -> None:
         "timerl-torch-nopass": lambda: run_timerl(cfg, env, "torch", False),
         "timerl-jax-scan": lambda: run_timerl(cfg, env, "jax", True, scan_loops=True),
     }
-    if prog.startswith("timerl") or prog == "torch-eager":
+    if prog.startswith("timerl-torch") or prog == "torch-eager":  # timerl-jax never imports torch
         import torch
 
         torch.set_num_threads(1)

@@ -2,6 +2,8 @@
 
 Importing this module enables ``jax_enable_x64`` (process-wide) so that int64/float64
 values keep their dtype; every kernel passes dtypes explicitly so float32 stays float32.
+It also limits glibc's malloc arenas before XLA's threads start (process-wide too;
+:mod:`timerl.backends.malloc`, ``TIMERL_MALLOC_ARENAS=0`` keeps glibc's default).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from jax import lax
 
 from timerl.backends import base
 from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
+from timerl.backends.malloc import limit_malloc_arenas
 from timerl.errors import BackendError
 from timerl.pdg.ops import DType, OpKind
 
+limit_malloc_arenas()
 jax.config.update("jax_enable_x64", True)
 
 _SMALL_HOST_COPY = 1 << 16
