@@ -613,9 +613,7 @@ def _insert(vecs: list[Vec], v: Vec) -> bool:
     return True
 
 
-LAYOUT_KINDS = frozenset(
-    {OpKind.PERMUTE, OpKind.RESHAPE, OpKind.SQUEEZE, OpKind.UNSQUEEZE, OpKind.EXPAND}
-)
+LAYOUT_KINDS = frozenset({OpKind.PERMUTE, OpKind.RESHAPE, OpKind.SQUEEZE, OpKind.UNSQUEEZE, OpKind.EXPAND})
 """Ops that only re-lay out their input: a statement runs each of them just before its first
 reader inside the statement (see :func:`_member_order`)."""
 
