@@ -6,7 +6,10 @@
 # table and bar plot.
 # Every reported speedup is measured again by fresh measurers (no cache): the median of
 # --remeasure paired runs against the untransformed binary. Results: results.md (the table),
-# results.json, results.csv (one row per benchmark) and speedups.png in --out-dir.
+# results.json, results.csv (one row per benchmark) and speedups.png in --out-dir; while it
+# runs, results.partial.json / results.partial.md hold what has been measured so far
+# (rewritten after the agent's rollouts and after each benchmark's searches), so a run
+# stopped early keeps its finished benchmarks.
 from __future__ import annotations
 
 import json
@@ -61,6 +64,8 @@ class Args:
     """seed of the policy's sampling for --samples"""
     skip_searches: bool = False
     """skip the budget-matched searches of the greedy episode (columns beam, random)"""
+    checkpoint: str = ""
+    """the policy's checkpoint file (a ckpt_<k>.json of run_dir/checkpoints; default: the latest)"""
 
 
 def replay(task: TiramisuTask, actions: tuple[int, ...], seen: set[str] | None = None):
@@ -124,6 +129,52 @@ def geomean(xs) -> float:
     return float(math.exp(np.mean(np.log(xs)))) if xs else 0.0
 
 
+def table(rows: dict, names: list[str], methods: list[str], k: int) -> str:
+    """The markdown table: one row per benchmark of ``names`` (a missing value: ``-``) and,
+    for the methods every listed benchmark has, the geomean."""
+    lines = [
+        "| benchmark | -O3 ms | measurements | " + " | ".join(methods) + " |",
+        "|---|---|---|" + "---|" * len(methods),
+    ]
+    for n in names:
+        r = rows[n]
+        meas_col = str(r.get("budget", "-")) + (f" / {r[f'budget@{k}']}" if f"budget@{k}" in r else "")
+        ms = f"{r['untransformed_ms']:.1f}" if "untransformed_ms" in r else "-"
+        lines.append(
+            f"| {n} | {ms} | {meas_col} | "
+            + " | ".join(f"{r[m]:.2f}x" if m in r else "-" for m in methods)
+            + " |"
+        )
+    geo = {m: geomean([rows[n][m] for n in names]) for m in methods if all(m in rows[n] for n in names)}
+    lines.append(
+        "| **geomean** | | | " + " | ".join(f"**{geo[m]:.2f}x**" if m in geo else "-" for m in methods) + " |"
+    )
+    return "\n".join(lines)
+
+
+def write_partial(
+    out: Path, rows: dict, names: list[str], done: list[str], phase: str, t0: float, k: int
+) -> None:
+    """``results.partial.json`` / ``.md``: everything measured so far (``done``: the
+    benchmarks whose searches finished; ``phase``: the last finished step), written
+    atomically so that an evaluation stopped by a deadline keeps its finished benchmarks."""
+    cols = ("agent", "agent_last", f"agent@{k}", "beam", "random", f"beam@{k}", f"random@{k}", "hand")
+    methods = [m for m in cols if any(m in rows[n] for n in names)]
+    res = {"rows": rows, "done": done, "phase": phase, "seconds": time.perf_counter() - t0}
+    for name, text in (
+        ("results.partial.json", json.dumps(res, indent=1)),
+        (
+            "results.partial.md",
+            f"phase: {phase}; searches done: {', '.join(done) or 'none'}\n\n"
+            + table(rows, names, methods, k)
+            + "\n",
+        ),
+    ):
+        tmp = out / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out / name)
+
+
 def plot(rows: dict, path: Path) -> None:
     import matplotlib
 
@@ -167,7 +218,7 @@ def main(args: Args) -> dict:
         targs = tiramisu.TiramisuArgs(
             **{k: v for k, v in cfg.items() if k in tiramisu.TiramisuArgs.__dataclass_fields__}
         )
-        weights = tiramisu.latest_weights(str(Path(args.run_dir) / "checkpoints"))
+        weights = tiramisu.latest_weights(args.checkpoint or str(Path(args.run_dir) / "checkpoints"))
         recs = tiramisu.greedy_rollouts(targs, weights, programs, measurer=measurer)
         check_measured(recs)
         agent_bar = trl.run.progress(
@@ -185,6 +236,7 @@ def main(args: Args) -> dict:
             rows[p.name]["agent_schedule"] = best.key
             rows[p.name]["agent_last_schedule"] = last.key
             rows[p.name]["agent_actions"] = list(rec.actions)
+        write_partial(out, rows, names, [], "greedy agent", t0, args.samples)
     k = args.samples
     if k > 0 and args.run_dir and (Path(args.run_dir) / "checkpoints").exists():
         per_prog = tiramisu.sampled_rollouts(
@@ -199,8 +251,10 @@ def main(args: Args) -> dict:
             rows[p.name][f"agent@{k}_episodes"] = [
                 " ".join(ACTIONS[a].name for a in rec.actions) for rec in eps
             ]
+        write_partial(out, rows, names, [], f"agent@{k}", t0, k)
     agent_s = time.perf_counter() - t0
     bar = trl.run.progress(names, desc="searches", quiet=args.quiet, unit="bench")
+    done: list[str] = []
     for n in bar:
         bar.set_postfix_str(n, refresh=False)
         budget = args.budget or max(2, used.get(n, 2))
@@ -254,6 +308,8 @@ def main(args: Args) -> dict:
             + " agent actions: "
             + " ".join(ACTIONS[a].name for a in rows[n].get("agent_actions", []))
         )
+        done.append(n)
+        write_partial(out, rows, names, done, f"searches {n}", t0, k)
     extra = (
         [f"beam@{args.ceiling_budget}", f"random@{args.ceiling_budget}"] if args.ceiling_budget > 0 else []
     )
@@ -263,28 +319,14 @@ def main(args: Args) -> dict:
         for m in ("agent", "agent_last", "beam", "random", *sampled, *extra, "hand")
         if all(m in r for r in rows.values())
     ]
-    geo = {k: geomean([rows[n][k] for n in names]) for k in methods}
-    lines = [
-        "| benchmark | -O3 ms | measurements | " + " | ".join(methods) + " |",
-        "|---|---|---|" + "---|" * len(methods),
-    ]
-    for n in names:
-        meas_col = str(rows[n]["budget"]) + (
-            f" / {rows[n][f'budget@{k}']}" if f"budget@{k}" in rows[n] else ""
-        )
-        lines.append(
-            f"| {n} | {rows[n]['untransformed_ms']:.1f} | {meas_col} | "
-            + " | ".join(f"{rows[n][k]:.2f}x" for k in methods)
-            + " |"
-        )
-    lines.append("| **geomean** | | | " + " | ".join(f"**{geo[k]:.2f}x**" for k in methods) + " |")
-    table = "\n".join(lines)
-    (out / "results.md").write_text(table + "\n")
+    geo = {m: geomean([rows[n][m] for n in names]) for m in methods}
+    text = table(rows, names, methods, k)
+    (out / "results.md").write_text(text + "\n")
     res = {"rows": rows, "geomean": geo, "agent_seconds": agent_s, "total_seconds": time.perf_counter() - t0}
     (out / "results.json").write_text(json.dumps(res, indent=1))
     trl.run.write_csv(out / "results.csv", [{"benchmark": n, **rows[n]} for n in names])
     plot({n: {k: rows[n][k] for k in methods} for n in names}, out / "speedups.png")
-    print(table)
+    print(text)
     print(
         f"written {out / 'results.md'}, {out / 'results.json'}, {out / 'results.csv'}, {out / 'speedups.png'}"
     )

@@ -61,3 +61,22 @@ def test_sampled_rollouts_episodes_per_program() -> None:
         assert all(r.program == p.name and r.predicted_steps == 0 for r in eps)
         assert all(len(r.actions) == 1 for r in eps)
     assert np.isfinite([r.best_seconds for eps in per for r in eps]).all()
+
+
+def test_partial_results_are_written_per_benchmark(tmp_path) -> None:
+    """An evaluation stopped early keeps what it measured: results.partial.json / .md hold
+    the finished benchmarks' columns, the unfinished ones show ``-`` and no geomean."""
+    import json
+    import time
+
+    rows = {"mvt": {"agent": 1.5, "budget": 9, "beam": 1.2, "untransformed_ms": 20.0}, "blur": {"agent": 1.0}}
+    tiramisu_eval.write_partial(
+        tmp_path, rows, ["mvt", "blur"], ["mvt"], "searches mvt", time.perf_counter(), 8
+    )
+    res = json.loads((tmp_path / "results.partial.json").read_text())
+    assert res["done"] == ["mvt"] and res["rows"]["mvt"]["beam"] == 1.2
+    md = (tmp_path / "results.partial.md").read_text()
+    assert "| mvt | 20.0 | 9 | 1.50x | 1.20x |" in md
+    assert "| blur | - | - | 1.00x | - |" in md
+    assert "**1.22x**" in md  # agent: both benchmarks have it (geomean of 1.5 and 1.0)
+    assert not list(tmp_path.glob("*.tmp"))
