@@ -17,7 +17,6 @@ arenas per core). Other C libraries (musl, macOS) are left alone.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import platform
@@ -51,7 +50,7 @@ def limit_malloc_arenas() -> int | None:
     if n <= 0 or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")  # glibc's soname (find_library would run ldconfig)
         ok = libc.mallopt(M_ARENA_MAX, n)
     except (OSError, AttributeError) as exc:  # no libc found, or no mallopt in it
         log.debug("mallopt unavailable (%s); malloc arenas left as they are", exc)
