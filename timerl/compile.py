@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -228,7 +228,12 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
             if pdg.bound_of(inner) in pdg.dynamic_bounds and dynamic:
                 # vectorized nodes need the dims enclosing the episodes (their T)
                 pdg = verified(enclose_dynamic_dims(pdg), "enclose_dynamic_dims")
-            pdg = verified(vectorize_partial(pdg, inner, dynamic=dynamic), "vectorize_partial")
+            stream = None
+            if options.incrementalize is not None:  # memory first: reductions of big steps per step
+                from timerl.pdg.passes.incrementalize import parse_threshold
+
+                stream = parse_threshold(options.incrementalize)
+            pdg = verified(vectorize_partial(pdg, inner, dynamic=dynamic, stream=stream), "vectorize_partial")
     if options.incrementalize is not None:
         from timerl.pdg.passes.incrementalize import incrementalize, parse_threshold
 
@@ -283,13 +288,14 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
 
 
 def _fit_budget(
-    pdg: PDG, sched: Any, options: CompileOptions, budget: int
+    pdg: PDG, sched: Any, options: CompileOptions, budget: int, rebuild: Callable[[int], PDG] | None = None
 ) -> tuple[PDG, Any, CompileOptions]:
     """The PDG, schedule and options to run within ``budget`` bytes, trying in order: as
     given; with frees (``dealloc``); with frees and incrementalized reductions, unless
     ``incrementalize`` was given (``budget.fit_by_incrementalizing``: no data moves); with
-    frees and swapping (:func:`_fit_swapping`); else :class:`MemoryBudgetError` naming the
-    largest tensors (``timerl/schedule/budget.py``)."""
+    frees and swapping (:func:`_fit_swapping`); with frees, incrementalization and swapping
+    together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
+    :class:`MemoryBudgetError` naming the largest tensors (``timerl/schedule/budget.py``)."""
     from dataclasses import replace
 
     from timerl.errors import MemoryBudgetError
@@ -317,6 +323,7 @@ def _fit_budget(
             budget,
             lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p), swap=_swapped(p, options)),
             fuse=options.fuse,
+            rebuild=rebuild,
         )
         if got is not None:
             inc, isched, thr, iest = got
@@ -332,10 +339,48 @@ def _fit_budget(
     except MemoryBudgetError as exc:
         if options.incrementalize is not None:
             raise
+        if rebuild is not None:
+            got = _fit_both(options, budget, rebuild)
+            if got is not None:
+                return got
         raise MemoryBudgetError(
             f"{exc}\nIncrementalizing the reductions (thresholds {fmt_bytes(budget // 4)} and smaller) "
-            "did not fit either."
+            "did not fit either, alone or with swapping."
         ) from exc
+
+
+def _fit_both(
+    options: CompileOptions, budget: int, rebuild: Callable[[int], PDG], tries: int = 3
+) -> tuple[PDG, Any, CompileOptions] | None:
+    """Incrementalization and swapping together: the program rebuilt with the thresholds of
+    ``fit_by_incrementalizing`` (``budget // 4``, then 4x smaller), each with
+    :func:`_fit_swapping`; the first that fits, or None. (Learning reads a swapped rollout in
+    blocks of steps only when its reductions are incrementalized, and the reductions of each
+    large step run as it is made: image PPO, ``docs/memory.md``.)"""
+    from dataclasses import replace
+
+    from timerl.errors import MemoryBudgetError
+    from timerl.schedule.budget import fmt_bytes
+    from timerl.schedule.scheduler import schedule_pdg
+
+    thr = budget // 4
+    for _ in range(tries):
+        if thr < 1:
+            break
+        inc = rebuild(thr)
+        opts = replace(options, incrementalize=thr, dealloc=True)
+        isched = schedule_pdg(inc, dealloc=True, keep=_kept_values(inc), swap=_swapped(inc, opts))
+        try:
+            isched, opts = _fit_swapping(inc, isched, opts, budget)
+        except MemoryBudgetError as exc:
+            log.info("memory_budget %s: incrementalized over %s and swapped: %s", fmt_bytes(budget),
+                     fmt_bytes(thr), str(exc).splitlines()[0])  # fmt: skip
+            thr //= 4
+            continue
+        log.warning("memory_budget %s: incrementalizing reductions over %s and swapping", fmt_bytes(budget),
+                    fmt_bytes(thr))  # fmt: skip
+        return inc, isched, opts
+    return None
 
 
 MAX_SWAP_TRIES = 3
@@ -399,7 +444,12 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         swap=_swapped(pdg, options),
     )
     if budget is not None:
-        pdg, sched, options = _fit_budget(pdg, sched, options, budget)
+        from dataclasses import replace
+
+        def rebuild(thr: int, opts: CompileOptions = options) -> PDG:
+            return build_pdg(ctx, bounds, replace(opts, incrementalize=thr))
+
+        pdg, sched, options = _fit_budget(pdg, sched, options, budget, rebuild)
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)

@@ -20,8 +20,11 @@ import reinforce_nstep  # noqa: E402
 __all__ = ["dqn", "lower_example", "ppo", "reinforce", "reinforce_nstep"]
 
 
-def lower_example(build: Callable[..., Any], args: Any, *build_args: Any, seed: int = 0) -> PDG:
-    """``build(args, *build_args)`` with compile intercepted; the PDG it would compile."""
+def lower_example(
+    build: Callable[..., Any], args: Any, *build_args: Any, seed: int = 0, **options: Any
+) -> PDG:
+    """``build(args, *build_args)`` with compile intercepted; the PDG it would compile (with
+    the compile ``options`` given here)."""
     captured: dict[str, Any] = {}
 
     def fake_compile(self: trl.Context, bounds: Any, **kw: Any) -> None:
@@ -33,4 +36,4 @@ def lower_example(build: Callable[..., Any], args: Any, *build_args: Any, seed: 
         build(args, *build_args)
     finally:
         trl.Context.compile = orig  # type: ignore[method-assign]
-    return build_pdg(captured["ctx"], captured["bounds"], CompileOptions(seed=seed))
+    return build_pdg(captured["ctx"], captured["bounds"], CompileOptions(seed=seed, **options))

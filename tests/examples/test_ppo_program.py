@@ -179,6 +179,29 @@ def test_fixed_length_passes_on_equal_off(backend: str, epochs: int) -> None:
         np.testing.assert_allclose(on_w[k], off_w[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fixed_length_incrementalized_over_t(backend: str) -> None:
+    """``incrementalize=256`` bytes: the weight gradients' contractions over the rollout's rows
+    (and the bias gradients' sums) run in blocks of ``t``, the chain above them copied per
+    block; the same rollouts, and parameters equal up to float summation order."""
+    on_log, on_w = _fixed_run(backend, 1, incrementalize=256)
+    off_log, off_w = _fixed_run(backend, 1)
+    for (i1, x), (i2, y) in zip(on_log, off_log, strict=True):
+        assert i1 == i2 and np.array_equal(x, y)
+    for k in on_w:
+        np.testing.assert_allclose(on_w[k], off_w[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    pdg = lower_example(
+        ppo.build_fixed,
+        ppo.Args(num_envs=4, num_steps=8, iterations=3),
+        lambda v, p: None,
+        incrementalize=256,
+    )
+    t = next(s for s, _ in pdg.dims if s.name == "t")
+    rows = [n for n in pdg if n.op.kind is OpKind.RESHAPE and n.op.attr("contracted_rows", False)]
+    assert rows and all(any(d.name.startswith("di") for d in n.domain) for n in rows)
+    assert any(t in n.batch_dims and n.batch[n.batch_dims.index(t)] < 8 for n in pdg)
+
+
 def test_fixed_length_learning_is_vectorized_over_t() -> None:
     """The acting loop keeps only the recurrence (policy forward, sampling, env step, obs);
     the critic, GAE, the loss and its gradient run once per iteration over all t."""

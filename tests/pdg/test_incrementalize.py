@@ -239,3 +239,100 @@ def test_blocks_of_steps_are_summed_as_they_come(backend: str) -> None:
         _close(sums[True], sums[False])
     assert peaks[(80, False)] > peaks[(40, False)] + 30 * 4096  # all steps live
     assert peaks[(80, True)] == peaks[(40, True)] < peaks[(40, False)] / 2
+
+
+# -- blocks of a batch dim: a rollout vectorized over t, learned from in blocks of steps ----------
+F, H = 24, 6
+
+
+def _rollout_program() -> tuple[trl.Context, dict, list]:
+    """Observations of a per-step recurrence over ``(b, i, t)``; learning (vectorized over
+    ``t``) is one tanh layer whose weight gradient contracts the rollout's rows (a row
+    reshape of the stacked observations, ``contract``) and whose bias gradient sums them."""
+    out: list = []
+    rng = np.random.default_rng(2)
+    ctx = trl.Context(dims=("b", "i", "t"))
+    with ctx as ((b, B), (i, I), (t, T)):
+        w = trl.param(rng.normal(0, 0.3, (F, H)).astype(np.float32), domain=(i,), name="w")
+        c = trl.param(np.zeros(H, np.float32), domain=(i,), name="c")
+        o = trl.empty((F,), domain=(b, i, t), name="o")
+        o[b, i, 0] = trl.const(rng.normal(0, 1, (3, F)).astype(np.float32))[b] + trl.as_tensor(i) * 0.01
+        o[b, i, t + 1] = (o * 0.9).tanh() + 0.05
+        y = (o @ w + c).tanh()
+        (y * y).sum().backward()
+        trl.optim.SGD([w, c], lr=0.01).step()
+        w.sink(_sink(out, "w"))
+        c.sink(_sink(out, "c"))
+    return ctx, {B: 3, I: 2, T: 12}, out
+
+
+def test_contractions_over_a_vectorized_dim_run_in_blocks_of_it() -> None:
+    """With 200 bytes, the weight gradient's contraction over the 12 steps of each env and the
+    bias gradient's sum run per block of ``t`` (the rows of one step, here): the chain above
+    them (forward layer, its VJP, the row reshapes) is copied with a batch of one block of
+    ``t`` and reads the stacked observations ``o[b, i, bs*di : bs*di + bs]``; no row
+    reshape of all 12 steps is left."""
+    ctx, bounds, _ = _rollout_program()
+    pdg = build_pdg(ctx, bounds, CompileOptions(incrementalize=200))
+    t = next(d for d, _ in pdg.dims if d.name == "t")
+    blocks = dict(_block_dims(pdg))
+    di = next(d for d, _ in pdg.dims if d.name in blocks and blocks[d.name] == 12)
+    rows = [n for n in pdg if n.op.kind is OpKind.RESHAPE and n.op.attr("contracted_rows", False)]
+    assert len(rows) == 2 and all(di in n.domain for n in rows)
+    copies = [n for n in pdg if t in n.batch_dims and di in n.domain]
+    assert copies and all(n.batch[n.batch_dims.index(t)] == 1 for n in copies)
+    reads = [e for e in pdg.edges if e.to_batch is t and di in pdg.nodes[e.sink].domain]
+    assert reads and all(isinstance(e.phi[-1], Slice) and di in free_symbols(e.phi[-1].start) for e in reads)
+    # the forward layer and its VJP over all steps are gone: only copies over di remain
+    assert not [n for n in pdg if t in n.batch_dims and n.op.kind is OpKind.TANH_GRAD and di not in n.domain]
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_blocks_of_a_vectorized_dim_same_values(backend: str) -> None:
+    """The same parameters with blocks of one and four steps (and without frees or
+    fusion) as without the pass, and as the reference evaluator's."""
+    base = _run(_rollout_program, backend)
+    assert len(base) == 4
+    for thr in (200, 800):
+        _close(_run(_rollout_program, backend, incrementalize=thr), base, 1e-5)
+    _close(_run(_rollout_program, backend, incrementalize=200, dealloc=False, fuse=False), base, 1e-5)
+    _close(_reference(_rollout_program, backend, incrementalize=400), base, 1e-5)
+
+
+def _image_program() -> tuple[trl.Context, dict, list]:
+    """A per-step 'image' (512 floats) reduced to 4 values by a matmul (a value head), and
+    the 4 values summed over the episode."""
+    out: list = []
+    rng = np.random.default_rng(3)
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        o = trl.empty((512,), domain=(i, t), name="img")
+        o[i, 0] = trl.const(rng.normal(0, 1, 512).astype(np.float32)) + trl.as_tensor(i)
+        o[i, t + 1] = (o * 0.5).tanh()
+        v = (o @ trl.const(rng.normal(0, 0.1, (512, 4)).astype(np.float32))).tanh()
+        v[i, 0:T].sum(0).sink(_sink(out, "v"))
+    return ctx, {I: 2, T: 16}, out
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_reductions_of_large_steps_run_per_step(backend: str) -> None:
+    """Vectorized over ``t``, the matmul would read all 16 images stacked (32 KiB) after the
+    loop; with ``incrementalize`` below that it runs per step, as each image is made (the
+    tanh after it stays vectorized), so no image waits for the end of the episode: the store
+    peak drops. Same sums."""
+    runs = {}
+    for thr in (None, 16384):
+        ctx, bounds, out = _image_program()
+        # scan_loops=False: JAX would run the pure loop as one lax.scan, whose stacked rows
+        # hold every step's image until the loop ends (an env step in the loop, as in PPO,
+        # keeps it unscanned)
+        ex = ctx.compile(bounds, backend=backend, incrementalize=thr, scan_loops=False)
+        ex.execute()
+        runs[thr] = (sorted(out, key=lambda r: (r[0], r[1])), ex)
+    _close(runs[16384][0], runs[None][0], 1e-5)
+    t = next(d for d, _ in runs[None][1].pdg.dims if d.name == "t")
+    for thr, (_, ex) in runs.items():
+        mm = next(n for n in ex.pdg if n.op.kind is OpKind.MATMUL)
+        assert (t in mm.domain) == (thr is not None)
+    peak = {thr: ex.memory_stats().peak_bytes for thr, (_, ex) in runs.items()}
+    assert peak[None] > 16 * 2048 > 2 * peak[16384]  # all 16 images live / a few

@@ -3,6 +3,8 @@ the same values with and without it (and as the reference evaluator)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from helpers_rt import assert_matches_reference
@@ -17,6 +19,7 @@ from runtime_pdgs import (
 )
 
 from timerl.backends import AbstractBackend
+from timerl.pdg.ops import OpKind
 from timerl.runtime.block_store import (
     DEFAULT_BLOCK,
     MAX_BLOCK,
@@ -100,6 +103,28 @@ def test_plan_picks_the_slice_read_tensors() -> None:
 
     prog = select_program(5)  # a select edge and a symbolic per-point shape: point store
     assert plan_block_storage(prog.pdg) == {}
+
+
+def test_disjoint_blocks_of_an_incrementalized_sum_are_not_block_stored() -> None:
+    """``x[i, 4*di : 4*di + 4]`` (incrementalized blocks) reads each point once: no block store,
+    unlike ``x[i, di : di + 4]`` (overlapping windows)."""
+    import timerl as trl
+    from timerl.compile import CompileOptions, build_pdg
+
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        x = (
+            trl.const(np.linspace(-1, 1, 64).astype(np.float32)) * trl.as_tensor(t) + trl.as_tensor(i)
+        ).tanh()
+        x[i, 0:T].sum(0).sink(lambda v, p: None)
+    pdg = build_pdg(ctx, {I: 2, T: 16}, CompileOptions(vectorize_time=False, incrementalize=1024))
+    (read,) = [e for e in pdg.edges if any(d.name.startswith("di") for d in pdg.nodes[e.sink].domain)
+               and pdg.nodes[e.src].op.kind is OpKind.TANH]  # fmt: skip
+    assert str(read.phi[-1]) == "4 * di0:(4 * di0) + 4", read
+    assert plan_block_storage(pdg) == {}
+    di = next(d for d, _ in pdg.dims if d.name == "di0")
+    overlap = replace(read, phi=(*read.phi[:-1], Slice(di, di + 4)))
+    assert plan_block_storage(pdg.with_(edges=(*pdg.edges, overlap)))
 
 
 def test_off_means_point_store_only(backend: AbstractBackend) -> None:

@@ -66,3 +66,49 @@ def test_a_given_threshold_is_not_changed() -> None:
     with pytest.raises(MemoryBudgetError) as info:
         ctx.compile(bounds, backend="torch", fuse=False, memory_budget="1MB", incrementalize=10**6)
     assert "Incrementalizing" not in str(info.value)
+
+
+D = 1024  # floats per step of the "image" below (4 KiB)
+
+
+def _image_program() -> tuple[trl.Context, dict, list]:
+    """An episode of 64 per-step 'images' (a recurrence: acting), a value of each summed over
+    the episode (learning waits for its end), and a tanh layer trained on the images (its
+    weight gradient contracts them over the steps). With frees alone every image is live when
+    learning starts (256 KiB)."""
+    out: list = []
+    rng = np.random.default_rng(4)
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(rng.normal(0, 0.1, (D, 2)).astype(np.float32), domain=(i,), name="w")
+        o = trl.empty((D,), domain=(i, t), name="img")
+        o[i, 0] = trl.const(rng.normal(0, 1, D).astype(np.float32)) + trl.as_tensor(i)
+        o[i, t + 1] = (o * 0.5).tanh()
+        v = (o @ trl.const(rng.normal(0, 0.1, (D, 2)).astype(np.float32))).tanh()
+        s = v[i, 0:T].sum()
+        y = (o @ w).tanh()
+        (y * s.detach()).sum().backward()
+        trl.optim.SGD([w], lr=0.01).step()
+        w.sink(lambda x, p: out.append((p["i"], np.array(x))))
+    return ctx, {I: 2, T: 64}, out
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_budget_chooses_incrementalization_and_swapping_together(backend: str) -> None:
+    """64 KiB: frees alone hold ~300 KB; incrementalized alone the images still wait on the
+    device for their block, swapped alone learning fetches them all at once; together each
+    block of images comes back from the host for its block of the gradient: the device pool
+    stays under the budget, the host holds the episode, the weights are the same."""
+    ctx, bounds, base = _image_program()
+    ex = ctx.compile(bounds, backend=backend, scan_loops=False)
+    ex.execute()
+    assert ex.memory_stats().pool("device").peak_bytes > 4 * 64 * 1024
+    ctx, bounds, out = _image_program()
+    ex = ctx.compile(bounds, backend=backend, scan_loops=False, memory_budget="64KiB")
+    assert ex.options.incrementalize is not None and ex.options.swap
+    ex.execute()
+    st = ex.memory_stats()
+    assert st.pool("device").peak_bytes <= 64 * 1024 < st.pool("host").peak_bytes
+    assert [p for p, _ in out] == [p for p, _ in base] == [0, 1]
+    for (_, a), (_, b) in zip(out, base, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

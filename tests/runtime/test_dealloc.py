@@ -17,7 +17,7 @@ import timerl as trl
 from timerl.backends import get_backend
 from timerl.compile import CompileOptions, build_pdg
 from timerl.runtime.reference import reference_evaluate
-from timerl.schedule.ast import Dealloc, walk
+from timerl.schedule.ast import Dealloc, Offload, walk
 
 D = 256  # floats per observation
 
@@ -147,3 +147,60 @@ def test_frees_wait_for_the_per_episode_bound_that_decides_their_readers(program
     np.testing.assert_allclose([got[k] for k in sorted(want)], [want[k] for k in sorted(want)], rtol=1e-6)
     assert any(isinstance(x, Dealloc) for x in walk(ex.schedule.ast))
     assert all(not n.domain for n in ex.pdg if ex._interp.points(n.id))  # only the prologue's constants
+
+
+# -- a node whose outputs are read at different times is freed per output ------------------------
+def _fixed_program(length: int, sink: Any) -> tuple[trl.Context, dict]:
+    """A step with a large observation (read by the next step only) and a reward (read after
+    the episode, ``r[i, 0:T]``), over a static ``T``."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        o = trl.empty((D,), domain=(i, t), name="obs")
+        o[i, 0] = trl.zeros((D,))
+
+        def step(ins: list[np.ndarray], pt: dict[str, int]) -> list[np.ndarray]:
+            x = ins[0]
+            return [x * np.float32(0.5) + np.float32(pt["t"] + pt["i"]), np.float32(x.mean() + 1.0)]
+
+        nxt, r = trl.udf(
+            step, [((D,), trl.float32), ((), trl.float32)], domain=(i, t), inputs=[o], name="step"
+        )
+        o[i, t + 1] = nxt
+        r[i, 0:T].sum(0).sink(sink)
+    return ctx, {I: 2, T: length}
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_outputs_read_at_different_times_are_freed_apart(backend: str, swap: bool) -> None:
+    """The observation output is freed after the next step reads it, not with the rewards
+    after the episode: peak store bytes do not grow with ``T`` by an observation per step.
+    Same values as without frees and as the reference evaluator; every read point is freed.
+    With swapping, the step is not swapped (it would move the observation whole, with the
+    rewards, to the host and keep it there)."""
+    runs = {}
+    for length in (8, 64):
+        for flag in (False, True):
+            got: dict[int, float] = {}
+            ctx, bounds = _fixed_program(length, lambda v, p, g=got: g.__setitem__(p["i"], float(v)))
+            opts = {"swap": True, "swap_threshold": 256} if swap and flag else {}
+            ex = ctx.compile(bounds, backend=backend, dealloc=flag, free_iterations=False, **opts)
+            ex.execute()
+            runs[(length, flag)] = (got, ex)
+    for length in (8, 64):
+        assert runs[(length, True)][0] == runs[(length, False)][0]
+    obs = D * 4
+    peak = {k: ex.memory_stats().peak_bytes for k, (_, ex) in runs.items()}
+    assert peak[(64, False)] - peak[(8, False)] > 56 * obs  # without frees every observation stays
+    assert peak[(64, True)] - peak[(8, True)] < 4 * obs  # with them: the rewards' few bytes only
+    ex = runs[(64, True)][1]
+    step = next(n.id for n in ex.pdg if n.name == "step")
+    parts = {f.outputs for f in walk(ex.schedule.ast) if isinstance(f, Dealloc) and f.node == step}
+    assert (0,) in parts and (1,) in parts
+    assert not any(isinstance(x, Offload) and x.node == step for x in walk(ex.schedule.ast))
+    left = [n for n in ex.pdg if ex._interp.points(n.id)]
+    assert all(not n.domain for n in left)  # o_next[I - 1, T - 1] too (its own free, unread there)
+    want: dict[int, float] = {}
+    ctx, bounds = _fixed_program(64, lambda v, p: want.__setitem__(p["i"], float(v)))
+    reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend(backend))
+    np.testing.assert_allclose([runs[(64, True)][0][k] for k in (0, 1)], [want[0], want[1]], rtol=1e-6)

@@ -54,6 +54,7 @@ import numpy as np
 from timerl.backends.base import AbstractBackend
 from timerl.pdg.ir import PDG, Edge
 from timerl.symbolic import Expr, Max, Min, Slice, Sym, affine_difference, free_symbols
+from timerl.symbolic.simplify import affine_in
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,22 @@ def rereads(e: Edge, pdg: PDG, k: int) -> bool:
     for j, c in enumerate(e.phi):
         if j != k:
             used |= free_symbols(c)
-    return any(d not in used for d in pdg.nodes[e.sink].domain)
+    missing = [d for d in pdg.nodes[e.sink].domain if d not in used]
+    return bool(missing) and not _disjoint_blocks(e.phi[k], missing)  # type: ignore[arg-type]
+
+
+def _disjoint_blocks(sl: Slice, dims: list[Sym]) -> bool:
+    """Whether the slice ``sl`` reads disjoint rows for different values of ``dims`` (the
+    blocks ``bs*di : bs*di + bs`` of an incrementalized reduction): a constant extent, no
+    larger than the start's step along each of them. Each point is then read once."""
+    extent = _gap(sl.stop, sl.start)
+    if extent is None or extent <= 0:
+        return False
+    for d in dims:
+        got = affine_in(sl.start, d)
+        if got is None or abs(got[0]) < extent:
+            return False
+    return True
 
 
 def _gap(stop: Expr, start: Expr) -> int | None:

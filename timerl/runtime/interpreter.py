@@ -558,6 +558,14 @@ class Executor:
 
             return run_fetch
 
+        if isinstance(node, Dealloc) and node.outputs:
+            frees = node.outputs
+
+            def run_free() -> None:
+                self.store.free_points(nid, points(), frees)
+
+            return run_free
+
         def run_mem() -> None:  # the store is looked up per run (execute() makes a new one)
             getattr(self.store, method)(nid, points())
 

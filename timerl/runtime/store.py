@@ -284,11 +284,15 @@ class PointStore:
         host); returns the bytes released."""
         return self.free_points(nid, (point,))
 
-    def free_points(self, nid: int, points: Iterable[Point]) -> int:
-        """:meth:`free` of several points, accounted once (a batched free)."""
+    def free_points(self, nid: int, points: Iterable[Point], outputs: tuple[int, ...] = ()) -> int:
+        """:meth:`free` of several points, accounted once (a batched free); with ``outputs``,
+        of those outputs only (the others stay, as on the host when swapped: a node freed
+        per output is never swapped, ``schedule/dealloc.py``)."""
         released = removed = host_b = host_n = 0
         tabs = self._tables.get(nid, ())
-        host = self._host.get(nid)
+        if outputs:
+            tabs = [tabs[o] for o in outputs if o < len(tabs)]
+        host = None if outputs else self._host.get(nid)
         for point in points:
             for tab in tabs:
                 if type(tab) is not dict:

@@ -8,8 +8,8 @@ bound symbols (``T``, possibly dynamic: known only at runtime) and constants.
 * ``Seq(children)``: run in order.
 * ``Exec(node, point)``: run PDG node ``node`` at the domain point given by
   ``point`` (one expression per domain dim of the node, in the node's dim order).
-* ``Dealloc(node, point)``: the stored output of ``node`` at ``point`` has no
-  later reader and can be freed.
+* ``Dealloc(node, point, outputs)``: the stored outputs of ``node`` at ``point`` (those in
+  ``outputs``, default all) have no later reader and can be freed.
 * ``Offload(node, point)``: move the stored outputs of ``node`` at ``point`` from the
   device pool to the host pool (swapping, ``schedule/swap.py``); ``Fetch(node, point,
   outputs)``: move them (those in ``outputs``, default all) back before their next reader.
@@ -58,6 +58,7 @@ class Exec:
 class Dealloc:
     node: int
     point: tuple[Expr, ...]
+    outputs: tuple[int, ...] = ()  # the outputs to free (empty: all)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,15 @@ bytes live at once and, per node, the most bytes it held. A point's size is that
 outputs (batch dims included: ``prod(batch) * prod(shape) * itemsize``, symbolic shape
 dims evaluated like bounds).
 
-The estimate is a **lower bound** of the store's peak (``memory_stats().peak_bytes``) for
-the dynamic bounds' smallest value: it leaves out what the runtime adds (block buffers'
-preallocated rows, stacked rows of scanned loops) and what the runtime may free besides
-the schedule's frees: points no edge reads (``free_iterations`` drops them) and the
-outputs of ``MERGE`` nodes (which store their branch's tensor itself). Donation
+The estimate approximates the store's peak (``memory_stats().peak_bytes``) for the dynamic
+bounds' smallest value: it leaves out what the runtime adds (block buffers' preallocated
+rows, stacked rows of scanned loops) and what the runtime may free besides the schedule's
+frees: points no edge reads (``free_iterations`` drops them). A ``MERGE``
+stores its branch's tensor itself; the store counts it under both nodes, and so does the
+estimate (the branch's node may be freed first: an env step's observation output, freed
+per output once merged, ``dealloc.py``). Donation
 (``donate``) may lower the store's peak by the inputs donated at one statement. The walk
-stops after ``max_steps`` statement instances (the peak so far is still a lower bound).
+stops after ``max_steps`` statement instances (the peak so far, of the instances walked).
 
 :func:`check_budget` raises :class:`~timerl.errors.MemoryBudgetError` when the estimate
 exceeds the budget, naming the largest tensors, their sizes and the budget.
@@ -35,7 +37,6 @@ from typing import Any
 
 from timerl.errors import MemoryBudgetError
 from timerl.pdg.ir import PDG
-from timerl.pdg.ops import OpKind
 from timerl.runtime.regions import FusedExec
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
 from timerl.symbolic import Slice, Sym
@@ -109,6 +110,11 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
     static bounds, every dynamic bound at ``dynamic_value`` and the node's own dims at
     their last value."""
+    return {nid: sum(b) for nid, b in output_bytes(pdg, dynamic_value).items()}
+
+
+def output_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, tuple[int, ...]]:
+    """:func:`point_bytes` per output of each node."""
     from timerl.runtime.interpreter import compile_expr
     from timerl.runtime.layout import resolve_batch
 
@@ -119,15 +125,15 @@ def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
     env.update({s: 0 for s, _ in pdg.dims})
     out = {}
     for n in pdg:
-        total = 0
+        sizes = []
         # a shape over the node's dims (a window ``x[t - 1:t + 1]``): at the last point
         at = {**env, **{d: max(0, env.get(pdg.bound_of(d), 1) - 1) for d in n.domain}}
         for spec in n.outputs:
             dims = [d if isinstance(d, int) else int(compile_expr(d)(at)) for d in spec.shape]
-            total += (
+            sizes.append(
                 math.prod(resolve_batch(tuple(n.batch), env)) * math.prod(dims) * spec.dtype.numpy.itemsize
             )
-        out[n.id] = total
+        out[n.id] = tuple(sizes)
     return out
 
 
@@ -139,6 +145,8 @@ class _Walk:
         self.max_steps = max_steps
         self.steps = 0
         self.live: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.out_sizes = output_bytes(pdg)
+        self.freed_outputs: dict[tuple[int, tuple[int, ...]], set[int]] = {}  # points freed in part
         self.host: dict[tuple[int, tuple[int, ...]], int] = {}  # offloaded points (not counted)
         self.total = 0
         self.peak = 0
@@ -225,6 +233,9 @@ class _Walk:
 
                 return fetch
 
+            if isinstance(node, Dealloc) and node.outputs:  # some outputs: their share of the point
+                return self._partial_free(nid, node.outputs, points, acc)
+
             def drop() -> None:
                 for p in points():
                     b = self.live.pop((nid, p), None)
@@ -248,6 +259,31 @@ class _Walk:
             add()
 
         return run
+
+    def _partial_free(
+        self, nid: int, outputs: tuple[int, ...], points: Callable[[], Any], acc: list[int]
+    ) -> Callable[[], None]:
+        """A free of ``outputs`` of ``nid``: each point keeps the bytes of its other outputs
+        until they are freed too (outputs freed twice count once)."""
+        share = self.out_sizes.get(nid, ())
+
+        def free_part() -> None:
+            for p in points():
+                key = (nid, p)
+                if key not in self.live:
+                    continue
+                gone = self.freed_outputs.setdefault(key, set())
+                new = [o for o in outputs if o not in gone and o < len(share)]
+                gone.update(new)
+                b = min(self.live[key], sum(share[o] for o in new))
+                self.live[key] -= b
+                self.total -= b
+                acc[0] -= b
+                if len(gone) >= len(share):
+                    del self.live[key], self.freed_outputs[key]
+                    acc[1] -= 1
+
+        return free_part
 
     def _adder(self, nid: int, pt: Callable[[Any], tuple[int, ...]]) -> Callable[[], None]:
         """Count ``nid``'s point (evaluated by ``pt``) live, once."""
@@ -282,13 +318,13 @@ class _Stop(Exception):
 def estimate_peak(
     pdg: PDG, ast: AstNode, max_steps: int = MAX_STEPS, top: int = 5, fuse: bool = True
 ) -> PeakEstimate:
-    """A lower bound of the store's peak bytes for the schedule ``ast`` (see the module doc);
+    """An estimate of the store's peak bytes for the schedule ``ast`` (see the module doc);
     ``fuse``: the runtime fuses regions (their members read only inside are not stored)."""
     read = {e.src for e in pdg.edges if not e.order_only}
     sizes = {
         nid: b
         for nid, b in point_bytes(pdg).items()
-        if nid in read and pdg.nodes[nid].op.kind is not OpKind.MERGE
+        if nid in read
     }
     w = _Walk(pdg, sizes, max_steps, fuse)
     complete = True
@@ -330,14 +366,21 @@ def check_budget(pdg: PDG, ast: AstNode, budget: int, what: str = "", fuse: bool
 
 
 def fit_by_incrementalizing(
-    pdg: PDG, budget: int, schedule: Callable[[PDG], Any], fuse: bool = True, tries: int = 3
+    pdg: PDG,
+    budget: int,
+    schedule: Callable[[PDG], Any],
+    fuse: bool = True,
+    tries: int = 3,
+    rebuild: Callable[[int], PDG] | None = None,
 ) -> tuple[PDG, Any, int, PeakEstimate] | None:
     """Incrementalize ``pdg`` (``timerl/pdg/passes/incrementalize.py``) with the largest of a
     few thresholds whose schedule's estimated peak fits ``budget``: ``budget // 4``, then
     4x smaller ones (``tries`` in all), skipping thresholds the pass cannot use (no tensor
     above them, or nothing to tile). ``schedule(pdg)`` gives the schedule (with frees).
     Returns the incrementalized PDG, its schedule, the threshold and the estimate; None
-    when no threshold fits."""
+    when no threshold fits. ``rebuild(threshold)``, when given, builds the program anew with
+    ``incrementalize=threshold`` (so the vectorization's choices for it apply too) instead of
+    running the pass on ``pdg``."""
     from timerl.pdg.passes.incrementalize import incrementalize
     from timerl.pdg.verify import verify_pdg
 
@@ -347,8 +390,8 @@ def fit_by_incrementalizing(
         if thr < 1:
             break
         if thr < largest:
-            inc = incrementalize(pdg, thr)
-            if inc is not pdg:
+            inc = incrementalize(pdg, thr) if rebuild is None else rebuild(thr)
+            if inc is not pdg and (len(inc.nodes), inc.dims) != (len(pdg.nodes), pdg.dims):
                 verify_pdg(inc)
                 sched = schedule(inc)
                 est = estimate_peak(inc, sched.ast, fuse=fuse)

@@ -38,9 +38,10 @@ runtime fuses into compiled regions.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import islpy as isl
@@ -84,6 +85,92 @@ class _Frees:
     uses: isl.UnionMap  # F_k[p] -> user instance, bound uses included
     reads: isl.UnionMap  # the data reads only
     per: dict[int, isl.UnionMap]  # the data reads of each free statement
+    # per member of ``members[k]``, the outputs ``F{k}`` frees (empty: all of them)
+    outputs: dict[int, tuple[tuple[int, ...], ...]]
+
+
+def _free_parts(
+    pdg: PDG,
+    texts: Mapping[tuple[int, int], set[str]],
+    swap: frozenset[int],
+    read_points: Callable[[int, int], isl.Set],
+    dynamic: set[str],
+) -> list[tuple[int, tuple[int, ...]]]:
+    """``(node, outputs)`` freed together, in node order: a node whose outputs are read
+    through different relations gets one free per group of outputs read alike (an env
+    step's observation is freed after the next step reads it, not when its rewards are
+    read after the episode), each group freeing the outputs no edge reads too (freeing an
+    absent point is a no-op); every other node one free of all its outputs (``()``), and
+    so does a swapped node (its offloads and fetches move whole points)."""
+    by_node: dict[int, dict[int, frozenset[str]]] = {}
+    for (x, o), ts in texts.items():
+        by_node.setdefault(x, {})[o] = frozenset(ts)
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for x in sorted(by_node):
+        read = by_node[x]
+        groups: dict[frozenset[str], list[int]] = {}
+        for o in sorted(read):
+            groups.setdefault(read[o], []).append(o)
+        if len(groups) == 1 or x in swap or _rest_is_dynamic(x, list(groups.values()), read_points, dynamic):
+            out.append((x, ()))
+            continue
+        unread = [o for o in range(len(pdg.nodes[x].outputs)) if o not in read]
+        out += [(x, tuple(sorted(os + unread))) for os in groups.values()]
+    return out
+
+
+def _rest_is_dynamic(
+    x: int, groups: list[list[int]], read_points: Callable[[int, int], isl.Set], dynamic: set[str]
+) -> bool:
+    """Whether the points one group of ``x``'s outputs is read at and another is not depend on a
+    dynamic bound (the last step of an episode): the free of the other group's outputs there
+    would be guarded by a bound not known yet, so ``x`` is freed whole."""
+    doms = [functools.reduce(isl.Set.union, (read_points(x, o) for o in g)) for g in groups]
+    for a in doms:
+        for b in doms:
+            rest = a.subtract(b)
+            for name in dynamic:
+                pos = rest.find_dim_by_name(isl.dim_type.param, name)
+                if pos >= 0 and rest.involves_dims(isl.dim_type.param, pos, 1):
+                    return True
+    return False
+
+
+def _rest_of_split_points(
+    members: Mapping[int, tuple[int, ...]],
+    outputs: Mapping[int, tuple[tuple[int, ...], ...]],
+    per: Mapping[int, isl.UnionMap],
+) -> list[tuple[int, int, int, isl.UnionMap]]:
+    """For a node freed per output: ``(k, node, o, uses)`` for each free statement ``k`` of
+    some of its outputs and each other output ``o`` it has, with ``k``'s uses restricted to
+    the points ``k`` frees where no edge reads ``o`` (as one free of all outputs would, it
+    frees ``o`` there: an env step's observation after the run's last step)."""
+    where: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+    for k, ms in members.items():
+        for x, outs in zip(ms, outputs[k], strict=True):
+            if outs:
+                where.setdefault(x, []).append((k, outs))
+    out = []
+    for x, parts in where.items():
+        doms = {k: _dom(per[k]) for k, _ in parts}
+        for k, outs in parts:
+            for k2, outs2 in parts:
+                rest = doms[k].subtract(doms[k2])
+                if k2 == k or rest.is_empty():
+                    continue
+                for o in outs2:
+                    if o in outs:  # unread outputs are freed by every part already
+                        continue
+                    name = per[k].get_map_list().get_at(0).get_tuple_name(isl.dim_type.in_)
+                    out.append(
+                        (k, x, o, per[k].intersect_domain(isl.UnionSet.from_set(rest.set_tuple_name(name))))
+                    )
+    return out
+
+
+def _dom(um: isl.UnionMap) -> isl.Set:
+    """The points a free statement's uses free, as an unnamed set."""
+    return isl.Set.from_union_set(um.domain()).reset_tuple_id()
 
 
 def _uses(req: FreeRequest, prog: object) -> _Frees:
@@ -92,7 +179,7 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
     free statement: PPO's 700 nodes need about 60, which keeps isl's AST and its check fast."""
     pdg, stmt = req.pdg, req.stmt_of
     maps: dict[str, isl.Map] = {}
-    texts: dict[int, set[str]] = {}
+    texts: dict[tuple[int, int], set[str]] = {}  # (node, output) -> read relations
     for e in pdg.edges:
         if e.order_only or e.src in req.keep or e.src not in stmt or e.sink not in stmt:
             continue
@@ -100,23 +187,39 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
         txt = prog.edge_text(mapped)
         if txt not in maps:  # S_c[q] -> S_x[p]
             maps[txt] = prog.edge_map(mapped).intersect_range(prog.node_domain(mapped.src))
-        texts.setdefault(e.src, set()).add(txt)
-    by_key: dict[tuple[int, frozenset[str]], list[int]] = {}
-    for x in sorted(texts):
-        by_key.setdefault((stmt[x], frozenset(texts[x])), []).append(x)
+        texts.setdefault((e.src, e.oid), set()).add(txt)
+    by_key: dict[tuple[int, frozenset[str]], list[tuple[int, tuple[int, ...]]]] = {}
+    dynamic = {n for n, b in prog.param_syms.items() if b in pdg.dynamic_bounds}
+
+    def read_points(x: int, o: int) -> isl.Set:
+        got = [maps[txt].range() for txt in sorted(texts[(x, o)])]
+        out = got[0]
+        for g in got[1:]:
+            out = out.union(g)
+        return out.coalesce()
+
+    for x, outs in _free_parts(pdg, texts, req.swap, read_points, dynamic):
+        key = frozenset().union(*(ts for (y, o), ts in texts.items() if y == x and (not outs or o in outs)))
+        by_key.setdefault((stmt[x], key), []).append((x, outs))
     space = prog.context().get_space()
     reads = isl.UnionMap.empty(space)
     members: dict[int, tuple[int, ...]] = {}
+    outputs: dict[int, tuple[tuple[int, ...], ...]] = {}
     stmts: dict[int, int] = {}
     per: dict[int, isl.UnionMap] = {}
     for k, ((st, key), xs) in enumerate(by_key.items()):
-        members[k], stmts[k] = tuple(xs), st
+        members[k], outputs[k], stmts[k] = tuple(x for x, _ in xs), tuple(o for _, o in xs), st
         um = isl.UnionMap.empty(space)
         for txt in sorted(key):
             um = um.union(
                 isl.UnionMap.from_map(maps[txt].reverse().set_tuple_name(isl.dim_type.in_, free_name(k)))
             )
         per[k] = um
+        reads = reads.union(um)
+    for k0, x, o, um in _rest_of_split_points(members, outputs, per):
+        k = len(members)
+        um = isl.UnionMap.from_map(isl.Map.from_union_map(um).set_tuple_name(isl.dim_type.in_, free_name(k)))
+        members[k], outputs[k], stmts[k], per[k] = (x,), ((o,),), stmts[k0], um
         reads = reads.union(um)
     uses = reads
     for bound, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
@@ -125,7 +228,7 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
         for k, um in per.items():
             if set(enclosing) <= set(pdg.nodes[members[k][0]].domain):
                 uses = uses.union(_bound_waits(prog, req, k, stmts[k], um, (bound, t, zid)))
-    return _Frees(members, stmts, uses, reads, per)
+    return _Frees(members, stmts, uses, reads, per, outputs)
 
 
 def _bound_waits(
@@ -200,9 +303,14 @@ def _leaves(node: isl.ScheduleNode, path: tuple[int, ...], out: list) -> None:
 
 def graft_frees(
     req: FreeRequest, prog: object, sched: isl.Schedule
-) -> tuple[isl.Schedule, isl.UnionMap, isl.UnionSet, dict[int, tuple[int, ...]], object] | None:
-    """``(schedule with frees, validity of the frees, their domain, nodes each free
-    statement frees, swap plan or None)``, or ``None`` when no point is freed (see the
+) -> (
+    tuple[
+        isl.Schedule, isl.UnionMap, isl.UnionSet, dict[int, tuple[tuple[int, tuple[int, ...]], ...]], object
+    ]
+    | None
+):
+    """``(schedule with frees, validity of the frees, their domain, ``(node, outputs)`` each
+    free statement frees, swap plan or None)``, or ``None`` when no point is freed (see the
     module doc). With ``req.swap``, the offloads and fetches of ``schedule/swap.py`` are
     grafted too (offloads after a leaf like frees, fetches before it), their validity and
     domain included."""
@@ -253,7 +361,8 @@ def graft_frees(
         "placed %d free statements (%d nodes) after %d leaves in %.3fs",
         len(frees.members), sum(map(len, frees.members.values())), len(grafts), time.perf_counter() - t0,
     )  # fmt: skip
-    return sched, validity, domain, frees.members, plan
+    parts = {k: tuple(zip(ms, frees.outputs[k], strict=True)) for k, ms in frees.members.items()}
+    return sched, validity, domain, parts, plan
 
 
 def _own_writes(frees: _Frees, prog: object) -> isl.UnionMap:
@@ -268,11 +377,12 @@ def _own_writes(frees: _Frees, prog: object) -> isl.UnionMap:
     return out
 
 
-def expand_frees(node: AstNode, members: Mapping[int, tuple[int, ...]]) -> AstNode:
-    """Replace each ``Dealloc(k)`` of a free statement by one ``Dealloc`` per node it frees."""
+def expand_frees(node: AstNode, members: Mapping[int, tuple[tuple[int, tuple[int, ...]], ...]]) -> AstNode:
+    """Replace each ``Dealloc(k)`` of a free statement by one ``Dealloc`` per ``(node,
+    outputs)`` it frees."""
     if isinstance(node, Dealloc):
-        ms = members[node.node]
-        return Dealloc(ms[0], node.point) if len(ms) == 1 else Seq(tuple(Dealloc(m, node.point) for m in ms))
+        ms = [Dealloc(m, node.point, outs) for m, outs in members[node.node]]
+        return ms[0] if len(ms) == 1 else Seq(tuple(ms))
     if isinstance(node, Seq):
         return Seq(tuple(expand_frees(c, members) for c in node.children))
     if isinstance(node, Loop):

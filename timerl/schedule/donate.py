@@ -140,7 +140,7 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         if x is None:
             continue
         sig = static_signature(x)
-        if sig is None or _mentions_dynamic(st.point, pdg) or _batched(st):
+        if sig is None or st.outputs or _mentions_dynamic(st.point, pdg) or _batched(st):
             continue
         k = j - 1
         while k >= 0 and isinstance(out[k], Dealloc):

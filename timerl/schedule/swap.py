@@ -63,17 +63,40 @@ _NO_SWAP = (OpKind.CONST, OpKind.SET_SYMBOL, OpKind.SINK)
 
 def swappable(pdg: PDG, threshold: int, exclude: frozenset[int] = frozenset()) -> frozenset[int]:
     """Nodes to swap: read by some data edge, more than one symbolic dim, at least
-    ``threshold`` bytes per point (all outputs; dynamic bounds at 1), not in ``exclude``."""
-    from timerl.schedule.budget import point_bytes
+    ``threshold`` bytes per point (all outputs; dynamic bounds at 1), not in ``exclude``, and
+    not a node of several outputs whose large ones only ``MERGE``s read, or reads of one point
+    of the innermost dim (freed per output)."""
+    from timerl.schedule.budget import output_bytes
 
-    read = {e.src for e in pdg.edges if not e.order_only}
-    sizes = point_bytes(pdg)
+    # readers of each output other than MERGEs and reads of one point of the innermost dim
+    readers: dict[tuple[int, int], bool] = {}
+    for e in pdg.edges:
+        if not e.order_only:
+            key = (e.src, e.oid)
+            last = e.phi[-1] if e.phi else None
+            one = (
+                last is not None
+                and not isinstance(last, Slice)
+                and not free_symbols(last) - set(pdg.static_bounds)
+            )
+            other = pdg.nodes[e.sink].op.kind is not OpKind.MERGE and not one
+            readers[key] = readers.get(key, False) or other
+    sizes = output_bytes(pdg)
     out = set()
     for n in pdg:
-        if n.id not in read or len(n.domain) < 2 or n.op.kind in _NO_SWAP or sizes[n.id] < threshold:
+        total = sum(sizes[n.id])
+        big = [o for o, b in enumerate(sizes[n.id]) if b >= threshold and 4 * b >= total]  # most of the bytes
+        read = [o for o in range(len(n.outputs)) if (n.id, o) in readers]
+        if not read or len(n.domain) < 2 or n.op.kind in _NO_SWAP or total < threshold:
             continue
         if n.id in exclude:
             log.debug("not swapping %s: it is block-stored or kept for checkpoints", n.label)
+            continue
+        if len(read) > 1 and big and not any(readers.get((n.id, o), False) for o in big):
+            # an env step's observation, copied into the observations (swapped themselves) by the
+            # next step, and read at T - 1 for the bootstrap value: freed per output once copied
+            # (dealloc.py); swapping would move it whole, with the rewards read after the rollout
+            log.debug("not swapping %s: its large outputs are only merged into other tensors", n.label)
             continue
         out.add(n.id)
     return frozenset(out)
@@ -388,7 +411,7 @@ def drop_redundant_moves(node: AstNode) -> AstNode:
             if isinstance(st, Offload):
                 if isinstance(nxt, Fetch):
                     gone.update((a, b))
-                elif isinstance(nxt, Dealloc):
+                elif isinstance(nxt, Dealloc) and not nxt.outputs:
                     gone.add(a)
                 break
             if isinstance(nxt, Fetch) and (not st.outputs or set(nxt.outputs) <= set(st.outputs)):

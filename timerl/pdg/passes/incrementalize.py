@@ -80,13 +80,19 @@ _RECURSE = ELEMENTWISE_OPS | {
 
 @dataclass(frozen=True)
 class _Blocks:
-    """One new dim tiling an axis of length ``n`` into ``count`` blocks of ``bs``."""
+    """One new dim tiling an axis of length ``n`` into ``count`` blocks of ``bs``. With
+    ``along``, the blocks are those of batch dim ``along`` (:class:`_BatchBlocks`): the
+    axis is the rows of a contraction, ``per_index`` rows per index of ``along`` (the
+    other stacked batch dims), block ``di`` the rows whose index of ``along`` is in its
+    block; their order is the same in both operands, all that a sum over rows needs."""
 
     di: Sym
     bound: Sym
     n: int
     bs: int
     count: int
+    along: Sym | None = None
+    per_index: int = 0
 
     @property
     def start(self) -> Expr:
@@ -173,7 +179,7 @@ class _Stacked:
 
 def _read_shape(pdg: PDG, e: Edge) -> tuple[int | Expr, ...]:
     st = _Stacked(pdg, e)
-    return (*st.sizes, *pdg.nodes[e.src].outputs[e.oid].shape)
+    return (*st.sizes, *(_fixed(pdg, x) for x in pdg.nodes[e.src].outputs[e.oid].shape))
 
 
 def _input_axes(pdg: PDG, n: Node, a: int) -> list[int | None] | None:
@@ -235,11 +241,14 @@ class _Incrementalizer:
         self.heavy_memo: dict[tuple[int, int], tuple[bool, int]] = {}
         self.dims = list(pdg.dims)
         self.static = dict(pdg.static_bounds)
+        self.batch_blocks: dict[tuple[Sym, int], _Blocks] = {}  # per (batch dim, its length)
+        self.rows_blocks: dict[tuple[Sym, int, int], _Blocks] = {}  # (dim, length, rows per index)
+        self.batch_ok: dict[tuple[int, Sym], tuple[bool, int]] = {}
 
     # -- analysis ---------------------------------------------------------------------
     def _bytes(self, n: Node) -> int | None:
         spec = n.outputs[0]
-        s = _static(spec.shape)
+        s = _static(tuple(_fixed(self.pdg, x) for x in spec.shape))
         if s is None or not all(isinstance(b, int) for b in n.batch):
             return None
         return math.prod(n.batch) * math.prod(s) * _itemsize(spec)
@@ -252,7 +261,7 @@ class _Incrementalizer:
         if n.op.symbols() or not _named(n):
             return None
         s = n.outputs[0].shape
-        if not 0 <= a < len(s) or not (isinstance(s[a], int) and s[a] == size):
+        if not 0 <= a < len(s) or _fixed(self.pdg, s[a]) != size:
             return None
         if any(e.order_only for e in self.pdg.in_edges(n.id)):
             return None
@@ -317,6 +326,11 @@ class _Incrementalizer:
         the block of its per-point axis ``k``."""
         st = _Stacked(self.pdg, e)
         dom = (*sink.domain, blk.di)
+        if blk.along is not None:  # rows of a contraction over a batch dim: only block copies
+            cid = self.copy(self.pdg.nodes[e.src], k - len(st.axes), blk) if k >= len(st.axes) else None
+            if cid is None or e.oid != 0:
+                raise _NoBlocks(f"input {e.iid} of {sink.label} cannot run on blocks of {blk.along}")
+            return [replace(e, sink=new_sink, src=cid, phi=(*e.phi, blk.di))]
         if k < len(st.axes):
             kind, what = st.axes[k]
             whole = isinstance(st.sizes[k], int) and st.sizes[k] == blk.n
@@ -364,6 +378,8 @@ class _Incrementalizer:
         key = (n.id, a, blk.di)
         if key in self.memo:
             return self.memo[key]
+        if blk.along is not None and _contracted_rows(n) and a == 0:
+            return self.copy_rows(n, blk)
         axes = self.recursable(n, a, blk.n)
         if axes is None:
             return None
@@ -384,7 +400,7 @@ class _Incrementalizer:
             else:
                 self.edges += self.block_input(n, e, k, blk, cid)
 
-    def root(self, r: Node, axes: list[int | None], blk: _Blocks) -> None:
+    def root(self, r: Node, axes: list[int | None] | None, blk: _Blocks) -> None:
         """``r`` (a SUM or a contraction) becomes the last value of a recurrence over the blocks
         accumulating its block copy's results: ``acc[0] = part[0]``, ``acc[di] = acc[di - 1] +
         part[di]``, ``r = acc[DI - 1]``, so each partial result is freed once added."""
@@ -392,7 +408,10 @@ class _Incrementalizer:
         dom = (*r.domain, di)
         part, add, acc = self._new_id(), self._new_id(), self._new_id()
         self.nodes[part] = replace(r, id=part, domain=dom)
-        self.feed(r, axes, blk, part)
+        if axes is None:  # a sum over a batch dim's stacked rows (:meth:`batch_sum_input`)
+            self.edges.append(self.batch_sum_input(r, blk, part))
+        else:
+            self.feed(r, axes, blk, part)
         later = cmp_le(lift(1), di)
         self.nodes[add] = replace(r, id=add, op=Op.make(OpKind.ADD), domain=dom, cond=later, num_inputs=2)
         self.nodes[acc] = replace(r, id=acc, op=Op.make(OpKind.MERGE), domain=dom, num_inputs=2)
@@ -407,6 +426,227 @@ class _Incrementalizer:
             Edge(add, part, 1, 0, dom),
             Edge(r.id, acc, 0, 0, (*here, simplify(blk.bound - 1))),
         ]
+
+    # -- blocks of a batch dim (the rows of a rollout vectorized over ``t``) ---------------
+    def can_batch(self, nid: int, d: Sym, n: int) -> tuple[bool, int]:
+        """Whether node ``nid`` (vectorized over ``d``, ``n`` long) can run on blocks of ``d``,
+        with every input that varies along ``d`` read in blocks (a stacked read ``x[0:T]``
+        of a node over ``t``, or a block copy of a node vectorized over ``d``), and the most
+        bytes per index of ``d`` among the nodes that would be copied."""
+        key = (nid, d)
+        if key in self.batch_ok:
+            return self.batch_ok[key]
+        self.batch_ok[key] = (False, 0)  # cycles
+        x = self.pdg.nodes[nid]
+        if (
+            x.op.effectful
+            or x.op.kind in _NOT_PER_ELEMENT
+            or _contracted_rows(x)
+            or x.op.symbols()
+            or x.cond is not TRUE
+            or len(x.outputs) != 1
+            or not _named(x)
+            or d not in x.batch_dims
+            or x.batch[x.batch_dims.index(d)] != n
+            or any(e.order_only for e in self.pdg.in_edges(nid))
+        ):
+            return (False, 0)
+        most = (self._bytes(x) or 0) // n
+        for e in self.pdg.data_in_edges(nid):
+            src = self.pdg.nodes[e.src]
+            if e.select is not None:
+                return (False, 0)
+            if e.to_batch is d:
+                c = next((c for c in e.phi if isinstance(c, Slice)), None)
+                length = src.outputs[e.oid].shape[0] if c is None else simplify(c.stop - c.start)
+                if _fixed(self.pdg, length) != n:
+                    return (False, 0)
+            elif d in src.batch_dims:
+                ok, b = self.can_batch(src.id, d, n)
+                if not ok or any(y is d for y, _ in e.batch_read):
+                    return (False, 0)
+                most = max(most, b)
+        self.batch_ok[key] = (True, most)
+        return self.batch_ok[key]
+
+    def batch_block_dim(self, d: Sym, n: int, per_index: int) -> _Blocks | None:
+        """Blocks of batch dim ``d`` (``n`` long) holding ``threshold`` bytes, ``per_index`` bytes per
+        index of ``d``: equal blocks (a divisor of ``n``), one block dim per ``(d, n)``."""
+        if (d, n) in self.batch_blocks:
+            return self.batch_blocks[(d, n)]
+        bs = max(1, self.threshold // max(1, per_index))
+        if bs >= n:
+            return None
+        bs = next(k for k in range(bs, 0, -1) if n % k == 0)
+        blk = self._new_blocks(n, bs, along=d)
+        self.batch_blocks[(d, n)] = blk
+        return blk
+
+    def _new_blocks(self, n: int, bs: int, along: Sym | None = None) -> _Blocks:
+        k = len(self.blocks) + len(self.batch_blocks)
+        names = {s.name for s, _ in self.dims}
+        while f"di{k}" in names:
+            k += 1
+        blk = _Blocks(Sym(f"di{k}"), Sym(f"DI{k}", is_bound=True), n, bs, -(-n // bs), along=along)
+        self.dims.append((blk.di, blk.bound))
+        self.static[blk.bound] = blk.count
+        log.debug("incrementalize: new dim %s < %d tiles %s of %d in blocks of %d", blk.di, blk.count,
+                  "an axis" if along is None else along, n, bs)  # fmt: skip
+        return blk
+
+    def rows_block_dim(self, bb: _Blocks, per_index: int) -> _Blocks:
+        """The rows of a contraction over ``bb``'s batch dim, ``per_index`` rows per index."""
+        key = (bb.along, bb.n, per_index)
+        if key not in self.rows_blocks:
+            self.rows_blocks[key] = replace(bb, n=bb.n * per_index, bs=bb.bs * per_index, per_index=per_index)
+        return self.rows_blocks[key]
+
+    def copy_batch(self, x: Node, bb: _Blocks) -> int:
+        """A copy of ``x`` (``can_batch``) over one block of ``bb.along`` per point of ``bb.di``."""
+        d = bb.along
+        key = (x.id, -1, bb.di)
+        if key in self.memo:
+            return self.memo[key]
+        cid = self._new_id()
+        self.memo[key] = cid
+        batch = tuple(bb.bs if y is d else b for y, b in zip(x.batch_dims, x.batch, strict=True))
+        self.nodes[cid] = replace(x, id=cid, domain=(*x.domain, bb.di), batch=batch)
+        for e in self.pdg.data_in_edges(x.id):
+            src = self.pdg.nodes[e.src]
+            k = next((j for j, c in enumerate(e.phi) if isinstance(c, Slice)), None)
+            if e.to_batch is d and k is None:  # axis 0 of each point becomes d: its block, cut
+                self.edges.append(replace(e, src=self._cut_rows(x, e, bb), phi=(*x.domain, bb.di), sink=cid))
+            elif e.to_batch is d:
+                c = e.phi[k]  # type: ignore[index]
+                phi = (
+                    *e.phi[:k],
+                    Slice(simplify(c.start + bb.start), simplify(c.start + bb.stop)),
+                    *e.phi[k + 1 :],
+                )  # type: ignore[index]
+                self.edges.append(replace(e, sink=cid, phi=phi))
+            elif d in src.batch_dims:
+                self.edges.append(replace(e, sink=cid, src=self.copy_batch(src, bb), phi=(*e.phi, bb.di)))
+            else:
+                self.edges.append(replace(e, sink=cid))
+        return cid
+
+    def _cut_rows(self, x: Node, e: Edge, bb: _Blocks) -> int:
+        """A ``SLICE`` node over ``x``'s domain and ``bb.di``: the block of axis 0 of what ``x``
+        reads through ``e`` (a per-point axis that ``e`` makes ``x``'s batch dim)."""
+        src = self.pdg.nodes[e.src]
+        spec = src.outputs[e.oid]
+        sid = self._new_id()
+        self.nodes[sid] = Node(
+            sid,
+            Op.make(OpKind.SLICE, dim=0, start=bb.start, stop=bb.stop),
+            (*x.domain, bb.di),
+            (TensorSpec((bb.bs, *spec.shape[1:]), spec.dtype),),
+            1,
+            where=x.where,
+            batch=src.batch,
+            batch_dims=src.batch_dims,
+        )
+        self.edges.append(Edge(sid, e.src, 0, e.oid, e.phi, cond=e.cond, batch_read=e.batch_read))
+        return sid
+
+    def block_read(self, e: Edge, bb: _Blocks, sink: int) -> Edge:
+        """Edge ``e`` (a stacked read ``batch[d = lo:hi]`` of a node vectorized over ``d``,
+        ``hi - lo`` = the whole dim) for ``sink``: a block copy of the source when it
+        can run on blocks, else the block's rows of the whole source."""
+        d, src = bb.along, self.pdg.nodes[e.src]
+        if self.can_batch(src.id, d, bb.n)[0]:
+            br = tuple((y, Slice(lift(0), lift(bb.bs)) if y is d else c) for y, c in e.batch_read)
+            return replace(e, sink=sink, src=self.copy_batch(src, bb), phi=(*e.phi, bb.di), batch_read=br)
+        br = tuple(
+            (y, Slice(simplify(c.start + bb.start), simplify(c.start + bb.stop)) if y is d else c)
+            for y, c in e.batch_read
+        )
+        return replace(e, sink=sink, batch_read=br)
+
+    def copy_rows(self, n: Node, blk: _Blocks) -> int | None:
+        """A copy of a contraction's row reshape (``contract``) over the rows of one block of
+        ``blk.along``: it reads that block of the batch dim (stacked last), so its rows are
+        ``per_index`` per index of the block."""
+        (e,) = self.pdg.data_in_edges(n.id)
+        if _rows_signature(self.pdg, e) != (blk.along, blk.n // blk.per_index, blk.per_index):
+            return None
+        bb = self.batch_blocks[(blk.along, blk.n // blk.per_index)]
+        cid = self._new_id()
+        self.memo[(n.id, 0, blk.di)] = cid
+        spec = n.outputs[0]
+        shape = (blk.bs, *(_fixed(self.pdg, x) for x in spec.shape[1:]))
+        self.nodes[cid] = replace(
+            n, id=cid, domain=(*n.domain, blk.di), outputs=(replace(spec, shape=shape),)
+        )
+        self.edges.append(self.block_read(e, bb, cid))
+        return cid
+
+    def batch_sum_input(self, r: Node, bb: _Blocks, part: int) -> Edge:
+        (e,) = self.pdg.data_in_edges(r.id)
+        return self.block_read(e, bb, part)
+
+    def snapshot(self) -> tuple:
+        return (dict(self.nodes), list(self.edges), dict(self.memo), self.next_id, list(self.dims),
+                dict(self.static), dict(self.batch_blocks), dict(self.rows_blocks))  # fmt: skip
+
+    def restore(self, snap: tuple) -> None:
+        (self.nodes, self.edges, self.memo, self.next_id, self.dims, self.static, self.batch_blocks,
+         self.rows_blocks) = snap  # fmt: skip
+
+
+class _NoBlocks(Exception):
+    """A chain that cannot run on blocks of a batch dim (the root is left whole)."""
+
+
+# Ops that mix the elements of a batch axis or evaluate the point (a copy over a block of the
+# batch would see other elements or indices), and ops that are never worth copying.
+_NOT_PER_ELEMENT = frozenset(
+    {OpKind.CONST, OpKind.EVAL_SYMBOL, OpKind.MERGE, OpKind.SET_SYMBOL, OpKind.SINK, OpKind.UDF}
+)
+
+
+def _contracted_rows(n: Node) -> bool:
+    return n.op.kind is OpKind.RESHAPE and bool(n.op.attr("contracted_rows", False))
+
+
+def _rows_signature(pdg: PDG, e: Edge) -> tuple[Sym, int, int] | None:
+    """``(d, length of d, rows per index of d)`` of a contraction's row reshape reading ``e``:
+    its stacked axes are the source's batch dims with ``d`` read whole by a slice (stacked
+    last: each index of ``d`` has ``per_index`` rows, one per index of the others), no
+    ``phi`` slice."""
+    st = _Stacked(pdg, e)
+    if not st.ok or not st.axes or st.axes[-1][0] != "narrow" or any(k == "phi" for k, _ in st.axes):
+        return None
+    if not all(isinstance(x, int) for x in st.sizes):
+        return None
+    d = st.axes[-1][1]
+    src = pdg.nodes[e.src]
+    if st.sizes[-1] != src.batch[src.batch_dims.index(d)]:
+        return None
+    return d, int(st.sizes[-1]), math.prod(int(x) for x in st.sizes[:-1])  # type: ignore[return-value]
+
+
+def _trace_rows(pdg: PDG, nid: int, a: int) -> tuple[Sym, int, int] | None:
+    """The rows signature (:func:`_rows_signature`) of the row reshape that axis ``a`` of node
+    ``nid``'s output comes from, through permutes; None when it comes from elsewhere."""
+    for _ in range(8):
+        n = pdg.nodes[nid]
+        ins = pdg.data_in_edges(nid)
+        if _contracted_rows(n) and a == 0 and len(ins) == 1:
+            return _rows_signature(pdg, ins[0])
+        if n.op.kind is not OpKind.PERMUTE or len(ins) != 1 or ins[0].phi != tuple(n.domain) or n.batch:
+            return None
+        a, nid = int(n.op.attr("dims")[a]), ins[0].src
+    return None
+
+
+def _over_batch_rows(pdg: PDG, r: Node) -> bool:
+    """Whether ``r`` contracts rows that row reshapes stack from a batch dim (:func:`_batch_root`
+    tiles that dim; tiling the reshaped rows would read them whole)."""
+    ins = pdg.data_in_edges(r.id)
+    if r.op.kind is not OpKind.MATMUL or len(ins) != 2:
+        return False
+    return _trace_rows(pdg, ins[0].src, 1) is not None and _trace_rows(pdg, ins[1].src, 0) is not None
 
 
 def _root_axes(pdg: PDG, r: Node) -> tuple[int, list[int | None], int, int] | None:
@@ -476,7 +716,7 @@ def incrementalize(pdg: PDG, threshold: int) -> PDG:
     for phase in (0, 1):
         for r in roots:
             got = info[r.id]
-            if got is None or r in done:
+            if got is None or r in done or _over_batch_rows(pdg, r):
                 continue
             n, axes, total, row = got
             heavy = [
@@ -501,10 +741,76 @@ def incrementalize(pdg: PDG, threshold: int) -> PDG:
             inc.root(r, axes, blk)
             done.append(r)
             log.debug("incrementalize: %s in %d blocks of %d along %s", r.label, blk.count, blk.bs, blk.di)
+    for r in roots:
+        if r not in done and _batch_root(pdg, inc, r, info[r.id]):
+            done.append(r)
     if not done:
         return pdg
     out = pdg.with_(dims=tuple(inc.dims), nodes=inc.nodes, edges=tuple(inc.edges), static_bounds=inc.static)
     return _drop_unread(out, pdg)
+
+
+def _batch_root(pdg: PDG, inc: _Incrementalizer, r: Node, got: tuple | None) -> bool:
+    """Tile a reduction over a batch dim ``d`` (the rows of a rollout vectorized over ``t``):
+    a contraction whose rows come from row reshapes of stacked reads ``x[0:T]`` (both operands
+    alike), or a sum over such a stacked read; what it reads runs per block of ``d``
+    (:meth:`_Incrementalizer.copy_batch`). Taken when its input exceeds the threshold or a
+    block dim of ``d`` exists already; False (the graph unchanged) otherwise."""
+    ins = pdg.data_in_edges(r.id)
+    if r.cond is not TRUE or len(r.outputs) != 1 or any(e.order_only for e in pdg.in_edges(r.id)):
+        return False
+    total = got[2] if got is not None else None
+    if r.op.kind is OpKind.MATMUL and len(ins) == 2:
+        sigs = {_trace_rows(pdg, ins[0].src, 1), _trace_rows(pdg, ins[1].src, 0)}
+        if len(sigs) != 1 or None in sigs or any(_Stacked(pdg, e).axes for e in ins):
+            return False
+        ((d, n, per),) = sigs
+        per_index = 0
+        for e in ins:
+            s = _static(_read_shape(pdg, e))
+            if s is None or len(s) != 2:
+                return False
+            per_index += math.prod(s) * _itemsize(pdg.nodes[e.src].outputs[e.oid]) // n
+        axes: list[int | None] | None = [1, 0]
+    elif r.op.kind is OpKind.SUM and len(ins) == 1:
+        st = _Stacked(pdg, ins[0])
+        dims = r.op.attr("dims")
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if r.op.attr("keepdim", False) or not st.ok or len(st.axes) != 1 or st.axes[0][0] != "narrow":
+            return False
+        src = pdg.nodes[ins[0].src]
+        d, n = st.axes[0][1], st.sizes[0]
+        if 0 not in dims or not isinstance(n, int) or n != src.batch[src.batch_dims.index(d)]:
+            return False
+        per, axes = 0, None
+        per_index = (inc._bytes(src) or 0) // n
+    else:
+        return False
+    ok, chain = inc.can_batch(ins[0].src, d, n) if axes is None else (True, 0)
+    if not ok:
+        return False
+    total = per_index * n if total is None else total
+    if total <= inc.threshold and (d, n) not in inc.batch_blocks:
+        return False
+    if axes is not None:  # the chains above both row reshapes
+        for e in ins:
+            src = e.src
+            while not _contracted_rows(pdg.nodes[src]):
+                src = pdg.data_in_edges(src)[0].src
+            (re,) = pdg.data_in_edges(src)
+            chain = max(chain, inc.can_batch(re.src, d, n)[1])
+    snap = inc.snapshot()
+    bb = inc.batch_block_dim(d, n, max(per_index, chain))
+    if bb is None:
+        return False
+    try:
+        inc.root(r, axes, inc.rows_block_dim(bb, per) if axes is not None else bb)
+    except _NoBlocks as exc:
+        log.debug("incrementalize: %s not tiled along %s: %s", r.label, d, exc)
+        inc.restore(snap)
+        return False
+    log.debug("incrementalize: %s in %d blocks of %d along batch dim %s", r.label, bb.count, bb.bs, d)
+    return True
 
 
 def _drop_unread(pdg: PDG, before: PDG) -> PDG:

@@ -125,8 +125,9 @@ def _trivial(e: Edge, src: Node, d: Sym) -> bool:
     return True
 
 
-def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
-    """The nodes over ``d`` that may be vectorized over it (module doc)."""
+def vectorizable_nodes(pdg: PDG, d: Sym, stream: int | None = None) -> set[int]:
+    """The nodes over ``d`` that may be vectorized over it (module doc; ``stream``: see
+    :func:`vectorize_partial`)."""
     order = [s for s, _ in pdg.dims]
     outer = order[: order.index(d)]
     static = {b for b in pdg.static_bounds}
@@ -205,6 +206,8 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
         if why:
             log.debug("vectorize %s: %s stays per point (%s)", d, n.label, why)
             ok.discard(nid)
+    if stream is not None and bound in pdg.static_bounds:
+        ok = _streamed(pdg, d, ok, int(pdg.static_bounds[bound]), stream)
     pairs = _contraction_pairs(pdg) if bound not in pdg.static_bounds else []
     changed = True
     while changed:
@@ -249,6 +252,45 @@ def vectorizable_nodes(pdg: PDG, d: Sym) -> set[int]:
                 ok.difference_update(pair)
                 changed = True
     return ok
+
+
+def _point_bytes(pdg: PDG, n: Node, oid: int = 0) -> int | None:
+    spec = n.outputs[oid]
+    env = dict(pdg.static_bounds)
+    dims = [
+        x if isinstance(x, int) else evaluate(x, env) if _syms(x) <= set(env) else None for x in spec.shape
+    ]
+    if None in dims or not all(isinstance(b, int) for b in n.batch):
+        return None
+    return int(np.prod(n.batch, dtype=np.int64) * np.prod(dims, dtype=np.int64)) * spec.dtype.numpy.itemsize
+
+
+def _streamed(pdg: PDG, d: Sym, vec: set[int], size: int, stream: int) -> set[int]:
+    """``vec`` without the nodes that read a source staying per point over ``d`` at ``d``
+    (what vectorized would be a stack of all its points, ``size`` of them) holding more than
+    ``stream`` bytes stacked, and whose output per point is at most a quarter of that input's
+    (the value head's first layer on image observations): run per point, each reads the
+    point just produced, which can then be freed or swapped (a memory choice, taken with
+    ``CompileOptions(incrementalize=...)``); the chain after it stays vectorized (the edge
+    rules of :func:`vectorizable_nodes` run after this). Readers that do not reduce (a row
+    reshape of a weight gradient's contraction) stay vectorized: incrementalization tiles
+    them along ``d``."""
+    keep = set(vec)
+    for e in pdg.edges:
+        if e.sink not in keep or e.src in vec or e.order_only:
+            continue
+        src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
+        if _comp(e, src, d) is not d:
+            continue
+        inp, out = _point_bytes(pdg, src, e.oid), _point_bytes(pdg, sink)
+        if inp is None or out is None or inp * size <= stream or 4 * out > inp:
+            continue
+        log.debug(
+            "vectorize %s: %s stays per point (it reduces %s, %d bytes per point: stacked over %s "
+            "they would exceed %d bytes)", d, sink.label, src.label, inp, d, stream,
+        )  # fmt: skip
+        keep.discard(e.sink)
+    return keep
 
 
 def _contraction_pairs(pdg: PDG) -> list[set[int]]:
@@ -424,9 +466,11 @@ def _row_of(pdg: PDG, n: Node, d: Sym) -> Edge | None:
     return e
 
 
-def vectorize_partial(pdg: PDG, d: Sym, dynamic: bool = True) -> PDG:
+def vectorize_partial(pdg: PDG, d: Sym, dynamic: bool = True, stream: int | None = None) -> PDG:
     """Vectorize ``d`` on the nodes :func:`vectorizable_nodes` finds (module doc); a ``d``
-    with a dynamic bound only when ``dynamic`` (batch axes padded to buckets of ``T``)."""
+    with a dynamic bound only when ``dynamic`` (batch axes padded to buckets of ``T``).
+    With ``stream`` (bytes), a node that reduces a per-point input whose stack over ``d``
+    would exceed ``stream`` stays per point (:func:`_streamed`)."""
     bound = pdg.bound_of(d)
     size: int | Sym
     if bound in pdg.static_bounds:
@@ -436,7 +480,7 @@ def vectorize_partial(pdg: PDG, d: Sym, dynamic: bool = True) -> PDG:
     else:
         log.debug("vectorize %s: its bound %s is dynamic (vectorize_dynamic is off)", d, bound)
         return pdg
-    vec = vectorizable_nodes(pdg, d)
+    vec = vectorizable_nodes(pdg, d, stream if isinstance(size, int) else None)
     if not vec:
         return pdg
     env = dict(pdg.static_bounds)
