@@ -17,7 +17,8 @@ the first run, timed):
   incrementalization, swapping, then both), after checking that ``frees`` exceeds it.
 
 Prints each setting's device and host pool peaks (the store's accounting, every stored
-tensor once per node), the process's max RSS so far (run one setting per process to compare
+tensor once per node; the budget's estimate from the schedule beside it; ``--estimate-only``:
+compile and print the estimate, run nothing), the process's max RSS so far (run one setting per process to compare
 it), the run and iteration times, and whether its rollouts (rewards and done flags of every
 step) equal those of the first setting.
 
@@ -59,7 +60,7 @@ def main() -> None:
     from memory_swap import register_env  # noqa: PLC0415
     from ppo import Args, build_fixed  # noqa: PLC0415
 
-    from timerl.schedule.budget import parse_bytes  # noqa: PLC0415
+    from timerl.schedule.budget import estimate_peak, parse_bytes  # noqa: PLC0415
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="torch")
@@ -71,6 +72,7 @@ def main() -> None:
     p.add_argument("--swap-threshold", type=int, default=1 << 16, help="bytes per point")
     p.add_argument("--budget", default="64MiB", help="memory_budget= of the budget setting")
     p.add_argument("--settings", default="frees,incrementalize,swap,incrementalize+swap,budget")
+    p.add_argument("--estimate-only", action="store_true", help="compile and print the estimated peak only")
     a = p.parse_args()
     env = register_env(a.num_steps)
     args = Args(
@@ -85,6 +87,12 @@ def main() -> None:
         t0 = time.perf_counter()
         ex = build_fixed(args, lambda v, pt, s=sunk: s.append(np.asarray(v).copy()), **options(setting, a))
         compile_s = time.perf_counter() - t0
+        est = estimate_peak(ex.pdg, ex.schedule.ast, fuse=ex.options.fuse).peak_bytes
+        if a.estimate_only:
+            print(
+                f"{setting:20} estimated device peak {est / MIB:9.2f} MiB (not run)  compile {compile_s:6.1f} s"
+            )
+            continue
         secs = []
         for r in range(a.rounds + 1):
             sunk.clear()
@@ -107,7 +115,7 @@ def main() -> None:
             )
         run = statistics.median(secs)
         print(
-            f"{setting:20} device peak {dev / MIB:9.2f} MiB  host peak {host / MIB:9.2f} MiB  "
+            f"{setting:20} device peak {dev / MIB:9.2f} MiB (estimated {est / MIB:.2f})  host peak {host / MIB:9.2f} MiB  "
             f"max RSS {st.max_rss_bytes / MIB:7.0f} MiB  compile {compile_s:6.1f} s  run {run:7.2f} s  "
             f"iteration {run / a.iterations:6.2f} s  rollouts equal: {same}{chosen}",
             flush=True,
