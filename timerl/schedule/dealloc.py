@@ -218,7 +218,11 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
         reads = reads.union(um)
     for k0, x, o, um in _rest_of_split_points(members, outputs, per):
         k = len(members)
-        um = isl.UnionMap.from_map(isl.Map.from_union_map(um).set_tuple_name(isl.dim_type.in_, free_name(k)))
+        parts: list[isl.Map] = []
+        um.foreach_map(parts.append)  # one map per reading statement
+        um = isl.UnionMap.empty(space)
+        for m in parts:
+            um = um.union(isl.UnionMap.from_map(m.set_tuple_name(isl.dim_type.in_, free_name(k))))
         members[k], outputs[k], stmts[k], per[k] = (x,), ((o,),), stmts[k0], um
         reads = reads.union(um)
     uses = reads

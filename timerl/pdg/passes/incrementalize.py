@@ -81,10 +81,11 @@ _RECURSE = ELEMENTWISE_OPS | {
 @dataclass(frozen=True)
 class _Blocks:
     """One new dim tiling an axis of length ``n`` into ``count`` blocks of ``bs``. With
-    ``along``, the blocks are those of batch dim ``along`` (:class:`_BatchBlocks`): the
-    axis is the rows of a contraction, ``per_index`` rows per index of ``along`` (the
-    other stacked batch dims), block ``di`` the rows whose index of ``along`` is in its
-    block; their order is the same in both operands, all that a sum over rows needs."""
+    ``along``, the blocks are those of batch dim ``along`` (``batch_block_dim``); with
+    ``per_index`` too, the axis is the rows of a contraction, ``per_index`` rows per index
+    of ``along`` (the other stacked batch dims), block ``di`` the rows whose index of
+    ``along`` is in its block (``rows_block_dim``): their order is the same in both
+    operands, all that a sum over rows needs."""
 
     di: Sym
     bound: Sym
@@ -326,7 +327,7 @@ class _Incrementalizer:
         the block of its per-point axis ``k``."""
         st = _Stacked(self.pdg, e)
         dom = (*sink.domain, blk.di)
-        if blk.along is not None:  # rows of a contraction over a batch dim: only block copies
+        if blk.per_index:  # rows of a contraction over a batch dim: only block copies
             cid = self.copy(self.pdg.nodes[e.src], k - len(st.axes), blk) if k >= len(st.axes) else None
             if cid is None or e.oid != 0:
                 raise _NoBlocks(f"input {e.iid} of {sink.label} cannot run on blocks of {blk.along}")
@@ -378,7 +379,7 @@ class _Incrementalizer:
         key = (n.id, a, blk.di)
         if key in self.memo:
             return self.memo[key]
-        if blk.along is not None and _contracted_rows(n) and a == 0:
+        if blk.per_index and _contracted_rows(n) and a == 0:
             return self.copy_rows(n, blk)
         axes = self.recursable(n, a, blk.n)
         if axes is None:
