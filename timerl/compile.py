@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ class CompileOptions:
     swap: bool = False
     swap_threshold: str | int = 1 << 20
     memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
+    # split loops into first / middle / last iterations where that takes If's out of them
+    # (schedule/peel.py, TimeRL §6.3's partial unrolling)
+    peel: bool = True
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
     memory_budget: str | int | None = None
@@ -444,12 +447,15 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         swap=_swapped(pdg, options),
     )
     if budget is not None:
-        from dataclasses import replace
 
         def rebuild(thr: int, opts: CompileOptions = options) -> PDG:
             return build_pdg(ctx, bounds, replace(opts, incrementalize=thr))
 
         pdg, sched, options = _fit_budget(pdg, sched, options, budget, rebuild)
+    if options.peel:
+        from timerl.schedule.peel import peel_ifs
+
+        sched = replace(sched, ast=peel_ifs(sched.ast, frozenset(pdg.dynamic_bounds)))
     for n in pdg:
         if n.op.kind is OpKind.UDF:
             n.op.attr("fn").bind(pdg.static_bounds)

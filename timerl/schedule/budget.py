@@ -321,11 +321,7 @@ def estimate_peak(
     """An estimate of the store's peak bytes for the schedule ``ast`` (see the module doc);
     ``fuse``: the runtime fuses regions (their members read only inside are not stored)."""
     read = {e.src for e in pdg.edges if not e.order_only}
-    sizes = {
-        nid: b
-        for nid, b in point_bytes(pdg).items()
-        if nid in read
-    }
+    sizes = {nid: b for nid, b in point_bytes(pdg).items() if nid in read}
     w = _Walk(pdg, sizes, max_steps, fuse)
     complete = True
     try:
