@@ -46,6 +46,8 @@ def _option_sets(long: bool) -> list[dict[str, Any]]:
     ]
     if long:
         sets += [{name: False} for name in SWITCHES if {name: False} not in sets]
+        # both memory passes together (memory_budget's last resort: blocks fetched per block)
+        sets.append({"incrementalize": 8, "swap": True, "swap_threshold": 1})
     return sets
 
 
