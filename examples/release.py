@@ -589,6 +589,13 @@ def main(args: Args) -> dict:
                 "run_stats": all_stats,
                 "metaschedule": ms_rows,
                 "curves": curves,
+                "measured": {  # per run, the configurations in the order measured, with their GFLOPS
+                    n: {
+                        c: [[[list(m.config), round(m.gflops, 3)] for m in r.measurements] for r in runs]
+                        for c, runs in res.items()
+                    }
+                    for n, res in all_results.items()
+                },
             },
             indent=1,
         )
