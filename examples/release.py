@@ -23,14 +23,14 @@ import numpy as np
 
 import timerl as trl
 from timerl.agents import ppo  # the PPO program over any env (examples/ppo.py trains it)
-from timerl.envs.release.cost_model import CostModel
+from timerl.envs.release.cost_model import OBJECTIVES, CostModel
 from timerl.envs.release.diversity import check_mode
 from timerl.envs.release.env import KnobEnv
 from timerl.envs.release.measure import TemplateMeasurer
 from timerl.envs.release.rounds import ProgramRounds
 from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler
 from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited
-from timerl.envs.release.space import Config, KnobSpace, layer, template_space
+from timerl.envs.release.space import FEATURE_KINDS, Config, KnobSpace, layer, template_space
 from timerl.envs.release.tuner import TuneResult, tune
 
 COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adaptive"))
@@ -107,6 +107,17 @@ class Args(ppo.PPOArgs):
     cost_objective: str = "regression"
     """cost model's objective: regression (LightGBM regression on GFLOPS over the best measured)
     or rank (LightGBM lambdarank over the measurements as one query, AutoTVM-style rank loss)"""
+    cost_features: str = "knob"
+    """cost model's features: knob (log2 knob values and three tile products) or itervar (those
+    plus AutoTVM-style features of the template's loop nest: extents, iterations, each
+    buffer's footprint and reuse per loop, vector lanes, parallel)"""
+    clock: str = "wall"
+    """measurer's clock: wall (TVM's time_evaluator) or cpu (the process's CPU time around the
+    calls: time descheduled by other processes is not counted)"""
+    estimator: str = "min"
+    """measurer's estimator over the timed repeats: min or median"""
+    repeats: int = 20
+    """measurer's timed repeats (of about 1 ms each; slow kernels: single calls within the same budget)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -119,8 +130,10 @@ class Args(ppo.PPOArgs):
     sa_iters: int = 500
     """simulated annealing: steps per round (AutoTVM's n_iter)"""
     combos: str = ",".join(f"{s}+{m}" for s, m in COMBOS)
-    """the search+sampler combinations to run; search+sampler:objective (e.g. rl+adaptive:rank)
-    overrides --cost-objective for that one, so both objectives share a layer's measurer cache"""
+    """the search+sampler combinations to run, each with optional :options overriding the
+    global flags for that one (so variants share a layer's measurer cache and initial
+    configurations): an objective (rank, regression), a feature kind (knob, itervar), epN (PPO
+    episode length N), kneeX (adaptive sampling's knee X); e.g. rl+adaptive:rank:itervar:ep20"""
     metaschedule_trials: int = 0
     """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
     pip install 'timerl[metaschedule]': xgboost-cpu, cloudpickle, psutil)"""
@@ -238,6 +251,30 @@ class RLSearch:
         return top_unvisited([c for c, _ in traj], np.array([s for _, s in traj]), visited, a.plan_size)
 
 
+def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
+    """``search+sampler[:option...]`` -> (search, sampler, the arguments with the options
+    applied): an objective, a feature kind, ``epN`` (episode length) or ``kneeX``."""
+    pair, *opts = combo.split(":")
+    s_name, m_name = pair.split("+")
+    if s_name not in ("sa", "rl") or m_name not in ("greedy", "adaptive"):
+        raise ValueError(f"combination {combo!r}: search must be sa or rl, sampler greedy or adaptive")
+    for o in opts:
+        if o in OBJECTIVES:
+            args = replace(args, cost_objective=o)
+        elif o in FEATURE_KINDS:
+            args = replace(args, cost_features=o)
+        elif o.startswith("ep") and o[2:].isdigit():
+            args = replace(args, episode_len=int(o[2:]))
+        elif o.startswith("knee"):
+            args = replace(args, knee=float(o[4:]))
+        else:
+            raise ValueError(
+                f"combination {combo!r}: unknown option {o!r} (objectives {OBJECTIVES}, features "
+                f"{FEATURE_KINDS}, epN, kneeX)"
+            )
+    return s_name, m_name, args
+
+
 def run_layer(
     args: Args, name: str, measurer: TemplateMeasurer, run_stats: dict[str, list[dict]] | None = None
 ) -> dict[str, list[TuneResult]]:
@@ -253,18 +290,17 @@ def run_layer(
     for k in range(args.seeds):
         seed = args.seed + k
         for combo in [c for c in args.combos.split(",") if c]:
-            pair, _, objective = combo.partition(":")  # rl+adaptive:rank: this one with a ranker
-            s_name, m_name = pair.split("+")
+            s_name, m_name, cargs = combo_args(args, combo)
             search = (
-                SimulatedAnnealing(plan_size=args.plan_size, n_iter=args.sa_iters)
+                SimulatedAnnealing(plan_size=cargs.plan_size, n_iter=cargs.sa_iters)
                 if s_name == "sa"
-                else RLSearch(replace(args, seed=seed))
+                else RLSearch(replace(cargs, seed=seed))
             )
             sampler = (
-                GreedySampler(args.batch_size, args.epsilon, ties, knob_weight)
+                GreedySampler(cargs.batch_size, cargs.epsilon, ties, knob_weight)
                 if m_name == "greedy"
                 else AdaptiveSampler(
-                    args.k_min, args.k_max, args.knee, args.representative, args.adaptive_epsilon, ties
+                    cargs.k_min, cargs.k_max, cargs.knee, cargs.representative, cargs.adaptive_epsilon, ties
                 )
             )
             log = trl.run.RunLog(
@@ -290,7 +326,8 @@ def run_layer(
                     seed,
                     args.n_init,
                     tick,
-                    objective or args.cost_objective,
+                    cargs.cost_objective,
+                    cargs.cost_features,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")
@@ -316,14 +353,21 @@ def run_layer(
     return results
 
 
-def retime(name: str, results: dict[str, list[TuneResult]], times: int) -> dict[str, list[float]]:
+def retime(
+    name: str, results: dict[str, list[TuneResult]], times: int, clock: str = "wall", estimator: str = "min"
+) -> dict[str, list[float]]:
     """Each run's best configuration timed ``times`` times by fresh measurers (40 repeats, no
-    cache); the best of them per run."""
+    cache, the run's clock and estimator); the best of them per run."""
     space = template_space(layer(name))
     out: dict[str, list[float]] = {}
     for combo, runs in results.items():
         for r in runs:
-            g = max(TemplateMeasurer(repeats=40).measure(space, r.best.config).gflops for _ in range(times))
+            g = max(
+                TemplateMeasurer(repeats=40, clock=clock, estimator=estimator)
+                .measure(space, r.best.config)
+                .gflops
+                for _ in range(times)
+            )
             out.setdefault(combo, []).append(g)
     return out
 
@@ -513,14 +557,18 @@ def main(args: Args) -> dict:
         flush=True,
     )
     t0 = time.perf_counter()
-    measurer = TemplateMeasurer()
+    measurer = TemplateMeasurer(repeats=args.repeats, clock=args.clock, estimator=args.estimator)
     all_results: dict[str, dict[str, list[TuneResult]]] = {}
     all_stats: dict[str, dict[str, list[dict]]] = {}
     rows: list[dict] = []
     for name in names:
         all_stats[name] = {}
         all_results[name] = run_layer(args, name, measurer, all_stats[name])
-        retimed = retime(name, all_results[name], args.remeasure) if args.remeasure > 0 else None
+        retimed = (
+            retime(name, all_results[name], args.remeasure, args.clock, args.estimator)
+            if args.remeasure > 0
+            else None
+        )
         layer_rows = summarise(name, all_results[name], retimed)
         rows += layer_rows
         print(format_rows(layer_rows), flush=True)
@@ -541,6 +589,13 @@ def main(args: Args) -> dict:
                 "run_stats": all_stats,
                 "metaschedule": ms_rows,
                 "curves": curves,
+                "measured": {  # per run, the configurations in the order measured, with their GFLOPS
+                    n: {
+                        c: [[[list(m.config), round(m.gflops, 3)] for m in r.measurements] for r in runs]
+                        for c, runs in res.items()
+                    }
+                    for n, res in all_results.items()
+                },
             },
             indent=1,
         )

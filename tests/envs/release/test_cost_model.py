@@ -74,6 +74,17 @@ def test_rank_ignores_the_scale_of_the_target() -> None:
 def test_bad_objective_raises() -> None:
     with pytest.raises(TimeRLError, match="objective"):
         CostModel(SPACE, objective="pairwise")
+    with pytest.raises(TimeRLError, match="features"):
+        CostModel(SPACE, features="curve")
+
+
+def test_itervar_features_order_unseen_configurations() -> None:
+    """The cost model on the loop-nest features learns the synthetic fitness too."""
+    cfgs = _configs(280, 0)
+    train, test = cfgs[:80], cfgs[80:]
+    model = CostModel(SPACE, features="itervar")
+    model.fit(train, fitness(train))
+    assert _spearman(model.predict(test), fitness(test)) > 0.6
 
 
 def test_tune_with_the_ranker_climbs() -> None:

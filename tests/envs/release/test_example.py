@@ -52,15 +52,17 @@ def test_example_runs_all_four_combinations(tmp_path) -> None:
 
 
 def test_example_combo_with_a_rank_objective(tmp_path) -> None:
-    """``search+sampler:rank`` runs that combination with the ranking cost model beside the
-    plain one (same layer, same measurer cache) and reports it under its own name."""
+    """``search+sampler:rank:itervar`` runs that combination with the ranking cost model on the
+    loop-nest features beside the plain one (same layer, same measurer cache, here timed by the
+    CPU-time clock) and reports it under its own name."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
     import release
 
     args = replace(
         release.Args(),
         workloads="MM64",
-        combos="sa+greedy,sa+greedy:rank",
+        combos="sa+greedy,sa+greedy:rank:itervar",
+        clock="cpu",
         budget=10,
         n_init=4,
         seeds=1,
@@ -72,9 +74,26 @@ def test_example_combo_with_a_rank_objective(tmp_path) -> None:
     )
     out = release.main(args)
     rows = {r["combo"]: r for r in out["rows"]}
-    assert set(rows) == {"sa+greedy", "sa+greedy:rank"}
-    ranked = out["results"]["MM64"]["sa+greedy:rank"][0]
+    assert set(rows) == {"sa+greedy", "sa+greedy:rank:itervar"}
+    ranked = out["results"]["MM64"]["sa+greedy:rank:itervar"][0]
     assert len(ranked.measurements) == 10 and ranked.best.gflops > 0
     # the same 4 random configurations first, whatever the cost model
     plain = out["results"]["MM64"]["sa+greedy"][0]
     assert [m.config for m in ranked.measurements[:4]] == [m.config for m in plain.measurements[:4]]
+
+
+def test_combo_options() -> None:
+    """``search+sampler:options`` override the global flags for that combination only; an
+    unknown option or search raises."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+    import release
+
+    base = release.Args()
+    s, m, a = release.combo_args(base, "rl+adaptive:rank:itervar:ep20:knee1.3")
+    assert (s, m) == ("rl", "adaptive")
+    assert (a.cost_objective, a.cost_features, a.episode_len, a.knee) == ("rank", "itervar", 20, 1.3)
+    _, _, plain = release.combo_args(base, "sa+greedy")
+    assert plain == base
+    for bad in ("sa+greedy:fast", "bo+greedy"):
+        with pytest.raises(ValueError):
+            release.combo_args(base, bad)

@@ -67,3 +67,16 @@ def test_build_failure_and_out_of_space_are_invalid(
     monkeypatch.setattr(rm.template, "build", broken)
     m = measurer.measure(sp, (0, 0, 0, 0, 0, 0, 0))
     assert not m.valid and m.gflops == 0.0 and "LLVM exploded" in m.error
+
+
+def test_cpu_clock_and_median_estimator() -> None:
+    """The CPU-time clock with the median estimator times a valid configuration; an invalid
+    one is still recorded invalid (never timed); a bad clock or estimator raises."""
+    m = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, clock="cpu", estimator="median")
+    sp = template_space(TINY[2])
+    good = m.measure(sp, sp.random(np.random.default_rng(0)))
+    assert good.valid and good.gflops > 0
+    bad = m.measure(sp, (99,) + (0,) * (len(sp.knobs) - 1))
+    assert not bad.valid and bad.gflops == 0.0
+    with pytest.raises(rm.TimeRLError, match="clock"):
+        rm.TemplateMeasurer(clock="tsc")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from timerl.envs.release.space import Knob, KnobSpace, Layer, template_space
+from timerl.envs.release.space import ITERVAR_PER_LOOP, Knob, KnobSpace, Layer, template_space
 from timerl.errors import TimeRLError
 
 
@@ -57,3 +57,25 @@ def test_reference_conv_matches_direct_loops() -> None:
             for x in range(sc[2]):
                 want[f, y, x] = (a[:, 2 * y : 2 * y + 3, 2 * x : 2 * x + 3] * b[f]).sum()
     np.testing.assert_allclose(lay.reference(a, b), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "lay", [Layer.conv2d("c", 8, 16, 14, 3, 2, 1), Layer.matmul("m", 32, 48, 16)], ids=lambda x: x.name
+)
+def test_itervar_features_are_deterministic_with_the_documented_length(lay: Layer) -> None:
+    """``features(kind="itervar")``: the knob features, then ITERVAR_PER_LOOP per loop of the
+    nest (two per layer loop); the same configurations give the same features; finite; and
+    the outermost loop's iterations are the layer's whole iteration space."""
+    sp = template_space(lay)
+    rng = np.random.default_rng(0)
+    cfgs = [sp.random(rng) for _ in range(20)]
+    knob = sp.features(cfgs)
+    f = sp.features(cfgs, "itervar")
+    assert f.shape == (20, len(sp.knobs) + 3 + ITERVAR_PER_LOOP * 2 * len(lay.loops))
+    assert np.array_equal(f[:, : knob.shape[1]], knob)
+    assert np.array_equal(f, sp.features(list(cfgs), "itervar")) and np.isfinite(f).all()
+    iters = np.prod([e for _, e in lay.loops])
+    loop = sp.loop_features(cfgs)
+    assert np.allclose(loop[:, 1], np.log2(iters + 1.0))  # loop 0's second feature: all iterations
+    with pytest.raises(TimeRLError, match="kind"):
+        sp.features(cfgs, "ast")

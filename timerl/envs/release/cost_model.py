@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from timerl.envs.release.space import Config, KnobSpace
+from timerl.envs.release.space import FEATURE_KINDS, Config, KnobSpace
 from timerl.errors import TimeRLError
 
 log = logging.getLogger("timerl.envs.release")
@@ -44,7 +44,9 @@ def _lightgbm():
 
 
 class CostModel:
-    """LightGBM regression (or ranking) trees over :meth:`.KnobSpace.features` (see the module doc)."""
+    """LightGBM regression (or ranking) trees over :meth:`.KnobSpace.features` of kind
+    ``features`` (``"knob"``, or ``"itervar"``: the knob features plus the loop nest's; see
+    the module doc)."""
 
     def __init__(
         self,
@@ -55,10 +57,14 @@ class CostModel:
         min_samples: int = 4,
         seed: int = 0,
         objective: str = "regression",
+        features: str = "knob",
     ) -> None:
         if objective not in OBJECTIVES:
             raise TimeRLError(f"cost model: objective must be one of {OBJECTIVES}, got {objective!r}")
+        if features not in FEATURE_KINDS:
+            raise TimeRLError(f"cost model: features must be one of {FEATURE_KINDS}, got {features!r}")
         self.space = space
+        self.features = features
         self.objective = objective
         self.params = dict(
             n_estimators=n_estimators,
@@ -83,7 +89,7 @@ class CostModel:
         if (y > 0).sum() < self.min_samples or y.max() <= 0:
             return
         lgb = _lightgbm()
-        x = self.space.features(configs)
+        x = self.space.features(configs, self.features)
         if self.objective == "rank":
             rel = np.rint(y / y.max() * RANK_LEVELS).astype(np.int64)
             model = lgb.LGBMRanker(
@@ -106,7 +112,7 @@ class CostModel:
         """Predicted GFLOPS over the best measured, per configuration (float64)."""
         if self.model is None or not len(configs):
             return np.zeros(len(configs))
-        raw = np.asarray(self.model.predict(self.space.features(configs)), np.float64)
+        raw = np.asarray(self.model.predict(self.space.features(configs, self.features)), np.float64)
         if self.objective == "rank":
             lo, span = self._scale
             return (raw - lo) / span

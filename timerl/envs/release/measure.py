@@ -3,8 +3,12 @@
 :class:`TemplateMeasurer` builds a configuration (:mod:`.template`) for this CPU
 (:func:`timerl.envs.looptune.tvm_lower.host_target`), runs it once on fixed random inputs
 and compares the result with the float64 NumPy reference of the layer, then times it
-single-threaded with the LoopTune measurer's rule
-(:func:`timerl.envs.looptune.measure.best_seconds`: the fastest of many short repeats).
+single-threaded. The timing rule has two settings (:func:`time_call`): the **clock** --
+``"wall"``, TVM's ``time_evaluator`` (the LoopTune measurer's rule,
+:func:`timerl.envs.looptune.measure.best_seconds`), or ``"cpu"``, the process's CPU time
+(``time.process_time_ns``) around the same calls, which does not count the time the kernel
+spends descheduled while other processes run on a shared machine -- and the
+**estimator** over the repeats (``"min"``, the fastest, or ``"median"``).
 A configuration that fails to build or run, or computes a wrong result, is recorded
 **invalid** with 0 GFLOPS and its error, logged as a warning, and never timed.
 
@@ -65,16 +69,73 @@ def layer_inputs(layer: Layer, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
     return a, b, layer.reference(a, b)
 
 
+CLOCKS = ("wall", "cpu")
+ESTIMATORS = ("min", "median")
+
+
+def time_call(
+    lib: Any,
+    dev: Any,
+    args: tuple[Any, ...],
+    once: float,
+    repeats: int,
+    min_repeats: int,
+    repeat_ms: float,
+    clock: str = "wall",
+    estimator: str = "min",
+) -> float:
+    """Seconds per call of ``lib["main"](*args)``: ``repeats`` repeats of about ``repeat_ms``
+    each (a kernel slower than that: single calls, as many as fit ``repeats * repeat_ms`` but
+    at least ``min_repeats``; ``once``: the seconds of one untimed call), timed by ``clock``
+    (``"wall"``: TVM's ``time_evaluator``; ``"cpu"``: the process's CPU time around the calls)
+    and reduced by ``estimator`` (``"min"`` or ``"median"`` of the repeats). ``"wall"`` with
+    ``"min"`` is :func:`~timerl.envs.looptune.measure.best_seconds`."""
+    if clock not in CLOCKS or estimator not in ESTIMATORS:
+        raise TimeRLError(f"timing: clock must be one of {CLOCKS} and estimator one of {ESTIMATORS}")
+    if clock == "wall" and estimator == "min":
+        return best_seconds(lib, dev, args, once, repeats, min_repeats, repeat_ms)
+    if once * 1e3 < repeat_ms:
+        number, repeat = max(1, int(repeat_ms * 1e-3 / max(once, 1e-7))), repeats
+    else:
+        number, repeat = 1, max(min_repeats, min(repeats, int(repeats * repeat_ms * 1e-3 / once)))
+    if clock == "wall":
+        results = list(lib.time_evaluator("main", dev, number=number, repeat=repeat)(*args).results)
+    else:
+        fn = lib["main"]
+        fn(*args)  # warm-up, as time_evaluator does
+        results = []
+        for _ in range(repeat):
+            t = time.process_time_ns()
+            for _ in range(number):
+                fn(*args)
+            results.append((time.process_time_ns() - t) * 1e-9 / number)
+    return float(min(results) if estimator == "min" else np.median(results))
+
+
 class TemplateMeasurer:
     """Compile-and-time configurations with TVM + LLVM on this CPU (see the module doc).
 
-    **Arguments:** ``repeats`` / ``min_repeats`` / ``repeat_ms``: the timing budget of
-    :func:`~timerl.envs.looptune.measure.best_seconds`.
+    **Arguments:** ``repeats`` / ``min_repeats`` / ``repeat_ms``: the timing budget;
+    ``clock`` (``"wall"`` or ``"cpu"``) and ``estimator`` (``"min"`` or ``"median"``): the
+    timing rule (:func:`time_call`).
     """
 
-    def __init__(self, repeats: int = 20, min_repeats: int = 3, repeat_ms: float = 1.0) -> None:
+    def __init__(
+        self,
+        repeats: int = 20,
+        min_repeats: int = 3,
+        repeat_ms: float = 1.0,
+        clock: str = "wall",
+        estimator: str = "min",
+    ) -> None:
         if min_repeats < 3 or repeats < min_repeats:
             raise TimeRLError(f"need repeats >= min_repeats >= 3, got {repeats}, {min_repeats}")
+        if clock not in CLOCKS or estimator not in ESTIMATORS:
+            raise TimeRLError(
+                f"measurer: clock must be one of {CLOCKS} and estimator one of {ESTIMATORS}, "
+                f"got {clock!r}, {estimator!r}"
+            )
+        self.clock, self.estimator = clock, estimator
         self.tvm = import_tvm()
         self.target = host_target()
         self.dev = self.tvm.cpu(0)
@@ -129,5 +190,15 @@ class TemplateMeasurer:
         if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g} against NumPy)")
-        best = best_seconds(fn_mod, self.dev, (a, b, c), once, self.repeats, self.min_repeats, self.repeat_ms)
+        best = time_call(
+            fn_mod,
+            self.dev,
+            (a, b, c),
+            once,
+            self.repeats,
+            self.min_repeats,
+            self.repeat_ms,
+            self.clock,
+            self.estimator,
+        )
         return layer.flops / best / 1e9

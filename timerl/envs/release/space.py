@@ -31,6 +31,8 @@ from timerl.errors import TimeRLError
 MAX_TILE = 64
 UNROLL_STEPS = (0, 8, 32, 128)
 DEFAULT_MAX_TILE_ELEMS = 1024
+FEATURE_KINDS = ("knob", "itervar")
+ITERVAR_PER_LOOP = 10  # features per loop of the nest in KnobSpace.loop_features
 
 Config = tuple[int, ...]
 
@@ -246,18 +248,78 @@ class KnobSpace:
         den = np.maximum(np.array(self.sizes, np.float32) - 1.0, 1.0)
         return np.asarray(cfgs, np.float32).reshape(len(cfgs), len(self.knobs)) / den
 
-    def features(self, cfgs: Sequence[Config]) -> np.ndarray:
-        """Cost-model features: log2 of every knob value (plus one), the log2 register tile,
-        reduction tile and outer trip count, ``(len(cfgs), num_knobs + 3)`` float32."""
+    def _values(self, cfgs: Sequence[Config]) -> np.ndarray:
         vals = np.array([[k.values[i] for k, i in zip(self.knobs, c, strict=True)] for c in cfgs], np.float64)
-        vals = vals.reshape(len(cfgs), len(self.knobs))
+        return vals.reshape(len(cfgs), len(self.knobs))
+
+    def features(self, cfgs: Sequence[Config], kind: str = "knob") -> np.ndarray:
+        """Cost-model features, ``float32``. ``kind="knob"``: log2 of every knob value (plus
+        one), the log2 register tile, reduction tile and outer trip count,
+        ``(len(cfgs), num_knobs + 3)``. ``kind="itervar"``: those, then
+        :meth:`loop_features` (``ITERVAR_PER_LOOP`` per loop of the template's nest),
+        ``(len(cfgs), num_knobs + 3 + ITERVAR_PER_LOOP * 2 * len(layer.loops))``."""
+        if kind not in FEATURE_KINDS:
+            raise TimeRLError(f"RELEASE features: kind must be one of {FEATURE_KINDS}, got {kind!r}")
+        vals = self._values(cfgs)
         logs = np.log2(vals + 1.0)
         ns, nl = self.layer.num_spatial, len(self.layer.loops)
         extents = np.array([e for _, e in self.layer.loops], np.float64)
         tile = np.log2(vals[:, :ns]).sum(1, keepdims=True)
         red = np.log2(vals[:, ns:nl]).sum(1, keepdims=True)
         outer = np.log2(extents[:ns] / vals[:, :ns]).sum(1, keepdims=True)
-        return np.concatenate([logs, tile, red, outer], 1).astype(np.float32)
+        parts = [logs, tile, red, outer]
+        if kind == "itervar":
+            parts.append(self.loop_features(cfgs))
+        return np.concatenate(parts, 1).astype(np.float32)
+
+    def loop_features(self, cfgs: Sequence[Config]) -> np.ndarray:
+        """AutoTVM-style "itervar" features of the template's loop nest (:mod:`.template`'s
+        order: outer output loops, outer reduction loops, inner reduction loops, inner output
+        loops), computed from the knobs without building: per loop, outermost first, the
+        log2 (plus one) of its extent, of the iterations of the nest from it inward, of each
+        buffer's footprint (distinct elements touched) in one iteration of it and of that
+        buffer's reuse (iterations over footprint) -- buffers in the order output, first
+        input (conv2d: the padded data; matmul: ``A``), second input (weights / ``B``) -- and
+        two annotations: the vector lanes of the loop (the innermost output loop's tile when
+        ``vectorize`` is on, else 1) and whether it is parallel. ``(len(cfgs),
+        ITERVAR_PER_LOOP * 2 * len(layer.loops))`` float64, deterministic."""
+        lay = self.layer
+        vals = self._values(cfgs)
+        n, ns, nl = len(vals), lay.num_spatial, len(lay.loops)
+        extents = np.array([e for _, e in lay.loops], np.float64)
+        tiles = vals[:, :nl]
+        # the nest, outermost first: (loop index, extent per configuration)
+        order = list(range(ns)) + list(range(ns, nl))
+        nest = [(d, extents[d] / tiles[:, d]) for d in order] + [(d, tiles[:, d]) for d in range(ns, nl)]
+        nest += [(d, tiles[:, d]) for d in range(ns)]
+        iv, ip = self.names.index("vectorize"), self.names.index("parallel")
+        lanes = np.where(vals[:, iv] > 0, tiles[:, ns - 1], 1.0)
+        span = np.ones((n, nl))  # per loop dim: the extent covered from the current level inward
+        work = np.ones(n)
+        feats = []
+        for level in range(len(nest) - 1, -1, -1):  # inside out
+            d, ext = nest[level]
+            span[:, d] *= ext
+            work = work * ext
+            fps = self._footprints(span)
+            f = [ext, work]
+            for fp in fps:
+                f += [fp, work / fp]
+            f = [np.log2(x + 1.0) for x in f]
+            f.append(lanes if level == len(nest) - 1 else np.ones(n))
+            f.append(vals[:, ip] if level == 0 else np.zeros(n))
+            feats.append(np.stack(f, 1))
+        return np.concatenate(feats[::-1], 1)
+
+    def _footprints(self, span: np.ndarray) -> list[np.ndarray]:
+        """Distinct elements of the output, the first and the second input touched when every
+        loop dim covers ``span[:, d]`` consecutive iterations."""
+        if self.layer.kind is LayerKind.MATMUL:
+            i, j, k = span.T
+            return [i * j, i * k, k * j]
+        f, y, x, rc, ry, rx = span.T
+        s = self.layer.sizes[4]
+        return [f * y * x, rc * ((y - 1) * s + ry) * ((x - 1) * s + rx), f * rc * ry * rx]
 
 
 def template_space(layer: Layer, max_tile_elems: int = DEFAULT_MAX_TILE_ELEMS) -> KnobSpace:

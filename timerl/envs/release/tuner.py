@@ -73,14 +73,16 @@ def tune(
     n_init: int = 8,
     on_measure: Callable[[Measurement], None] | None = None,
     objective: str = "regression",
+    features: str = "knob",
 ) -> TuneResult:
     """Tune ``space`` with ``budget`` hardware measurements (see the module doc); ``objective``
-    is the cost model's (:class:`.CostModel`: regression or rank). Raises
+    is the cost model's (:class:`.CostModel`: regression or rank), ``features`` its feature kind
+    (knob or itervar). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
     rng = np.random.default_rng(seed)
-    model = CostModel(space, seed=seed, objective=objective)
+    model = CostModel(space, seed=seed, objective=objective, features=features)
     done: dict[Config, Measurement] = {}
     order: list[Measurement] = []
     elapsed: list[float] = []

@@ -1,0 +1,83 @@
+# Paired comparison of examples/release.py runs: every combination of one layer against a
+# baseline combination **of the same process and seed** (same measurer cache, same initial
+# configurations), over several results.json files (one per seed, or several seeds each).
+# Per combination: the measurements until its best-so-far is within 1 % of the baseline's final
+# best of the same seed (a run that never gets there counts its budget and is a miss), the
+# baseline's own count to its final over that (ratio of the medians, and per seed), the final
+# best over the baseline's, the measurements to 95 % of the best any run of the layer found,
+# and the runs that got stuck (final below 90 % of that best). Markdown tables, then the
+# per-seed values.
+#
+#   python benchmarks/release_pairs.py --baseline sa+greedy /tmp/relS6/m_C2_s*/results.json
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+STUCK = 0.9
+
+
+def reach(curve: list[float], target: float) -> tuple[int, bool]:
+    hit = np.nonzero(np.asarray(curve) >= target)[0]
+    return (int(hit[0]) + 1, True) if len(hit) else (len(curve), False)
+
+
+def spread(xs: list[float]) -> str:
+    return f"{np.median(xs):.1f} ({min(xs):.0f}-{max(xs):.0f})"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("files", nargs="+")
+    p.add_argument("--baseline", default="sa+greedy")
+    a = p.parse_args()
+    # layer -> combo -> seed -> curve
+    runs: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for f in a.files:
+        res = json.loads(Path(f).read_text())
+        seed0 = res["args"]["seed"]
+        for layer, combos in res["curves"].items():
+            for combo, curves in combos.items():
+                for k, c in enumerate(curves):
+                    runs.setdefault(layer, {}).setdefault(combo, {})[seed0 + k] = c
+    for layer, combos in runs.items():
+        base = combos[a.baseline]
+        seeds = sorted(base)
+        best = max(max(c[-1] for c in cs.values()) for cs in combos.values())
+        print(f"\n#### {layer} (best of all runs {best:.1f} GFLOPS; baseline {a.baseline}; seeds {seeds})\n")
+        print(
+            "| combination | seeds | to 95 %: median (min-max), misses | to baseline final: median (min-max), "
+            "misses | x fewer | per-seed x: median (min-max) | final / baseline: median (min-max) | stuck |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        per_seed_lines = []
+        own = {s: reach(base[s], 0.99 * base[s][-1])[0] for s in seeds}
+        for combo, cs in combos.items():
+            ss = [s for s in seeds if s in cs]
+            to95 = [reach(cs[s], 0.95 * best) for s in ss]
+            tob = [reach(cs[s], 0.99 * base[s][-1]) for s in ss]
+            ratio = [cs[s][-1] / base[s][-1] for s in ss]
+            per = [own[s] / x[0] for s, x in zip(ss, tob, strict=True)]
+            x_fewer = np.median([own[s] for s in ss]) / np.median([x[0] for x in tob])
+            stuck = sum(cs[s][-1] < STUCK * best for s in ss)
+            print(
+                f"| {combo} | {len(ss)} | {spread([x[0] for x in to95])}, {sum(not x[1] for x in to95)} | "
+                f"{spread([x[0] for x in tob])}, {sum(not x[1] for x in tob)} | **{x_fewer:.2f}x** | "
+                f"{np.median(per):.2f} ({min(per):.2f}-{max(per):.2f}) | "
+                f"{np.median(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}) | {stuck} of {len(ss)} |"
+            )
+            per_seed_lines.append(
+                f"{layer:4s} {combo:22s} final {[round(cs[s][-1], 1) for s in ss]}  "
+                f"to95 {[x[0] if x[1] else '-' for x in to95]}  "
+                f"to {a.baseline} final {[x[0] if x[1] else '-' for x in tob]}"
+            )
+        print("\n```")
+        print("\n".join(per_seed_lines))
+        print("```")
+
+
+if __name__ == "__main__":
+    main()
