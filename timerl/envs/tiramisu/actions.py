@@ -1,5 +1,5 @@
-"""The actions: the 56 of §2.2.3, plus 17 this environment adds (skews with a factor,
-wavefront skews, shifts, fusions), and how each applies to a schedule's focused branch.
+"""The actions: the 56 of §2.2.3, plus 25 this environment adds (skews with a factor,
+wavefront skews, shifts, fusions, one-step time tilings), and how each applies to a schedule's focused branch.
 
 Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine):
 
@@ -12,6 +12,13 @@ Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine)
 - ``F(l)``: fuse the focused branch into the previous branch's loops ``0..l`` (l < 4):
   blur's two stages (after ``Sh(0)`` twice on the second), mvt's two nests (after
   interchanging the second), the two statements of a stencil's time step.
+
+Added in the seventh session (docs/tiramisu.md "Results (2026-11-27, seventh session)"):
+
+- ``TT(f,x,y)``: time tiling in one action (:func:`.schedule.time_tile`: skew level 1 of
+  every branch sharing the time loop by ``f``, shift the ``k``-th of them by ``k``, fuse
+  them, tile ``(t, f t + i)`` by ``x`` by ``y``), f in 1, 2 and 4 tile sizes: the five
+  actions of the hand-written time tiling, whose first four gain nothing alone.
 
 ``PAPER_ACTIONS`` is the index set of the paper's 56.
 """
@@ -27,11 +34,12 @@ __all__ = ["ACTIONS", "NEXT", "NUM_ACTIONS", "PAPER_ACTIONS", "Action", "apply_a
 
 TILE_SIZES = ((32, 32), (64, 64), (128, 128), (32, 64), (32, 128), (64, 32), (64, 128), (128, 32), (128, 64))
 UNROLL_FACTORS = (2, 4, 8, 16, 32)
+TIME_TILE_SIZES = ((32, 32), (32, 64), (64, 64), (32, 128))
 
 
 @dataclass(frozen=True)
 class Action:
-    """``kind`` in I R S P T U W H(shift) F N; ``level`` (the first level), tile sizes,
+    """``kind`` in I R S P T U W H(shift) F X(time tile) N; ``level`` (the first level), tile sizes,
     unroll factor or skew factor (``x``; 0 for the paper's factor-1 skew)."""
 
     kind: str
@@ -55,6 +63,8 @@ class Action:
             return f"T({self.level},{self.level + 1},{self.x},{self.y})"
         if self.kind == "U":
             return f"U({self.x})"
+        if self.kind == "X":
+            return f"TT({self.level},{self.x},{self.y})"
         return "next"
 
 
@@ -70,12 +80,14 @@ ACTIONS: tuple[Action, ...] = (
     *(Action("W", i, f) for i in range(3) for f in (1, 2)),
     *(Action("H", i) for i in range(4)),
     *(Action("F", i) for i in range(4)),
+    # seventh session: time tiling in one step (``level`` holds the skew factor)
+    *(Action("X", f, x, y) for f in (1, 2) for x, y in TIME_TILE_SIZES),
     Action("N"),
 )
 NUM_ACTIONS = len(ACTIONS)
 NEXT = NUM_ACTIONS - 1
 PAPER_ACTIONS: tuple[int, ...] = (*range(55), NEXT)
-assert NUM_ACTIONS == 73
+assert NUM_ACTIONS == 81
 
 
 def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:
@@ -100,6 +112,8 @@ def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:
         return sc.tile(sched, branch, act.level, act.x, act.y)
     if act.kind == "U":
         return sc.unroll(sched, branch, act.x)
+    if act.kind == "X":
+        return sc.time_tile(sched, branch, act.level, act.x, act.y)
     return None
 
 
