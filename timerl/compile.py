@@ -51,9 +51,10 @@ class CompileOptions:
     swap: bool = False
     swap_threshold: str | int = 1 << 20
     memory_timeline: bool = False  # sample live bytes per pool at every put/free (memory_timeline())
-    # split loops into first / middle / last iterations where that takes If's out of them
-    # (schedule/peel.py, TimeRL §6.3's partial unrolling)
-    peel: bool = True
+    # split innermost loops into first / middle / last iterations where that takes If's out of
+    # them (schedule/peel.py, TimeRL §6.3's partial unrolling). Off by default: JAX then scans
+    # middle pieces whose stacked rows hold every iteration, and fewer buffers are donated
+    peel: bool = False
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
     memory_budget: str | int | None = None

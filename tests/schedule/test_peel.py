@@ -73,3 +73,34 @@ def test_outer_and_dynamic_loops_are_left() -> None:
     inner = _loop(C1, 0, Le(C1, T - 1), If(Eq(C1, T - 1), _x(1, C1)))
     assert peel_ifs(inner, frozenset({T})) == inner
     assert peel_ifs(inner) != inner
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_compiled_with_and_without_peel(backend: str) -> None:
+    """``peel=True`` (off by default) on a compiled program with first / last-iteration
+    statements (a rollout of fixed length with a bootstrap read at ``T - 1``): the same values,
+    and the innermost loops lose their decided ``If``s."""
+    import numpy as np
+
+    import timerl as trl
+
+    def run(peel: bool) -> tuple[list, object]:
+        out: list = []
+        ctx = trl.Context(dims=("i", "t"))
+        with ctx as ((i, I), (t, T)):
+            o = trl.empty((4,), domain=(i, t), name="o")
+            o[i, 0] = trl.const(np.linspace(-1, 1, 4).astype(np.float32)) + trl.as_tensor(i)
+            o[i, t + 1] = (o * 0.9).tanh()
+            r = o.sum()
+            (r[i, 0:T].sum(0) + o[i, T - 1].sum()).sink(lambda v, p: out.append((p["i"], float(v))))
+        ex = ctx.compile({I: 3, T: 6}, backend=backend, peel=peel, vectorize_time=False)
+        ex.execute()
+        return out, ex
+
+    (a, off), (b, on) = run(False), run(True)
+    assert a == b and len(a) == 3
+
+    def count(ex: object, kind: type) -> int:
+        return sum(isinstance(x, kind) for x in walk(ex.schedule.ast))  # type: ignore[attr-defined]
+
+    assert count(on, If) < count(off, If) and count(on, Loop) > count(off, Loop)
