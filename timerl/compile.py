@@ -300,8 +300,6 @@ def _fit_budget(
     frees and swapping (:func:`_fit_swapping`); with frees, incrementalization and swapping
     together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
     :class:`MemoryBudgetError` naming the largest tensors (``timerl/schedule/budget.py``)."""
-    from dataclasses import replace
-
     from timerl.errors import MemoryBudgetError
     from timerl.schedule.budget import estimate_peak, fit_by_incrementalizing, fmt_bytes
     from timerl.schedule.scheduler import schedule_pdg
@@ -361,8 +359,6 @@ def _fit_both(
     :func:`_fit_swapping`; the first that fits, or None. (Learning reads a swapped rollout in
     blocks of steps only when its reductions are incrementalized, and the reductions of each
     large step run as it is made: image PPO, ``docs/memory.md``.)"""
-    from dataclasses import replace
-
     from timerl.errors import MemoryBudgetError
     from timerl.schedule.budget import fmt_bytes
     from timerl.schedule.scheduler import schedule_pdg
@@ -396,8 +392,6 @@ def _fit_swapping(pdg: PDG, sched: Any, options: CompileOptions, budget: int) ->
     must fit, else :class:`MemoryBudgetError`; then the largest of a few thresholds (the
     eligible tensors' point sizes, largest first) that still fits, so that no more tensors
     move than needed."""
-    from dataclasses import replace
-
     from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes, point_bytes
     from timerl.schedule.scheduler import schedule_pdg
 
