@@ -309,18 +309,8 @@ class _Incrementalizer:
         # a divisor of n not under half the block: equal blocks (no shorter last block, whose
         # shapes would be traced again by compiled regions)
         bs = next((d for d in range(bs, (bs + 1) // 2 - 1, -1) if d > 0 and n % d == 0), bs)
-        k = len(self.blocks)
-        names = {s.name for s, _ in self.dims}
-        while f"di{k}" in names:
-            k += 1
-        blk = _Blocks(Sym(f"di{k}"), Sym(f"DI{k}", is_bound=True), n, bs, -(-n // bs))
-        self.blocks[n] = blk
-        self.dims.append((blk.di, blk.bound))
-        self.static[blk.bound] = blk.count
-        log.debug(
-            "incrementalize: new dim %s < %d tiles an axis of %d in blocks of %d", blk.di, blk.count, n, bs
-        )
-        return blk
+        self.blocks[n] = self._new_blocks(n, bs)
+        return self.blocks[n]
 
     def block_input(self, sink: Node, e: Edge, k: int, blk: _Blocks, new_sink: int) -> list[Edge]:
         """Edges (and new nodes) feeding input ``e.iid`` of block copy ``new_sink`` of ``sink`` with
@@ -484,6 +474,7 @@ class _Incrementalizer:
         return blk
 
     def _new_blocks(self, n: int, bs: int, along: Sym | None = None) -> _Blocks:
+        """A new block dim ``di<k>`` (a free name) with static bound ``ceil(n / bs)``."""
         k = len(self.blocks) + len(self.batch_blocks)
         names = {s.name for s, _ in self.dims}
         while f"di{k}" in names:
