@@ -1,5 +1,6 @@
-"""The actions: the 56 of §2.2.3, plus 25 this environment adds (skews with a factor,
-wavefront skews, shifts, fusions, one-step time tilings), and how each applies to a schedule's focused branch.
+"""The actions: the 56 of §2.2.3, plus 26 this environment adds (skews with a factor,
+wavefront skews, shifts, fusions, one-step time tilings, an aligned fusion of the next
+branch), and how each applies to a schedule's focused branch.
 
 Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine):
 
@@ -18,7 +19,15 @@ Added in the seventh session (docs/tiramisu.md "Results (2026-11-27, seventh ses
 - ``TT(f,x,y)``: time tiling in one action (:func:`.schedule.time_tile`: skew level 1 of
   every branch sharing the time loop by ``f``, shift the ``k``-th of them by ``k``, fuse
   them, tile ``(t, f t + i)`` by ``x`` by ``y``), f in 1, 2 and 4 tile sizes: the five
-  actions of the hand-written time tiling, whose first four gain nothing alone.
+  actions of the hand-written time tiling, whose first four gain nothing alone. Since the
+  eighth session it needs two or more branches sharing the time loop (on one branch it
+  would be ``S`` + ``T``).
+
+Added in the eighth session (docs/tiramisu.md "Results (2026-11-27, eighth session)"):
+
+- ``FN``: align the next branch's loop order with the focused branch's accesses to the
+  arrays both use, and fuse it into the focused branch (:func:`.schedule.align_fuse`):
+  mvt's ``1:I(0,1) 1:F(1)`` from branch 0, where ``next`` would otherwise come first.
 
 ``PAPER_ACTIONS`` is the index set of the paper's 56.
 """
@@ -39,7 +48,7 @@ TIME_TILE_SIZES = ((32, 32), (32, 64), (64, 64), (32, 128))
 
 @dataclass(frozen=True)
 class Action:
-    """``kind`` in I R S P T U W H(shift) F X(time tile) N; ``level`` (the first level), tile sizes,
+    """``kind`` in I R S P T U W H(shift) F X(time tile) A(aligned fusion of the next branch) N; ``level`` (the first level), tile sizes,
     unroll factor or skew factor (``x``; 0 for the paper's factor-1 skew)."""
 
     kind: str
@@ -65,6 +74,8 @@ class Action:
             return f"U({self.x})"
         if self.kind == "X":
             return f"TT({self.level},{self.x},{self.y})"
+        if self.kind == "A":
+            return "FN"
         return "next"
 
 
@@ -82,12 +93,14 @@ ACTIONS: tuple[Action, ...] = (
     *(Action("F", i) for i in range(4)),
     # seventh session: time tiling in one step (``level`` holds the skew factor)
     *(Action("X", f, x, y) for f in (1, 2) for x, y in TIME_TILE_SIZES),
+    # eighth session: align the next branch and fuse it into the focused one
+    Action("A"),
     Action("N"),
 )
 NUM_ACTIONS = len(ACTIONS)
 NEXT = NUM_ACTIONS - 1
 PAPER_ACTIONS: tuple[int, ...] = (*range(55), NEXT)
-assert NUM_ACTIONS == 81
+assert NUM_ACTIONS == 82
 
 
 def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:
@@ -114,6 +127,8 @@ def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:
         return sc.unroll(sched, branch, act.x)
     if act.kind == "X":
         return sc.time_tile(sched, branch, act.level, act.x, act.y)
+    if act.kind == "A":
+        return sc.align_fuse(sched, branch)
     return None
 
 

@@ -1,0 +1,76 @@
+"""The aligned fusion of the next branch ``FN`` (eighth session): the same schedule as
+interchanging the next branch and fusing it back, legality by isl (checked against the
+brute-force oracle), and compiled output equal to the untransformed program's."""
+
+from __future__ import annotations
+
+import numpy as np
+from tiramisu_brute import legal, run_python
+
+from timerl.envs.tiramisu import benchmarks as bm
+from timerl.envs.tiramisu import schedule as sc
+from timerl.envs.tiramisu.actions import ACTIONS, apply_action
+from timerl.envs.tiramisu.env import TiramisuTask
+from timerl.envs.tiramisu.legality import LegalityChecker
+from timerl.envs.tiramisu.measure import Measurer
+from timerl.envs.tiramisu.schedule import initial_schedule
+from timerl.envs.tiramisu.search import apply_sequence
+
+A = {a.name: k for k, a in enumerate(ACTIONS)}
+
+
+def test_align_fuse_is_the_sequence() -> None:
+    """On mvt, ``0:FN`` is ``1:I(0,1) 1:F(1)`` (the second nest's ``A[j][i]`` becomes the
+    first's ``A[i][j]``), and with a tile the hand schedule; a second nest already in the
+    matching order is fused without an interchange."""
+    task = TiramisuTask(bm.mvt(6), Measurer(disk_cache=False, threads=1))
+    s = apply_action(task.initial, 0, A["FN"])
+    assert s.key == apply_sequence(task, "1:I(0,1) 1:F(1)").key
+    assert s.key != apply_sequence(task, "1:F(1)").key
+    assert (
+        apply_sequence(task, "0:FN 0:T(0,1,32,32)").key
+        == apply_sequence(task, "1:I(0,1) 1:F(1) 1:T(0,1,32,32)").key
+    )
+    pre = apply_sequence(task, "1:I(0,1)")
+    assert apply_action(pre, 0, A["FN"]).key == s.key
+    # the unroll tags stay; the first nest's own order is the target
+    swapped = apply_sequence(task, "0:I(0,1) 0:U(4)")
+    assert apply_action(swapped, 0, A["FN"]).key == apply_sequence(task, "0:I(0,1) 0:U(4) 1:F(1)").key
+
+
+def test_align_fuse_structure() -> None:
+    """No next branch (the last branch, one-branch programs), a next branch whose loops are
+    no longer plain iterators (skewed, tiled), or an already fused one: does not apply."""
+    p = bm.mvt(6)
+    init = initial_schedule(p)
+    assert apply_action(init, 1, A["FN"]) is None
+    assert apply_action(initial_schedule(bm.seidel2d(3, 10)), 0, A["FN"]) is None
+    assert apply_action(initial_schedule(bm.cvtcolor(4, 4)), 0, A["FN"]) is None
+    assert sc.align_fuse(sc.skew(init, 1, 0), 0) is None
+    assert sc.align_fuse(sc.tile(init, 1, 0, 2, 2), 0) is None
+    fused = sc.align_fuse(init, 0)
+    assert sc.align_fuse(fused, 0) is None
+
+
+def test_align_fuse_legality_matches_brute_force() -> None:
+    """Legal on mvt (and with 2 x 3 tiles of the fused nest), illegal on blur (the second
+    stage reads rows the first has not written yet) and jacobi2d (the copy back overwrites
+    what the next point's stencil reads): isl and the oracle agree."""
+    cases = [(bm.mvt(5), True), (bm.blur(6, 5), False), (bm.jacobi2d(2, 6), False)]
+    for p, want in cases:
+        s = sc.align_fuse(initial_schedule(p), 0)
+        assert s is not None, p.name
+        assert LegalityChecker(p)(s) == want == legal(p, s), p.name
+    p = bm.mvt(5)
+    t = sc.tile(sc.align_fuse(initial_schedule(p), 0), 0, 0, 2, 3)
+    assert LegalityChecker(p)(t) and legal(p, t)
+
+
+def test_align_fuse_computes_the_reference() -> None:
+    """The fused (and tiled) mvt compiles to the untransformed program's output."""
+    m = Measurer(disk_cache=False, threads=1)
+    p = bm.mvt(7)
+    s = sc.tile(sc.align_fuse(initial_schedule(p), 0), 0, 0, 2, 3)
+    r = m.measure(s)
+    assert r.ok, r.error
+    np.testing.assert_allclose(m.reference(p), run_python(p), rtol=1e-5, atol=1e-5)
