@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -80,3 +85,78 @@ def test_cpu_clock_and_median_estimator() -> None:
     assert not bad.valid and bad.gflops == 0.0
     with pytest.raises(rm.TimeRLError, match="clock"):
         rm.TemplateMeasurer(clock="tsc")
+
+
+def test_in_fresh_thread_returns_and_reraises() -> None:
+    """``in_fresh_thread`` runs the function in another thread, returns its value and re-raises
+    its exception in the caller."""
+    main = threading.get_ident()
+    assert rm.in_fresh_thread(threading.get_ident) != main
+
+    def boom() -> None:
+        raise RuntimeError("kernel crashed")
+
+    with pytest.raises(RuntimeError, match="kernel crashed"):
+        rm.in_fresh_thread(boom)
+
+
+def test_fresh_timing_thread(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The default measurer (session 7: CPU clock, fresh thread) checks and times every
+    configuration in a new thread, not the caller's, with the same timing rule; its GFLOPS agree
+    with the caller-thread rule's on a tiny configuration; a wrong result found in the thread
+    is still recorded invalid (0 GFLOPS, logged); a bad thread setting raises."""
+    seen: list[str] = []
+    real = rm.time_call
+
+    def spy(*a, **k):
+        seen.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(rm, "time_call", spy)
+    fresh = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2)
+    assert (fresh.clock, fresh.estimator, fresh.thread) == ("cpu", "min", "fresh")
+    caller = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, thread="caller")
+    sp = template_space(TINY[0])
+    c = sp.random(np.random.default_rng(3))
+    f, g = fresh.measure(sp, c), caller.measure(sp, c)
+    assert f.valid and g.valid, (f.error, g.error)
+    assert seen == ["release-timing", threading.current_thread().name]
+    assert 0.5 < f.gflops / g.gflops < 2.0
+
+    lay = Layer.matmul("tiny_mm_wrong_fresh", 8, 8, 8)
+    a, b, ref = rm.layer_inputs(lay)
+    monkeypatch.setattr(rm, "layer_inputs", lambda layer, seed=0: (a, b, ref + 0.5))
+    sw = template_space(lay)
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.release"):
+        m = fresh.measure(sw, sw.random(np.random.default_rng(0)))
+    assert not m.valid and m.gflops == 0.0 and "wrong result" in m.error and "is invalid" in caplog.text
+    assert len(seen) == 2  # never timed
+    with pytest.raises(rm.TimeRLError, match="thread"):
+        rm.TemplateMeasurer(thread="pool")
+
+
+_REPRO = """
+import json
+from timerl.envs.release import template
+from timerl.envs.release.measure import TemplateMeasurer
+from timerl.envs.release.space import layer, template_space
+sp = template_space(layer("C12"))
+m = TemplateMeasurer()
+print(json.dumps(m.time_lib(sp.layer, template.build(sp, (3, 1, 1, 3, 0, 1, 0, 1, 1, 0), m.target))))
+"""
+
+
+@pytest.mark.slow
+def test_two_speed_configuration_reproduces_across_processes() -> None:
+    """C12's two-speed configuration (57.6, 48.0 or 30.6 GFLOPS in the main thread, drawn per
+    process) timed by the default measurer in three processes: one speed (within 10 %)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1"}
+    out = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", _REPRO], env=env, capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(3)
+    ]
+    assert max(out) / min(out) < 1.1, out
