@@ -10,15 +10,26 @@ single-threaded. The timing rule has two settings (:func:`time_call`): the **clo
 spends descheduled while other processes run on a shared machine -- and the
 **estimator** over the repeats (``"min"``, the fastest, or ``"median"``).
 
-The **timing thread** (session 7): ``"fresh"`` (the default) runs the check and the timing of
-every configuration in a new thread, ``"caller"`` in the calling thread (the rule before
-session 7). Some configurations run 1.2-2x slower in one process than in another when timed
-in the process's main thread -- a speed fixed for the process and drawn anew in each
-(C12's configuration ``tile_f=8, tile_y=7, tile_x=7, tile_rc=8, tile_ry=1, tile_rx=3``: 57.6,
-48.0 or 30.6 GFLOPS), whatever the input buffers' or the loaded code's addresses; timed in a
-fresh thread of the same processes it runs at one speed in every process
-(``docs/release.md``, session 7). So a seed reproduces across processes only with
-``"fresh"``.
+The **timing thread** and **stack offsets** (session 7). Some configurations run up to 2x
+faster or slower depending on where the kernel's stack frame lands: C2's configuration
+``tile_f=8, tile_x=8`` (seed 0's second) runs at 66 GFLOPS when the stack pointer at the call
+is 16 mod 32 bytes and at 45 when it is 0 mod 32, and at 27-31 at some offsets mod 4 KiB
+(C12's ``tile_f=8, tile_y=7, tile_x=7, tile_rc=8, tile_rx=3``: 57 GFLOPS, 39 at one offset).
+A process's main thread starts at a random stack offset (address randomisation), so timed
+there such a configuration gets a speed drawn per process and fixed within it -- the
+"two-speed" configurations of session 6 -- whatever the input buffers' or the loaded code's
+addresses. So the measurer checks and times every configuration in a **fresh thread**
+(``thread="fresh"``, the default; a new thread starts at the same stack offset every time)
+and times it at several **stack offsets** (``stack_offsets``, default ``(0, 16, 32, 48)``
+bytes below that start: one per 16-byte class modulo 64), keeping the fastest: one speed,
+the configuration's best over the alignments, in every process. The offsets need a C
+compiler (``cc``) once per machine for a four-line helper (:func:`padcall`); without one
+the measurer times at offset 0 only and logs a warning. ``thread="caller"`` with
+``stack_offsets=(0,)`` is the rule before session 7.
+A kernel slower than ``offset_ms`` per call (default 20 ms, the whole timing budget) is
+timed at the first offset only: alignment does not change which of two such configurations
+wins by much, and timing it four times would cost seconds.
+
 A configuration that fails to build or run, or computes a wrong result, is recorded
 **invalid** with 0 GFLOPS and its error, logged as a warning, and never timed.
 
@@ -30,11 +41,17 @@ cost).
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import logging
 import math
+import os
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -83,6 +100,69 @@ def layer_inputs(layer: Layer, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
 CLOCKS = ("wall", "cpu")
 ESTIMATORS = ("min", "median")
 THREADS = ("fresh", "caller")
+
+_PADCALL_C = """
+void timerl_padcall(long pad, void (*fn)(void)) {
+  volatile char *p = __builtin_alloca(pad + 1);
+  p[0] = 0;
+  fn();
+  p[0] = 1;
+}
+"""
+_PADCALL_CB = ctypes.CFUNCTYPE(None)
+_padcall_lib: list[Any] = []  # [the loaded helper, or None when it could not be built]
+
+
+def padcall(offset: int, fn: Any) -> Any:
+    """``fn()`` called from C with the stack pointer ``offset`` bytes (rounded up to 16) lower
+    than a direct call's, through a helper compiled once per machine with ``cc`` into
+    ``$XDG_CACHE_HOME/timerl/release``; its result, or its exception re-raised. Raises
+    :class:`TimeRLError` when the helper cannot be built."""
+    if not _padcall_lib:
+        _padcall_lib.append(_load_padcall())
+    lib = _padcall_lib[0]
+    if lib is None:
+        raise TimeRLError("stack offsets: no C compiler to build the padcall helper")
+    box: list[Any] = []
+
+    def run() -> None:  # an exception must not cross the C frame: ctypes would print and drop it
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:
+            box.append((False, exc))
+
+    lib.timerl_padcall(offset, _PADCALL_CB(run))
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _load_padcall() -> Any:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = (
+        Path(base) / "timerl" / "release" / f"padcall-{hashlib.sha1(_PADCALL_C.encode()).hexdigest()[:12]}.so"
+    )
+    try:
+        if not path.exists():
+            cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+            if cc is None:
+                raise OSError("no cc, gcc or clang on PATH")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            src, tmp = path.with_suffix(f".{os.getpid()}.c"), path.with_suffix(f".{os.getpid()}.tmp")
+            src.write_text(_PADCALL_C)
+            subprocess.run(
+                [cc, "-O1", "-shared", "-fPIC", "-o", str(tmp), str(src)], check=True, capture_output=True
+            )
+            src.unlink()
+            tmp.replace(path)  # atomic: another process may build it at the same time
+        lib = ctypes.CDLL(str(path))
+        lib.timerl_padcall.argtypes = [ctypes.c_long, _PADCALL_CB]
+        lib.timerl_padcall.restype = None
+        return lib
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log.warning("RELEASE measurer: no stack-offset helper (%s); timing at offset 0 only", exc)
+        return None
 
 
 def in_fresh_thread(fn: Any) -> Any:
@@ -151,9 +231,12 @@ class TemplateMeasurer:
     **Arguments:** ``repeats`` / ``min_repeats`` / ``repeat_ms``: the timing budget;
     ``clock`` (``"wall"`` or ``"cpu"``) and ``estimator`` (``"min"`` or ``"median"``): the
     timing rule (:func:`time_call`); ``thread`` (``"fresh"`` or ``"caller"``): where a
-    configuration is checked and timed (see the module doc). The defaults (session 7):
-    ``clock="cpu"``, ``estimator="min"``, ``thread="fresh"``; ``clock="wall", thread="caller"``
-    is the rule before session 7.
+    configuration is checked and timed, ``stack_offsets``: the stack offsets (bytes) it is
+    timed at, the fastest kept (each with ``repeats // len(stack_offsets)`` repeats, at least
+    ``min_repeats``), ``offset_ms``: a kernel slower than this per call is timed at the first
+    offset only (see the module doc). The defaults (session 7): ``clock="cpu"``,
+    ``estimator="min"``, ``thread="fresh"``, ``stack_offsets=(0, 16, 32, 48)``;
+    ``clock="wall", thread="caller", stack_offsets=(0,)`` is the rule before session 7.
     """
 
     def __init__(
@@ -164,6 +247,8 @@ class TemplateMeasurer:
         clock: str = "cpu",
         estimator: str = "min",
         thread: str = "fresh",
+        stack_offsets: tuple[int, ...] = (0, 16, 32, 48),
+        offset_ms: float = 20.0,
     ) -> None:
         if min_repeats < 3 or repeats < min_repeats:
             raise TimeRLError(f"need repeats >= min_repeats >= 3, got {repeats}, {min_repeats}")
@@ -174,7 +259,10 @@ class TemplateMeasurer:
             )
         if thread not in THREADS:
             raise TimeRLError(f"measurer: thread must be one of {THREADS}, got {thread!r}")
+        if not stack_offsets or any(o < 0 or o > 1 << 16 for o in stack_offsets):
+            raise TimeRLError(f"measurer: stack offsets must be 1+ values in [0, 65536], got {stack_offsets}")
         self.clock, self.estimator, self.thread = clock, estimator, thread
+        self.stack_offsets, self.offset_ms = tuple(int(o) for o in stack_offsets), offset_ms
         self.tvm = import_tvm()
         self.target = host_target()
         self.dev = self.tvm.cpu(0)
@@ -234,15 +322,27 @@ class TemplateMeasurer:
         if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g} against NumPy)")
-        best = time_call(
-            fn_mod,
-            self.dev,
-            (a, b, c),
-            once,
-            self.repeats,
-            self.min_repeats,
-            self.repeat_ms,
-            self.clock,
-            self.estimator,
-        )
+        offsets = self.stack_offsets if once * 1e3 < self.offset_ms else self.stack_offsets[:1]
+        repeats = max(self.min_repeats, self.repeats // len(offsets))
+
+        def timed() -> float:
+            return time_call(
+                fn_mod,
+                self.dev,
+                (a, b, c),
+                once,
+                repeats,
+                self.min_repeats,
+                self.repeat_ms,
+                self.clock,
+                self.estimator,
+            )
+
+        if self.stack_offsets == (0,):  # the rule before session 7: a direct call
+            best = timed()
+        else:
+            try:
+                best = min(padcall(o, timed) for o in offsets)
+            except TimeRLError:  # no helper (logged once): offset 0 only
+                best = timed()
         return layer.flops / best / 1e9
