@@ -160,22 +160,30 @@ def test_padcall_moves_the_stack() -> None:
 
 
 def test_stack_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default measurer times a fast kernel at the four stack offsets (fewer repeats each)
-    and keeps the fastest; a kernel slower than ``offset_ms`` at the first offset only;
-    ``stack_offsets=(0,)`` calls directly; bad offsets raise."""
+    """The default measurer times a configuration at the four stack offsets, which share the
+    timing budget (a quarter of the repeats each, one warm-up in all), and keeps the fastest;
+    ``stack_offsets=(0,)`` calls directly with the whole budget; bad offsets raise."""
     calls: list[int] = []
+    rules: list[tuple] = []
+    secs = iter([4e-3, 3e-3, 5e-3, 6e-3])
     real = rm.padcall
     monkeypatch.setattr(rm, "padcall", lambda o, fn: calls.append(o) or real(o, fn))
+
+    def fake_time_call(lib, dev, args, once, repeats, min_repeats, repeat_ms, clock, estimator, warmup=True):
+        rules.append((repeats, min_repeats, warmup))
+        return next(secs)
+
+    monkeypatch.setattr(rm, "time_call", fake_time_call)
     sp = template_space(TINY[2])
     c = sp.random(np.random.default_rng(5))
-    m = rm.TemplateMeasurer(repeats=8, repeat_ms=0.2)
-    assert m.measure(sp, c).valid and calls == [0, 16, 32, 48]
-    calls.clear()
-    assert rm.TemplateMeasurer(repeats=8, repeat_ms=0.2, offset_ms=0.0).measure(sp, c).valid and calls == [0]
-    calls.clear()
-    assert (
-        rm.TemplateMeasurer(repeats=8, repeat_ms=0.2, stack_offsets=(0,)).measure(sp, c).valid and not calls
-    )
+    m = rm.TemplateMeasurer(repeats=20, repeat_ms=0.2).measure(sp, c)
+    assert m.valid and calls == [0, 16, 32, 48]
+    assert rules == [(5, 1, True), (5, 1, False), (5, 1, False), (5, 1, False)]
+    assert m.gflops == pytest.approx(sp.layer.flops / 3e-3 / 1e9)
+    calls.clear(), rules.clear()
+    secs = iter([2e-3])
+    assert rm.TemplateMeasurer(stack_offsets=(0,)).measure(sp, c).valid and not calls
+    assert rules == [(20, 3, True)]
     with pytest.raises(rm.TimeRLError, match="stack offsets"):
         rm.TemplateMeasurer(stack_offsets=())
 

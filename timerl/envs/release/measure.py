@@ -25,10 +25,10 @@ bytes below that start: one per 16-byte class modulo 64), keeping the fastest: o
 the configuration's best over the alignments, in every process. The offsets need a C
 compiler (``cc``) once per machine for a four-line helper (:func:`padcall`); without one
 the measurer times at offset 0 only and logs a warning. ``thread="caller"`` with
-``stack_offsets=(0,)`` is the rule before session 7.
-A kernel slower than ``offset_ms`` per call (default 20 ms, the whole timing budget) is
-timed at the first offset only: alignment does not change which of two such configurations
-wins by much, and timing it four times would cost seconds.
+``stack_offsets=(0,)`` is the rule before session 7. The offsets share the timing budget:
+each gets a quarter of the repeats (a fast kernel: 5 repeats of ~1 ms each instead of 20; a
+kernel slower than ~5 ms: single calls, at least one per offset), and only the first offset
+has an untimed warm-up call, so a configuration costs about what it did with one offset.
 
 A configuration that fails to build or run, or computes a wrong result, is recorded
 **invalid** with 0 GFLOPS and its error, logged as a warning, and never timed.
@@ -196,13 +196,15 @@ def time_call(
     repeat_ms: float,
     clock: str = "wall",
     estimator: str = "min",
+    warmup: bool = True,
 ) -> float:
     """Seconds per call of ``lib["main"](*args)``: ``repeats`` repeats of about ``repeat_ms``
     each (a kernel slower than that: single calls, as many as fit ``repeats * repeat_ms`` but
     at least ``min_repeats``; ``once``: the seconds of one untimed call), timed by ``clock``
     (``"wall"``: TVM's ``time_evaluator``; ``"cpu"``: the process's CPU time around the calls)
     and reduced by ``estimator`` (``"min"`` or ``"median"`` of the repeats). ``"wall"`` with
-    ``"min"`` is :func:`~timerl.envs.looptune.measure.best_seconds`."""
+    ``"min"`` is :func:`~timerl.envs.looptune.measure.best_seconds`. ``warmup=False``: the
+    CPU clock skips its untimed warm-up call (the kernel ran just before)."""
     if clock not in CLOCKS or estimator not in ESTIMATORS:
         raise TimeRLError(f"timing: clock must be one of {CLOCKS} and estimator one of {ESTIMATORS}")
     if clock == "wall" and estimator == "min":
@@ -215,7 +217,8 @@ def time_call(
         results = list(lib.time_evaluator("main", dev, number=number, repeat=repeat)(*args).results)
     else:
         fn = lib["main"]
-        fn(*args)  # warm-up, as time_evaluator does
+        if warmup:
+            fn(*args)  # warm-up, as time_evaluator does
         results = []
         for _ in range(repeat):
             t = time.process_time_ns()
@@ -232,9 +235,9 @@ class TemplateMeasurer:
     ``clock`` (``"wall"`` or ``"cpu"``) and ``estimator`` (``"min"`` or ``"median"``): the
     timing rule (:func:`time_call`); ``thread`` (``"fresh"`` or ``"caller"``): where a
     configuration is checked and timed, ``stack_offsets``: the stack offsets (bytes) it is
-    timed at, the fastest kept (each with ``repeats // len(stack_offsets)`` repeats, at least
-    ``min_repeats``), ``offset_ms``: a kernel slower than this per call is timed at the first
-    offset only (see the module doc). The defaults (session 7): ``clock="cpu"``,
+    timed at, the fastest kept; they share the timing budget (each offset gets ``repeats //
+    len(stack_offsets)`` repeats and ``ceil(min_repeats / len(stack_offsets))`` at least; see
+    the module doc). The defaults (session 7): ``clock="cpu"``,
     ``estimator="min"``, ``thread="fresh"``, ``stack_offsets=(0, 16, 32, 48)``;
     ``clock="wall", thread="caller", stack_offsets=(0,)`` is the rule before session 7.
     """
@@ -248,7 +251,6 @@ class TemplateMeasurer:
         estimator: str = "min",
         thread: str = "fresh",
         stack_offsets: tuple[int, ...] = (0, 16, 32, 48),
-        offset_ms: float = 20.0,
     ) -> None:
         if min_repeats < 3 or repeats < min_repeats:
             raise TimeRLError(f"need repeats >= min_repeats >= 3, got {repeats}, {min_repeats}")
@@ -262,7 +264,7 @@ class TemplateMeasurer:
         if not stack_offsets or any(o < 0 or o > 1 << 16 for o in stack_offsets):
             raise TimeRLError(f"measurer: stack offsets must be 1+ values in [0, 65536], got {stack_offsets}")
         self.clock, self.estimator, self.thread = clock, estimator, thread
-        self.stack_offsets, self.offset_ms = tuple(int(o) for o in stack_offsets), offset_ms
+        self.stack_offsets = tuple(int(o) for o in stack_offsets)
         self.tvm = import_tvm()
         self.target = host_target()
         self.dev = self.tvm.cpu(0)
@@ -322,27 +324,29 @@ class TemplateMeasurer:
         if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g} against NumPy)")
-        offsets = self.stack_offsets if once * 1e3 < self.offset_ms else self.stack_offsets[:1]
-        repeats = max(self.min_repeats, self.repeats // len(offsets))
+        k = len(self.stack_offsets)  # the timing budget shared by the offsets: no more calls in all
 
-        def timed() -> float:
+        def timed(first: bool = True) -> float:
             return time_call(
                 fn_mod,
                 self.dev,
                 (a, b, c),
                 once,
-                repeats,
-                self.min_repeats,
+                max(1, self.repeats // k),
+                max(1, -(-self.min_repeats // k)),
                 self.repeat_ms,
                 self.clock,
                 self.estimator,
+                warmup=first,
             )
 
         if self.stack_offsets == (0,):  # the rule before session 7: a direct call
             best = timed()
         else:
             try:
-                best = min(padcall(o, timed) for o in offsets)
+                best = min(
+                    padcall(o, lambda o=o: timed(o == self.stack_offsets[0])) for o in self.stack_offsets
+                )
             except TimeRLError:  # no helper (logged once): offset 0 only
                 best = timed()
         return layer.flops / best / 1e9
