@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
@@ -137,7 +138,11 @@ def test_fresh_timing_thread(monkeypatch: pytest.MonkeyPatch, caplog: pytest.Log
         rm.TemplateMeasurer(thread="pool")
 
 
+NO_CC = not any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64" or sys.platform != "linux", reason="reads RSP")
+@pytest.mark.skipif(NO_CC, reason="the padcall helper needs a C compiler")
 def test_padcall_moves_the_stack() -> None:
     """``padcall(offset, fn)`` runs ``fn`` with the stack pointer ``offset`` bytes lower (read
     by glibc's ``getcontext``: RSP at byte 160 of ``ucontext_t``), returns its value and
@@ -159,6 +164,7 @@ def test_padcall_moves_the_stack() -> None:
         rm.padcall(16, boom)
 
 
+@pytest.mark.skipif(NO_CC, reason="the padcall helper needs a C compiler")
 def test_stack_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default measurer times a configuration at the four stack offsets, which share the
     timing budget (a quarter of the repeats each, one warm-up in all), and keeps the fastest;
