@@ -22,12 +22,13 @@ from timerl.envs.release import template  # noqa: E402
 from timerl.envs.release.measure import TemplateMeasurer  # noqa: E402
 from timerl.envs.release.space import layer, template_space  # noqa: E402
 
-RULES = {  # name: (repeats, clock, estimator)
-    "wall-min-20": (20, "wall", "min"),  # the measurer's rule up to session 5
-    "wall-median-20": (20, "wall", "median"),
-    "cpu-min-20": (20, "cpu", "min"),
-    "cpu-median-20": (20, "cpu", "median"),
-    "cpu-min-40": (40, "cpu", "min"),
+RULES = {  # name: (repeats, clock, estimator, timing thread, stack offsets)
+    "wall-min-20": (20, "wall", "min", "caller", (0,)),  # the measurer's rule up to session 5
+    "wall-median-20": (20, "wall", "median", "caller", (0,)),
+    "cpu-min-20": (20, "cpu", "min", "caller", (0,)),  # session 6's
+    "cpu-median-20": (20, "cpu", "median", "caller", (0,)),
+    "cpu-min-40": (40, "cpu", "min", "caller", (0,)),
+    "cpu-min-20-fresh": (20, "cpu", "min", "fresh", (0, 16, 32, 48)),  # the default since session 7
 }
 
 
@@ -58,7 +59,14 @@ def main() -> None:
     a = p.parse_args()
     rules = a.rules.split(",")
     measurers = {
-        r: TemplateMeasurer(repeats=RULES[r][0], clock=RULES[r][1], estimator=RULES[r][2]) for r in rules
+        r: TemplateMeasurer(
+            repeats=RULES[r][0],
+            clock=RULES[r][1],
+            estimator=RULES[r][2],
+            thread=RULES[r][3],
+            stack_offsets=RULES[r][4],
+        )
+        for r in rules
     }
     any_m = next(iter(measurers.values()))
     print(f"load average at start: {os.getloadavg()}", flush=True)

@@ -111,9 +111,17 @@ class Args(ppo.PPOArgs):
     """cost model's features: knob (log2 knob values and three tile products) or itervar (those
     plus AutoTVM-style features of the template's loop nest: extents, iterations, each
     buffer's footprint and reuse per loop, vector lanes, parallel)"""
-    clock: str = "wall"
-    """measurer's clock: wall (TVM's time_evaluator) or cpu (the process's CPU time around the
-    calls: time descheduled by other processes is not counted)"""
+    clock: str = "cpu"
+    """measurer's clock: cpu (the process's CPU time around the calls: time descheduled by
+    other processes is not counted; the default since session 7) or wall (TVM's time_evaluator)"""
+    timing_thread: str = "fresh"
+    """where the measurer checks and times a configuration: fresh (a new thread per
+    configuration, which starts at the same stack offset every time; the default since
+    session 7) or caller (the main thread, whose stack offset is drawn per process: the rule
+    before session 7)"""
+    stack_offsets: str = "0,16,32,48"
+    """stack offsets (bytes) each configuration is timed at, the fastest kept (some kernels run
+    up to 2x slower at some stack alignments); 0 alone: a direct call, the rule before session 7"""
     estimator: str = "min"
     """measurer's estimator over the timed repeats: min or median"""
     repeats: int = 20
@@ -353,17 +361,30 @@ def run_layer(
     return results
 
 
+def offsets(text: str) -> tuple[int, ...]:
+    """``--stack-offsets 0,16``: the measurer's stack offsets."""
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
 def retime(
-    name: str, results: dict[str, list[TuneResult]], times: int, clock: str = "wall", estimator: str = "min"
+    name: str,
+    results: dict[str, list[TuneResult]],
+    times: int,
+    clock: str = "cpu",
+    estimator: str = "min",
+    thread: str = "fresh",
+    stack_offsets: tuple[int, ...] = (0, 16, 32, 48),
 ) -> dict[str, list[float]]:
     """Each run's best configuration timed ``times`` times by fresh measurers (40 repeats, no
-    cache, the run's clock and estimator); the best of them per run."""
+    cache, the run's clock, estimator, timing thread and stack offsets); the best of them per run."""
     space = template_space(layer(name))
     out: dict[str, list[float]] = {}
     for combo, runs in results.items():
         for r in runs:
             g = max(
-                TemplateMeasurer(repeats=40, clock=clock, estimator=estimator)
+                TemplateMeasurer(
+                    repeats=40, clock=clock, estimator=estimator, thread=thread, stack_offsets=stack_offsets
+                )
                 .measure(space, r.best.config)
                 .gflops
                 for _ in range(times)
@@ -557,7 +578,13 @@ def main(args: Args) -> dict:
         flush=True,
     )
     t0 = time.perf_counter()
-    measurer = TemplateMeasurer(repeats=args.repeats, clock=args.clock, estimator=args.estimator)
+    measurer = TemplateMeasurer(
+        repeats=args.repeats,
+        clock=args.clock,
+        estimator=args.estimator,
+        thread=args.timing_thread,
+        stack_offsets=offsets(args.stack_offsets),
+    )
     all_results: dict[str, dict[str, list[TuneResult]]] = {}
     all_stats: dict[str, dict[str, list[dict]]] = {}
     rows: list[dict] = []
@@ -565,7 +592,15 @@ def main(args: Args) -> dict:
         all_stats[name] = {}
         all_results[name] = run_layer(args, name, measurer, all_stats[name])
         retimed = (
-            retime(name, all_results[name], args.remeasure, args.clock, args.estimator)
+            retime(
+                name,
+                all_results[name],
+                args.remeasure,
+                args.clock,
+                args.estimator,
+                args.timing_thread,
+                offsets(args.stack_offsets),
+            )
             if args.remeasure > 0
             else None
         )

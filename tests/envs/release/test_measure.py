@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -80,3 +88,140 @@ def test_cpu_clock_and_median_estimator() -> None:
     assert not bad.valid and bad.gflops == 0.0
     with pytest.raises(rm.TimeRLError, match="clock"):
         rm.TemplateMeasurer(clock="tsc")
+
+
+def test_in_fresh_thread_returns_and_reraises() -> None:
+    """``in_fresh_thread`` runs the function in another thread, returns its value and re-raises
+    its exception in the caller."""
+    main = threading.get_ident()
+    assert rm.in_fresh_thread(threading.get_ident) != main
+
+    def boom() -> None:
+        raise RuntimeError("kernel crashed")
+
+    with pytest.raises(RuntimeError, match="kernel crashed"):
+        rm.in_fresh_thread(boom)
+
+
+def test_fresh_timing_thread(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The default measurer (session 7: CPU clock, fresh thread) checks and times every
+    configuration in a new thread, not the caller's, with the same timing rule; its GFLOPS agree
+    with the caller-thread rule's on a tiny configuration; a wrong result found in the thread
+    is still recorded invalid (0 GFLOPS, logged); a bad thread setting raises."""
+    seen: list[str] = []
+    real = rm.time_call
+
+    def spy(*a, **k):
+        seen.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(rm, "time_call", spy)
+    fresh = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,))
+    assert rm.TemplateMeasurer().clock == "cpu" and rm.TemplateMeasurer().thread == "fresh"
+    caller = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, thread="caller", stack_offsets=(0,))
+    sp = template_space(TINY[0])
+    c = sp.random(np.random.default_rng(3))
+    f, g = fresh.measure(sp, c), caller.measure(sp, c)
+    assert f.valid and g.valid, (f.error, g.error)
+    assert seen == ["release-timing", threading.current_thread().name]
+    assert 0.5 < f.gflops / g.gflops < 2.0
+
+    lay = Layer.matmul("tiny_mm_wrong_fresh", 8, 8, 8)
+    a, b, ref = rm.layer_inputs(lay)
+    monkeypatch.setattr(rm, "layer_inputs", lambda layer, seed=0: (a, b, ref + 0.5))
+    sw = template_space(lay)
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.release"):
+        m = fresh.measure(sw, sw.random(np.random.default_rng(0)))
+    assert not m.valid and m.gflops == 0.0 and "wrong result" in m.error and "is invalid" in caplog.text
+    assert len(seen) == 2  # never timed
+    with pytest.raises(rm.TimeRLError, match="thread"):
+        rm.TemplateMeasurer(thread="pool")
+
+
+NO_CC = not any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or sys.platform != "linux", reason="reads RSP")
+@pytest.mark.skipif(NO_CC, reason="the padcall helper needs a C compiler")
+def test_padcall_moves_the_stack() -> None:
+    """``padcall(offset, fn)`` runs ``fn`` with the stack pointer ``offset`` bytes lower (read
+    by glibc's ``getcontext``: RSP at byte 160 of ``ucontext_t``), returns its value and
+    re-raises its exception."""
+    libc = ctypes.CDLL(None)
+    buf = ctypes.create_string_buffer(1024)
+
+    def rsp() -> int:
+        assert libc.getcontext(buf) == 0
+        return int.from_bytes(buf.raw[160:168], "little")
+
+    base = rm.padcall(0, rsp)
+    assert [base - rm.padcall(o, rsp) for o in (16, 32, 48, 1024)] == [16, 32, 48, 1024]
+
+    def boom() -> None:
+        raise ValueError("inside the helper")
+
+    with pytest.raises(ValueError, match="inside the helper"):
+        rm.padcall(16, boom)
+
+
+@pytest.mark.skipif(NO_CC, reason="the padcall helper needs a C compiler")
+def test_stack_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default measurer times a configuration at the four stack offsets, which share the
+    timing budget (a quarter of the repeats each, one warm-up in all), and keeps the fastest;
+    ``stack_offsets=(0,)`` calls directly with the whole budget; bad offsets raise."""
+    calls: list[int] = []
+    rules: list[tuple] = []
+    secs = iter([4e-3, 3e-3, 5e-3, 6e-3])
+    real = rm.padcall
+    monkeypatch.setattr(rm, "padcall", lambda o, fn: calls.append(o) or real(o, fn))
+
+    def fake_time_call(lib, dev, args, once, repeats, min_repeats, repeat_ms, clock, estimator, warmup=True):
+        rules.append((repeats, min_repeats, warmup))
+        return next(secs)
+
+    monkeypatch.setattr(rm, "time_call", fake_time_call)
+    sp = template_space(TINY[2])
+    c = sp.random(np.random.default_rng(5))
+    m = rm.TemplateMeasurer(repeats=20, repeat_ms=0.2).measure(sp, c)
+    assert m.valid and calls == [0, 16, 32, 48]
+    assert rules == [(5, 1, True), (5, 1, False), (5, 1, False), (5, 1, False)]
+    assert m.gflops == pytest.approx(sp.layer.flops / 3e-3 / 1e9)
+    calls.clear(), rules.clear()
+    secs = iter([2e-3])
+    assert rm.TemplateMeasurer(stack_offsets=(0,)).measure(sp, c).valid and not calls
+    assert rules == [(20, 3, True)]
+    with pytest.raises(rm.TimeRLError, match="stack offsets"):
+        rm.TemplateMeasurer(stack_offsets=())
+
+
+_REPRO = """
+import json
+from timerl.envs.release import template
+from timerl.envs.release.measure import TemplateMeasurer
+from timerl.envs.release.space import layer, template_space
+m = TemplateMeasurer()
+out = []
+for name, cfg in (("C12", (3, 1, 1, 3, 0, 1, 0, 1, 1, 0)), ("C2", (3, 0, 7, 0, 0, 0, 0, 1, 0, 1))):
+    sp = template_space(layer(name))
+    out.append(m.time_lib(sp.layer, template.build(sp, cfg, m.target)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_two_speed_configurations_reproduce_across_processes() -> None:
+    """Two configurations with a speed drawn per process when timed in the main thread at one
+    stack offset (C12's: 57.6, 48.0 or 30.6 GFLOPS; C2's: 65, 45 or 31), timed by the default
+    measurer in three processes: one speed each (within 10 %), the fastest (> 52, > 58)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1"}
+    out = np.array(
+        [
+            json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", _REPRO], env=env, capture_output=True, text=True, check=True
+                ).stdout
+            )
+            for _ in range(3)
+        ]
+    )
+    assert (out.max(0) / out.min(0) < 1.1).all() and (out.min(0) > [52, 58]).all(), out

@@ -9,6 +9,27 @@ single-threaded. The timing rule has two settings (:func:`time_call`): the **clo
 (``time.process_time_ns``) around the same calls, which does not count the time the kernel
 spends descheduled while other processes run on a shared machine -- and the
 **estimator** over the repeats (``"min"``, the fastest, or ``"median"``).
+
+The **timing thread** and **stack offsets** (session 7). Some configurations run up to 2x
+faster or slower depending on where the kernel's stack frame lands: C2's configuration
+``tile_f=8, tile_x=8`` (seed 0's second) runs at 66 GFLOPS when the stack pointer at the call
+is 16 mod 32 bytes and at 45 when it is 0 mod 32, and at 27-31 at some offsets mod 4 KiB
+(C12's ``tile_f=8, tile_y=7, tile_x=7, tile_rc=8, tile_rx=3``: 57 GFLOPS, 39 at one offset).
+A process's main thread starts at a random stack offset (address randomisation), so timed
+there such a configuration gets a speed drawn per process and fixed within it -- the
+"two-speed" configurations of session 6 -- whatever the input buffers' or the loaded code's
+addresses. So the measurer checks and times every configuration in a **fresh thread**
+(``thread="fresh"``, the default; a new thread starts at the same stack offset every time)
+and times it at several **stack offsets** (``stack_offsets``, default ``(0, 16, 32, 48)``
+bytes below that start: one per 16-byte class modulo 64), keeping the fastest: one speed,
+the configuration's best over the alignments, in every process. The offsets need a C
+compiler (``cc``) once per machine for a four-line helper (:func:`padcall`); without one
+the measurer times at offset 0 only and logs a warning. ``thread="caller"`` with
+``stack_offsets=(0,)`` is the rule before session 7. The offsets share the timing budget:
+each gets a quarter of the repeats (a fast kernel: 5 repeats of ~1 ms each instead of 20; a
+kernel slower than ~5 ms: single calls, at least one per offset), and only the first offset
+has an untimed warm-up call, so a configuration costs about what it did with one offset.
+
 A configuration that fails to build or run, or computes a wrong result, is recorded
 **invalid** with 0 GFLOPS and its error, logged as a warning, and never timed.
 
@@ -20,10 +41,17 @@ cost).
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import logging
 import math
+import os
+import shutil
+import subprocess
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -71,6 +99,91 @@ def layer_inputs(layer: Layer, seed: int = 0) -> tuple[np.ndarray, np.ndarray, n
 
 CLOCKS = ("wall", "cpu")
 ESTIMATORS = ("min", "median")
+THREADS = ("fresh", "caller")
+
+_PADCALL_C = """
+void timerl_padcall(long pad, void (*fn)(void)) {
+  volatile char *p = __builtin_alloca(pad + 1);
+  p[0] = 0;
+  fn();
+  p[0] = 1;
+}
+"""
+_PADCALL_CB = ctypes.CFUNCTYPE(None)
+_padcall_lib: list[Any] = []  # [the loaded helper, or None when it could not be built]
+
+
+def padcall(offset: int, fn: Any) -> Any:
+    """``fn()`` called from C with the stack pointer ``offset`` bytes (rounded up to 16) lower
+    than a direct call's, through a helper compiled once per machine with ``cc`` into
+    ``$XDG_CACHE_HOME/timerl/release``; its result, or its exception re-raised. Raises
+    :class:`TimeRLError` when the helper cannot be built."""
+    if not _padcall_lib:
+        _padcall_lib.append(_load_padcall())
+    lib = _padcall_lib[0]
+    if lib is None:
+        raise TimeRLError("stack offsets: no C compiler to build the padcall helper")
+    box: list[Any] = []
+
+    def run() -> None:  # an exception must not cross the C frame: ctypes would print and drop it
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:
+            box.append((False, exc))
+
+    lib.timerl_padcall(offset, _PADCALL_CB(run))
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _load_padcall() -> Any:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = (
+        Path(base) / "timerl" / "release" / f"padcall-{hashlib.sha1(_PADCALL_C.encode()).hexdigest()[:12]}.so"
+    )
+    try:
+        if not path.exists():
+            cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+            if cc is None:
+                raise OSError("no cc, gcc or clang on PATH")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            src, tmp = path.with_suffix(f".{os.getpid()}.c"), path.with_suffix(f".{os.getpid()}.tmp")
+            src.write_text(_PADCALL_C)
+            subprocess.run(
+                [cc, "-O1", "-shared", "-fPIC", "-o", str(tmp), str(src)], check=True, capture_output=True
+            )
+            src.unlink()
+            tmp.replace(path)  # atomic: another process may build it at the same time
+        lib = ctypes.CDLL(str(path))
+        lib.timerl_padcall.argtypes = [ctypes.c_long, _PADCALL_CB]
+        lib.timerl_padcall.restype = None
+        return lib
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log.warning("RELEASE measurer: no stack-offset helper (%s); timing at offset 0 only", exc)
+        return None
+
+
+def in_fresh_thread(fn: Any) -> Any:
+    """``fn()`` run in a new thread (joined before returning): its result, or its exception
+    re-raised here. A new thread starts from the same stack and thread-local state every
+    time, unlike a process's main thread (see the module doc)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the caller
+            box.append((False, exc))
+
+    t = threading.Thread(target=run, name="release-timing")
+    t.start()
+    t.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 def time_call(
@@ -83,13 +196,15 @@ def time_call(
     repeat_ms: float,
     clock: str = "wall",
     estimator: str = "min",
+    warmup: bool = True,
 ) -> float:
     """Seconds per call of ``lib["main"](*args)``: ``repeats`` repeats of about ``repeat_ms``
     each (a kernel slower than that: single calls, as many as fit ``repeats * repeat_ms`` but
     at least ``min_repeats``; ``once``: the seconds of one untimed call), timed by ``clock``
     (``"wall"``: TVM's ``time_evaluator``; ``"cpu"``: the process's CPU time around the calls)
     and reduced by ``estimator`` (``"min"`` or ``"median"`` of the repeats). ``"wall"`` with
-    ``"min"`` is :func:`~timerl.envs.looptune.measure.best_seconds`."""
+    ``"min"`` is :func:`~timerl.envs.looptune.measure.best_seconds`. ``warmup=False``: the
+    CPU clock skips its untimed warm-up call (the kernel ran just before)."""
     if clock not in CLOCKS or estimator not in ESTIMATORS:
         raise TimeRLError(f"timing: clock must be one of {CLOCKS} and estimator one of {ESTIMATORS}")
     if clock == "wall" and estimator == "min":
@@ -102,7 +217,8 @@ def time_call(
         results = list(lib.time_evaluator("main", dev, number=number, repeat=repeat)(*args).results)
     else:
         fn = lib["main"]
-        fn(*args)  # warm-up, as time_evaluator does
+        if warmup:
+            fn(*args)  # warm-up, as time_evaluator does
         results = []
         for _ in range(repeat):
             t = time.process_time_ns()
@@ -117,7 +233,13 @@ class TemplateMeasurer:
 
     **Arguments:** ``repeats`` / ``min_repeats`` / ``repeat_ms``: the timing budget;
     ``clock`` (``"wall"`` or ``"cpu"``) and ``estimator`` (``"min"`` or ``"median"``): the
-    timing rule (:func:`time_call`).
+    timing rule (:func:`time_call`); ``thread`` (``"fresh"`` or ``"caller"``): where a
+    configuration is checked and timed, ``stack_offsets``: the stack offsets (bytes) it is
+    timed at, the fastest kept; they share the timing budget (each offset gets ``repeats //
+    len(stack_offsets)`` repeats and ``ceil(min_repeats / len(stack_offsets))`` at least; see
+    the module doc). The defaults (session 7): ``clock="cpu"``,
+    ``estimator="min"``, ``thread="fresh"``, ``stack_offsets=(0, 16, 32, 48)``;
+    ``clock="wall", thread="caller", stack_offsets=(0,)`` is the rule before session 7.
     """
 
     def __init__(
@@ -125,8 +247,10 @@ class TemplateMeasurer:
         repeats: int = 20,
         min_repeats: int = 3,
         repeat_ms: float = 1.0,
-        clock: str = "wall",
+        clock: str = "cpu",
         estimator: str = "min",
+        thread: str = "fresh",
+        stack_offsets: tuple[int, ...] = (0, 16, 32, 48),
     ) -> None:
         if min_repeats < 3 or repeats < min_repeats:
             raise TimeRLError(f"need repeats >= min_repeats >= 3, got {repeats}, {min_repeats}")
@@ -135,7 +259,12 @@ class TemplateMeasurer:
                 f"measurer: clock must be one of {CLOCKS} and estimator one of {ESTIMATORS}, "
                 f"got {clock!r}, {estimator!r}"
             )
-        self.clock, self.estimator = clock, estimator
+        if thread not in THREADS:
+            raise TimeRLError(f"measurer: thread must be one of {THREADS}, got {thread!r}")
+        if not stack_offsets or any(o < 0 or o > 1 << 16 for o in stack_offsets):
+            raise TimeRLError(f"measurer: stack offsets must be 1+ values in [0, 65536], got {stack_offsets}")
+        self.clock, self.estimator, self.thread = clock, estimator, thread
+        self.stack_offsets = tuple(int(o) for o in stack_offsets)
         self.tvm = import_tvm()
         self.target = host_target()
         self.dev = self.tvm.cpu(0)
@@ -179,6 +308,11 @@ class TemplateMeasurer:
         """GFLOPS of a built module ``main(A, B, C)`` of ``layer`` (any schedule: the template's
         or another tuner's), checked against NumPy and timed by this measurer's rule; a wrong
         result raises :class:`TimeRLError`."""
+        if self.thread == "fresh":
+            return in_fresh_thread(lambda: self._check_and_time(layer, fn_mod))
+        return self._check_and_time(layer, fn_mod)
+
+    def _check_and_time(self, layer: Layer, fn_mod: Any) -> float:
         fn = fn_mod["main"]
         a, b, ref = self._arrays(layer)
         c = self.tvm.runtime.tensor(np.full(ref.shape, np.nan, np.float32), self.dev)
@@ -190,15 +324,29 @@ class TemplateMeasurer:
         if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g} against NumPy)")
-        best = time_call(
-            fn_mod,
-            self.dev,
-            (a, b, c),
-            once,
-            self.repeats,
-            self.min_repeats,
-            self.repeat_ms,
-            self.clock,
-            self.estimator,
-        )
+        k = len(self.stack_offsets)  # the timing budget shared by the offsets: no more calls in all
+
+        def timed(first: bool = True) -> float:
+            return time_call(
+                fn_mod,
+                self.dev,
+                (a, b, c),
+                once,
+                max(1, self.repeats // k),
+                max(1, -(-self.min_repeats // k)),
+                self.repeat_ms,
+                self.clock,
+                self.estimator,
+                warmup=first,
+            )
+
+        if self.stack_offsets == (0,):  # the rule before session 7: a direct call
+            best = timed()
+        else:
+            try:
+                best = min(
+                    padcall(o, lambda o=o: timed(o == self.stack_offsets[0])) for o in self.stack_offsets
+                )
+            except TimeRLError:  # no helper (logged once): offset 0 only
+                best = timed()
         return layer.flops / best / 1e9

@@ -1,0 +1,67 @@
+# The stack-alignment effect behind session 6's "two-speed" configurations: one built
+# configuration timed (CPU clock, min of 20 repeats) in this process's main thread, in fresh
+# threads, and in a fresh thread at stack offsets 0, 16, ..., (--step) below its start
+# (`timerl.envs.release.measure.padcall`), then by the default measurer (fresh thread, the
+# fastest of offsets 0, 16, 32, 48). Run it in several processes: the main-thread speed changes
+# from process to process, the others do not.
+#
+#   OMP_NUM_THREADS=1 TVM_NUM_THREADS=1 python benchmarks/release_stack.py                 # C2's and C12's
+#   python benchmarks/release_stack.py --layer C2 --config 3,0,7,0,0,0,0,1,0,1 --step 16 --span 128
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+
+from timerl.envs.release import measure as rm  # noqa: E402
+from timerl.envs.release import template  # noqa: E402
+from timerl.envs.release.space import layer, template_space  # noqa: E402
+
+TWO_SPEED = {  # found in sessions 6-7: the first initial configuration of C12 seed 0, the second of C2 seed 0
+    "C12": (3, 1, 1, 3, 0, 1, 0, 1, 1, 0),
+    "C2": (3, 0, 7, 0, 0, 0, 0, 1, 0, 1),
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument(
+        "--layer", default="", help="one layer (default: C2 and C12 with their two-speed configurations)"
+    )
+    p.add_argument("--config", default="", help="knob indices, comma-separated")
+    p.add_argument("--step", type=int, default=16)
+    p.add_argument("--span", type=int, default=64)
+    a = p.parse_args()
+    todo = (
+        {a.layer: tuple(int(x) for x in a.config.split(","))} if a.layer else TWO_SPEED
+    )  # layer -> configuration
+    caller = rm.TemplateMeasurer(thread="caller", stack_offsets=(0,))
+    fresh = rm.TemplateMeasurer(stack_offsets=(0,))
+    default = rm.TemplateMeasurer()
+    out = {}
+    for name, cfg in todo.items():
+        sp = template_space(layer(name))
+        out[name] = timings(
+            sp, template.build(sp, cfg, caller.target), caller, fresh, default, a.step, a.span
+        )
+        print(name, cfg, json.dumps(out[name]), flush=True)
+
+
+def timings(sp, lib, caller, fresh, default, step: int, span: int) -> dict:
+    def g(m: rm.TemplateMeasurer) -> float:
+        return round(m.time_lib(sp.layer, lib), 1)
+
+    return {
+        "main thread": [g(caller) for _ in range(3)],
+        "fresh threads": [g(fresh) for _ in range(3)],
+        "offsets": {
+            o: rm.in_fresh_thread(lambda o=o: rm.padcall(o, lambda: g(caller))) for o in range(0, span, step)
+        },
+        "default measurer": g(default),
+    }
+
+
+if __name__ == "__main__":
+    main()
