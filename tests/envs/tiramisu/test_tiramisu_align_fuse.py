@@ -87,6 +87,9 @@ def test_align_fuse_after_a_tile_of_the_focused_branch() -> None:
         assert s.key == apply_sequence(task, f"0:FN 0:T(0,1,{x},{y})").key
     assert sc.align_fuse(apply_sequence(task, "0:T(0,1,64,32) 0:U(8)"), 0) is not None
     assert sc.align_fuse(apply_sequence(task, "0:T(0,1,64,32) 0:I(2,3)"), 0) is None
+    # a reversed tile loop, a tile of skewed loops
+    assert sc.align_fuse(sc.reverse(sc.tile(task.initial, 0, 0, 4, 4), 0, 0), 0) is None
+    assert sc.align_fuse(sc.tile(sc.skew(task.initial, 0, 0), 0, 0, 4, 4), 0) is None
     p = bm.mvt(5)
     s = sc.align_fuse(sc.tile(initial_schedule(p), 0, 0, 2, 3), 0)
     assert s is not None and LegalityChecker(p)(s) and legal(p, s)

@@ -426,6 +426,8 @@ def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
     pairs = _tile_pairs(hlevels)
     if pairs is None:
         return None
+    if _level_perm(tuple(replace(lv, tile=0) for lv in hlevels if lv.tile)) is None:
+        return None  # a tile over a skewed, reversed or shifted loop
     hperm = _level_perm(tuple(lv for lv in hlevels if not lv.tile))
     mperm = _level_perm(sched.stmts[mine[0]].levels)
     if hperm is None or mperm is None:
