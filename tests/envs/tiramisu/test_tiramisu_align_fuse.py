@@ -74,3 +74,22 @@ def test_align_fuse_computes_the_reference() -> None:
     r = m.measure(s)
     assert r.ok, r.error
     np.testing.assert_allclose(m.reference(p), run_python(p), rtol=1e-5, atol=1e-5)
+
+
+def test_align_fuse_after_a_tile_of_the_focused_branch() -> None:
+    """A focused branch tiled first (the policies' ``0:T(0,1,64,32)`` on mvt) gets the next
+    branch aligned, tiled the same way and fused: the schedule of ``0:FN 0:T(0,1,x,y)``,
+    legal by isl and the oracle; a tile whose loops no longer match the aligned next
+    branch's (the points interchanged under it) does not apply."""
+    task = TiramisuTask(bm.mvt(6), Measurer(disk_cache=False, threads=1))
+    for x, y in ((64, 32), (32, 128)):
+        s = apply_sequence(task, f"0:T(0,1,{x},{y}) 0:FN")
+        assert s.key == apply_sequence(task, f"0:FN 0:T(0,1,{x},{y})").key
+    assert sc.align_fuse(apply_sequence(task, "0:T(0,1,64,32) 0:U(8)"), 0) is not None
+    assert sc.align_fuse(apply_sequence(task, "0:T(0,1,64,32) 0:I(2,3)"), 0) is None
+    # a reversed tile loop, a tile of skewed loops
+    assert sc.align_fuse(sc.reverse(sc.tile(task.initial, 0, 0, 4, 4), 0, 0), 0) is None
+    assert sc.align_fuse(sc.tile(sc.skew(task.initial, 0, 0), 0, 0, 4, 4), 0) is None
+    p = bm.mvt(5)
+    s = sc.align_fuse(sc.tile(initial_schedule(p), 0, 0, 2, 3), 0)
+    assert s is not None and LegalityChecker(p)(s) and legal(p, s)

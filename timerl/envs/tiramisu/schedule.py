@@ -367,6 +367,21 @@ def _level_perm(levels: tuple[Level, ...]) -> tuple[int, ...] | None:
     return tuple(perm)
 
 
+def _tile_pairs(levels: tuple[Level, ...]) -> list[tuple[int, int, int]] | None:
+    """The tile pairs ``(position, x, y)`` in ``levels``, left to right (each two adjacent
+    tiled levels, as :func:`tile` inserts them); None when a tiled level has no partner."""
+    pairs, j = [], 0
+    while j < len(levels):
+        if levels[j].tile:
+            if j + 1 >= len(levels) or not levels[j + 1].tile:
+                return None
+            pairs.append((j, levels[j].tile, levels[j + 1].tile))
+            j += 2
+        else:
+            j += 1
+    return pairs
+
+
 def _level_accesses(p: Program, k: int, perm: tuple[int, ...], arrays: set[str]) -> list[tuple]:
     """Statement ``k``'s accesses to ``arrays`` as ``(array, rows)``, each row its
     coefficients over the *loop levels* (``perm``, zero-padded) and its constant."""
@@ -396,12 +411,25 @@ def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
     forward: the env's focus is on the first nest, where the fusion is not reachable
     without the penalised ``next`` first (no method found it). Legality is the usual
     dependence test of the result. None without a next branch, without a shared array,
-    when no order matches a shared access, or when nothing changes."""
+    when no order matches a shared access, or when nothing changes.
+
+    A focused branch already tiled (tile pairs of :func:`tile` in front of plain loops,
+    e.g. after ``T(0,1,64,32)``) is matched by tiling the aligned next branch the same
+    way (the same :func:`tile` calls) before the fusion, so ``0:T(0,1,x,y) 0:FN`` reaches
+    ``0:FN 0:T(0,1,x,y)``: the eighth session's policies tiled mvt's first nest first,
+    after which a plain-only ``FN`` no longer applied."""
     p = sched.program
     if branch + 1 >= len(p.branches):
         return None
     host, mine = sched.branch_stmts(branch), sched.branch_stmts(branch + 1)
-    hperm, mperm = _level_perm(sched.stmts[host[0]].levels), _level_perm(sched.stmts[mine[0]].levels)
+    hlevels = sched.stmts[host[0]].levels
+    pairs = _tile_pairs(hlevels)
+    if pairs is None:
+        return None
+    if _level_perm(tuple(replace(lv, tile=0) for lv in hlevels if lv.tile)) is None:
+        return None  # a tile over a skewed, reversed or shifted loop
+    hperm = _level_perm(tuple(lv for lv in hlevels if not lv.tile))
+    mperm = _level_perm(sched.stmts[mine[0]].levels)
     if hperm is None or mperm is None:
         return None
 
@@ -436,7 +464,17 @@ def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
                 out = interchange(out, branch + 1, j)
                 if out is None:
                     return None
-    depth = min(len(sched.stmts[host[0]].levels), len(mperm))
+    for q, x, y in pairs:  # left to right: each pair lands where the host has it
+        out = tile(out, branch + 1, q, x, y)
+        if out is None:
+            return None
+    mlevels = out.stmts[mine[0]].levels
+    mpoints = _level_perm(tuple(lv for lv in mlevels if not lv.tile)) or ()
+    it = dict(zip(hperm, mpoints, strict=False))  # host iterator -> the aligned one here
+    for a, b in zip(hlevels, mlevels, strict=False):  # each tile over the matching loop
+        if a.tile != b.tile or (a.tile and it.get(a.coeffs.index(1)) != b.coeffs.index(1)):
+            return None
+    depth = min(len(hlevels), len(mlevels))
     out = fuse(out, branch + 1, min(depth - 1, 3))
     return None if out is None or out.key == sched.key else out
 
