@@ -46,17 +46,28 @@ def test_random_configs_are_valid_and_timed(measurer: rm.TemplateMeasurer, lay: 
         assert measurer.measure(sp, c) is m
 
 
+def _measure_wrong(
+    measurer: rm.TemplateMeasurer,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> rm.Measurement:
+    """A random configuration of an 8 x 8 x 8 matmul measured against a perturbed reference
+    (so its output is 'wrong'), with the warnings captured."""
+    lay = Layer.matmul(name, 8, 8, 8)
+    a, b, ref = rm.layer_inputs(lay)
+    monkeypatch.setattr(rm, "layer_inputs", lambda layer, seed=0: (a, b, ref + 0.5))
+    sp = template_space(lay)
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.release"):
+        return measurer.measure(sp, sp.random(np.random.default_rng(0)))
+
+
 def test_wrong_result_is_invalid(
     measurer: rm.TemplateMeasurer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A kernel whose output differs from NumPy is recorded invalid with 0 GFLOPS (never
     timed) and logged: here the reference is perturbed, so every kernel is 'wrong'."""
-    lay = Layer.matmul("tiny_mm_wrong", 8, 8, 8)
-    a, b, ref = rm.layer_inputs(lay)
-    monkeypatch.setattr(rm, "layer_inputs", lambda layer, seed=0: (a, b, ref + 0.5))
-    sp = template_space(lay)
-    with caplog.at_level(logging.WARNING, logger="timerl.envs.release"):
-        m = measurer.measure(sp, sp.random(np.random.default_rng(0)))
+    m = _measure_wrong(measurer, "tiny_mm_wrong", caplog, monkeypatch)
     assert not m.valid and m.gflops == 0.0
     assert "wrong result" in m.error and "is invalid" in caplog.text
 
@@ -126,12 +137,7 @@ def test_fresh_timing_thread(monkeypatch: pytest.MonkeyPatch, caplog: pytest.Log
     assert seen == ["release-timing", threading.current_thread().name]
     assert 0.5 < f.gflops / g.gflops < 2.0
 
-    lay = Layer.matmul("tiny_mm_wrong_fresh", 8, 8, 8)
-    a, b, ref = rm.layer_inputs(lay)
-    monkeypatch.setattr(rm, "layer_inputs", lambda layer, seed=0: (a, b, ref + 0.5))
-    sw = template_space(lay)
-    with caplog.at_level(logging.WARNING, logger="timerl.envs.release"):
-        m = fresh.measure(sw, sw.random(np.random.default_rng(0)))
+    m = _measure_wrong(fresh, "tiny_mm_wrong_fresh", caplog, monkeypatch)
     assert not m.valid and m.gflops == 0.0 and "wrong result" in m.error and "is invalid" in caplog.text
     assert len(seen) == 2  # never timed
     with pytest.raises(rm.TimeRLError, match="thread"):
