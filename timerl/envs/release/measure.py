@@ -118,20 +118,32 @@ def padcall(offset: int, fn: Any) -> Any:
     than a direct call's, through a helper compiled once per machine with ``cc`` into
     ``$XDG_CACHE_HOME/timerl/release``; its result, or its exception re-raised. Raises
     :class:`TimeRLError` when the helper cannot be built."""
-    if not _padcall_lib:
-        _padcall_lib.append(_load_padcall())
-    lib = _padcall_lib[0]
+    lib = _padcall()
     if lib is None:
         raise TimeRLError("stack offsets: no C compiler to build the padcall helper")
+    # an exception must not cross the C frame (ctypes would print and drop it): _handed_back
+    return _handed_back(fn, lambda run: lib.timerl_padcall(offset, _PADCALL_CB(run)))
+
+
+def _padcall() -> Any:
+    """The loaded padcall helper, built on first use; None where it cannot be built."""
+    if not _padcall_lib:
+        _padcall_lib.append(_load_padcall())
+    return _padcall_lib[0]
+
+
+def _handed_back(fn: Any, invoke: Any) -> Any:
+    """``invoke(run)`` where ``run()`` calls ``fn()`` and keeps its result or exception; then
+    that result returned, or that exception re-raised, in the caller."""
     box: list[Any] = []
 
-    def run() -> None:  # an exception must not cross the C frame: ctypes would print and drop it
+    def run() -> None:
         try:
             box.append((True, fn()))
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the caller
             box.append((False, exc))
 
-    lib.timerl_padcall(offset, _PADCALL_CB(run))
+    invoke(run)
     ok, value = box[0]
     if not ok:
         raise value
@@ -169,21 +181,13 @@ def in_fresh_thread(fn: Any) -> Any:
     """``fn()`` run in a new thread (joined before returning): its result, or its exception
     re-raised here. A new thread starts from the same stack and thread-local state every
     time, unlike a process's main thread (see the module doc)."""
-    box: list[Any] = []
 
-    def run() -> None:
-        try:
-            box.append((True, fn()))
-        except BaseException as exc:  # handed to the caller
-            box.append((False, exc))
+    def invoke(run: Any) -> None:
+        t = threading.Thread(target=run, name="release-timing")
+        t.start()
+        t.join()
 
-    t = threading.Thread(target=run, name="release-timing")
-    t.start()
-    t.join()
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
+    return _handed_back(fn, invoke)
 
 
 def time_call(
@@ -340,13 +344,8 @@ class TemplateMeasurer:
                 warmup=first,
             )
 
-        if self.stack_offsets == (0,):  # the rule before session 7: a direct call
+        if self.stack_offsets == (0,) or _padcall() is None:  # a direct call (no helper: logged once)
             best = timed()
         else:
-            try:
-                best = min(
-                    padcall(o, lambda o=o: timed(o == self.stack_offsets[0])) for o in self.stack_offsets
-                )
-            except TimeRLError:  # no helper (logged once): offset 0 only
-                best = timed()
+            best = min(padcall(o, lambda o=o: timed(o == self.stack_offsets[0])) for o in self.stack_offsets)
         return layer.flops / best / 1e9
