@@ -40,8 +40,9 @@ def test_best_of_episodes_counts_distinct_measurements() -> None:
     name = {a.name: k for k, a in enumerate(ACTIONS)}
     ep1 = (name["U(4)"], NEXT, name["U(4)"], NEXT)
     ep2 = (name["U(4)"], name["U(8)"], NEXT)  # U(4) again: no new measurement
-    best, n = tiramisu_eval.best_of_episodes(task, [ep1, ep2])
-    assert n == 4  # untransformed, 0:U(4), 0:U(4) 1:U(4), 0:U(8)
+    best, measured = tiramisu_eval.best_of_episodes(task, [ep1, ep2])
+    assert len(measured) == 4  # untransformed, 0:U(4), 0:U(4) 1:U(4), 0:U(8)
+    assert all(k == s.key for k, s in measured.items())
     seen = {
         apply_sequence(task, s).key: task.seconds(apply_sequence(task, s))
         for s in ("0:U(4)", "0:U(4) 1:U(4)", "0:U(8)")

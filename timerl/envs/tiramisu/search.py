@@ -4,33 +4,56 @@ timed, the untransformed one included), so they can be compared with the agent a
 equal measurement budget.
 
 A search state is ``(schedule, focused branch)``; ``next`` moves the focus (no
-measurement). Both return the fastest schedule found and the measurements used.
+measurement). Both return the fastest schedule found, every schedule they measured and
+the measurements used.
+
+:func:`pick_best` is the last step of every method the evaluation compares (the agent's
+episodes and these searches alike): the in-search measurements are single (a median of a
+few runs in one process), so the fastest of many schedules is often a lucky one; it
+re-measures the few fastest candidates and the untransformed program in fresh processes
+and keeps the fastest by the median.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS, apply_action
 from timerl.envs.tiramisu.env import TiramisuTask
+from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.schedule import Schedule
 from timerl.errors import TimeRLError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClimbResult", "SearchResult", "apply_sequence", "beam_search", "hill_climb", "random_search"]
+__all__ = [
+    "ClimbResult",
+    "Pick",
+    "SearchResult",
+    "apply_sequence",
+    "beam_search",
+    "hill_climb",
+    "pick_best",
+    "random_search",
+]
 
 
 @dataclass(frozen=True)
 class SearchResult:
+    """The fastest schedule as measured in the search, the untransformed program's
+    seconds, the measurements used and every schedule measured with a finite time
+    (``measured``, the untransformed one included: :func:`pick_best`'s candidates)."""
+
     best: Schedule
     best_seconds: float
     initial_seconds: float
     measurements: int
+    measured: tuple[Schedule, ...] = ()
 
     @property
     def speedup(self) -> float:
@@ -59,6 +82,7 @@ class _Budget:
     def __init__(self, task: TiramisuTask, budget: int) -> None:
         self.task, self.budget = task, budget
         self.seen: dict[str, float] = {}
+        self.schedules: dict[str, Schedule] = {}
 
     @property
     def left(self) -> int:
@@ -67,7 +91,11 @@ class _Budget:
     def seconds(self, s: Schedule) -> float:
         if s.key not in self.seen:
             self.seen[s.key] = self.task.seconds(s)
+            self.schedules[s.key] = s
         return self.seen[s.key]
+
+    def measured(self) -> tuple[Schedule, ...]:
+        return tuple(s for k, s in self.schedules.items() if math.isfinite(self.seen[k]))
 
 
 def beam_search(task: TiramisuTask, budget: int, width: int = 4, depth: int = 16) -> SearchResult:
@@ -97,7 +125,7 @@ def beam_search(task: TiramisuTask, budget: int, width: int = 4, depth: int = 16
         if not children or b.left <= 0:
             break
         beam = sorted(children.values(), key=lambda c: c[0])[:width]
-    return SearchResult(best, best_t, t0, len(b.seen))
+    return SearchResult(best, best_t, t0, len(b.seen), b.measured())
 
 
 def random_search(task: TiramisuTask, budget: int, episode_len: int = 16, seed: int = 0) -> SearchResult:
@@ -132,7 +160,72 @@ def random_search(task: TiramisuTask, budget: int, episode_len: int = 16, seed: 
             if tn < best_t:
                 best, best_t = new, tn
         stale = stale + 1 if len(b.seen) == before else 0
-    return SearchResult(best, best_t, t0, len(b.seen))
+    return SearchResult(best, best_t, t0, len(b.seen), b.measured())
+
+
+@dataclass(frozen=True)
+class Pick:
+    """:func:`pick_best`'s answer: the kept schedule and its re-measured median speedup,
+    every candidate as ``(schedule key, median speedup)`` (the untransformed program
+    first, at 1.0) and the fresh measurements it cost (candidates x repeats, the
+    untransformed program's reference runs included, whether or not a shared cache
+    already held them: the count a method is charged, equal for every method)."""
+
+    best: Schedule
+    speedup: float
+    candidates: tuple[tuple[str, float], ...]
+    measurements: int
+
+
+def pick_best(
+    task: TiramisuTask,
+    measured: Iterable[Schedule],
+    top: int = 3,
+    repeats: int = 3,
+    cache: dict[str, float] | None = None,
+    new_measurer: Callable[[], Measurer] | None = None,
+) -> Pick:
+    """Keep the fastest of a method's ``measured`` schedules by re-measurement: the
+    ``top`` fastest by the task's (cached) in-search times and the untransformed program
+    are measured by ``repeats`` fresh measurers each (``new_measurer``; default: no disk
+    cache, the task measurer's threads), and the candidate with the highest median
+    speedup is kept (a tie keeps the untransformed program, then the faster in search).
+    In the paired timing the untransformed binary runs beside every candidate, so its
+    speedup is 1.0 by construction: a candidate is kept only if its median beats it.
+    ``cache`` (schedule key -> median speedup), shared by the methods evaluated on one
+    program, re-measures a schedule once for all of them."""
+    if new_measurer is None:
+        threads = task.measurer.threads
+
+        def new_measurer() -> Measurer:
+            return Measurer(disk_cache=False, threads=threads)
+
+    cache = {} if cache is None else cache
+    by_key = {s.key: s for s in measured if s.key != task.initial.key}
+    ranked = sorted((s for s in by_key.values() if math.isfinite(task.seconds(s))), key=task.seconds)
+    cands = [task.initial, *ranked[: max(0, top)]]
+    todo = [s for s in cands if s.key not in cache]
+    if todo:
+        runs: dict[str, list[float]] = {s.key: [] for s in todo}
+        for _ in range(max(1, repeats)):
+            m = new_measurer()
+            base = m.base_seconds(task.program)
+            for s in todo:
+                t = m.seconds(s)
+                runs[s.key].append(base / t if math.isfinite(t) else 0.0)
+        cache.update({k: float(np.median(v)) for k, v in runs.items()})
+    best = max(cands, key=lambda s: cache[s.key])  # the first maximum: initial, then in-search order
+    log.info(
+        "pick_best %s: %s",
+        task.program.name,
+        ", ".join(f"{cache[s.key]:.3f}x{' (kept)' if s is best else ''}" for s in cands),
+    )
+    return Pick(
+        best,
+        cache[best.key],
+        tuple((s.key, cache[s.key]) for s in cands),
+        len(cands) * max(1, repeats),
+    )
 
 
 @dataclass(frozen=True)
