@@ -94,8 +94,10 @@ def test_combo_options() -> None:
     assert (a.cost_objective, a.cost_features, a.episode_len, a.knee) == ("rank", "itervar", 20, 1.3)
     _, _, lev = release.combo_args(base, "rl+adaptive:local1")
     assert (lev.local, base.local) == (1, 0)
+    _, _, walk = release.combo_args(base, "rl+adaptive:walk2")
+    assert (walk.walk, base.walk) == (2, 0)
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
-    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx"):
+    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk"):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)
