@@ -126,6 +126,15 @@ class Args(ppo.PPOArgs):
     """measurer's estimator over the timed repeats: min or median"""
     repeats: int = 20
     """measurer's timed repeats (of about 1 ms each; slow kernels: single calls within the same budget)"""
+    local: int = 0
+    """slots per round for the cost model's best unvisited neighbours (1 or 2 knobs changed) of
+    the best measured configuration, taken from the sampler's batch (tuner.local_picks; not in
+    the paper; 0: off, the published searches)"""
+    walk: int = 0
+    """slots per round for model-free moves around the best measured configuration: +-1 index
+    of one tile knob (two at once when every one-knob move is measured), drawn at random
+    whatever the cost model predicts, taken from the sampler's batch after --local's
+    (tuner.walk_picks; not in the paper; 0: off)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -141,7 +150,8 @@ class Args(ppo.PPOArgs):
     """the search+sampler combinations to run, each with optional :options overriding the
     global flags for that one (so variants share a layer's measurer cache and initial
     configurations): an objective (rank, regression), a feature kind (knob, itervar), epN (PPO
-    episode length N), kneeX (adaptive sampling's knee X); e.g. rl+adaptive:rank:itervar:ep20"""
+    episode length N), kneeX (adaptive sampling's knee X), localN (--local N), walkN (--walk N); e.g.
+    rl+adaptive:rank:itervar:ep20"""
     metaschedule_trials: int = 0
     """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
     pip install 'timerl[metaschedule]': xgboost-cpu, cloudpickle, psutil)"""
@@ -261,7 +271,8 @@ class RLSearch:
 
 def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
     """``search+sampler[:option...]`` -> (search, sampler, the arguments with the options
-    applied): an objective, a feature kind, ``epN`` (episode length) or ``kneeX``."""
+    applied): an objective, a feature kind, ``epN`` (episode length), ``kneeX``, ``localN``
+    (``--local N``) or ``walkN`` (``--walk N``)."""
     pair, *opts = combo.split(":")
     s_name, m_name = pair.split("+")
     if s_name not in ("sa", "rl") or m_name not in ("greedy", "adaptive"):
@@ -275,10 +286,14 @@ def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
             args = replace(args, episode_len=int(o[2:]))
         elif o.startswith("knee"):
             args = replace(args, knee=float(o[4:]))
+        elif o.startswith("local") and o[5:].isdigit():
+            args = replace(args, local=int(o[5:]))
+        elif o.startswith("walk") and o[4:].isdigit():
+            args = replace(args, walk=int(o[4:]))
         else:
             raise ValueError(
                 f"combination {combo!r}: unknown option {o!r} (objectives {OBJECTIVES}, features "
-                f"{FEATURE_KINDS}, epN, kneeX)"
+                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN)"
             )
     return s_name, m_name, args
 
@@ -336,6 +351,8 @@ def run_layer(
                     tick,
                     cargs.cost_objective,
                     cargs.cost_features,
+                    cargs.local,
+                    cargs.walk,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")

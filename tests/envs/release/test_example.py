@@ -92,8 +92,12 @@ def test_combo_options() -> None:
     s, m, a = release.combo_args(base, "rl+adaptive:rank:itervar:ep20:knee1.3")
     assert (s, m) == ("rl", "adaptive")
     assert (a.cost_objective, a.cost_features, a.episode_len, a.knee) == ("rank", "itervar", 20, 1.3)
+    _, _, lev = release.combo_args(base, "rl+adaptive:local1")
+    assert (lev.local, base.local) == (1, 0)
+    _, _, walk = release.combo_args(base, "rl+adaptive:walk2")
+    assert (walk.walk, base.walk) == (2, 0)
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
-    for bad in ("sa+greedy:fast", "bo+greedy"):
+    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk"):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)

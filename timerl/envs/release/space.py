@@ -242,6 +242,36 @@ class KnobSpace:
                 return tuple(new)
         return cfg
 
+    def neighbourhood(self, cfg: Config, changes: int = 2) -> list[Config]:
+        """Every valid configuration that differs from ``cfg`` in 1 to ``changes`` knobs (any
+        values of those knobs), in a fixed order: by the knobs changed, then by their values."""
+        out: list[Config] = []
+        for r in range(1, changes + 1):
+            for knobs in itertools.combinations(range(len(self.knobs)), r):
+                others = [[v for v in range(self.sizes[k]) if v != cfg[k]] for k in knobs]
+                for vals in itertools.product(*others):
+                    new = list(cfg)
+                    for k, v in zip(knobs, vals, strict=True):
+                        new[k] = v
+                    if self.is_valid(tuple(new)):
+                        out.append(tuple(new))
+        return out
+
+    def tile_steps(self, cfg: Config, changes: int) -> list[Config]:
+        """Every valid configuration that moves exactly ``changes`` tile knobs of ``cfg`` (the
+        knobs named ``tile_*``) by one index each, up or down, the other knobs kept; in a fixed
+        order: by the knobs moved, then by the directions (-1 before +1)."""
+        tiles = [k for k, knob in enumerate(self.knobs) if knob.name.startswith("tile_")]
+        out: list[Config] = []
+        for knobs in itertools.combinations(tiles, changes):
+            for dirs in itertools.product((-1, 1), repeat=changes):
+                new = list(cfg)
+                for k, d in zip(knobs, dirs, strict=True):
+                    new[k] += d
+                if self.is_valid(tuple(new)):
+                    out.append(tuple(new))
+        return out
+
     def normalised(self, cfgs: Sequence[Config]) -> np.ndarray:
         """Each index over its knob's last index, in [0, 1]: ``(len(cfgs), num_knobs)`` float32
         (RELEASE's state, and the space k-means clusters in)."""

@@ -5,7 +5,15 @@ measurement budget is spent.
 configurations (the same ones for every search and sampler with the same ``seed``), fits
 the :class:`.CostModel`, then per round asks the search for candidates
 (:class:`.Candidates`), the sampler for the configurations to measure, measures them and
-refits the model on every measurement. Time is charged as the wall time of the search,
+refits the model on every measurement. With ``local=n > 0`` (not in the paper or AutoTVM; off by
+default) the first ``n`` slots of every round's batch go to the cost model's best unvisited
+configurations among the neighbours (1 or 2 knobs changed, :meth:`.KnobSpace.neighbourhood`)
+of the best measured configuration (:func:`local_picks`), and the sampler's batch fills the
+rest up to its own size (its lowest-ranked picks are dropped); the sampler is called as without
+them. With ``walk=n > 0`` (session 8b; not in the paper or AutoTVM; off by default) ``n`` further
+slots, after the local ones, go to model-free moves around the best measured configuration
+(:func:`walk_picks`: +-1 index of one tile knob, or of two at once when every one-knob move
+is measured, drawn uniformly at random whatever the model predicts). Time is charged as the wall time of the search,
 sampling and fitting, plus each measurement's own seconds (:attr:`.Measurement.seconds`,
 also when a shared measurer answers from its cache), so tuners that share a measurer are
 charged as if each had measured alone.
@@ -15,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +71,60 @@ class TuneResult:
         return sum(not m.valid for m in self.measurements)
 
 
+def local_picks(
+    space: KnobSpace,
+    model: CostModel,
+    done: dict[Config, Measurement],
+    n: int,
+    changes: int = 2,
+) -> list[Config]:
+    """The ``n`` unvisited configurations that the cost model scores highest among the
+    neighbours of the best measured valid configuration (up to ``changes`` knobs changed; ties
+    in the neighbourhood's order). Where that neighbourhood has fewer than ``n`` unvisited
+    configurations, the next best measured one's are added, and so on."""
+    out: list[Config] = []
+    taken = set(done)
+    for best in sorted((c for c, m in done.items() if m.valid), key=lambda c: -done[c].gflops):
+        if len(out) >= n:
+            break
+        near = [c for c in dict.fromkeys(space.neighbourhood(best, changes)) if c not in taken]
+        if not near:
+            continue
+        scores = np.asarray(model.predict(near), np.float64)
+        for j in np.argsort(-scores, kind="stable")[: n - len(out)]:
+            out.append(near[int(j)])
+            taken.add(near[int(j)])
+    return out
+
+
+def walk_picks(
+    space: KnobSpace,
+    done: dict[Config, Measurement],
+    n: int,
+    rng: np.random.Generator,
+    exclude: Sequence[Config] = (),
+) -> list[Config]:
+    """``n`` unvisited configurations one index step from the best measured valid configuration
+    in one tile knob, drawn uniformly at random without the cost model; when every such move is
+    measured (or taken), steps in two tile knobs at once (:meth:`.KnobSpace.tile_steps`). Where
+    the best's moves run out, the next best measured configuration's follow, and so on.
+    ``exclude``: configurations already picked this round."""
+    out: list[Config] = []
+    taken = set(done) | set(exclude)
+    for best in sorted((c for c, m in done.items() if m.valid), key=lambda c: -done[c].gflops):
+        for changes in (1, 2):
+            while len(out) < n:
+                near = [c for c in dict.fromkeys(space.tile_steps(best, changes)) if c not in taken]
+                if not near:
+                    break
+                pick = near[int(rng.integers(len(near)))]
+                out.append(pick)
+                taken.add(pick)
+        if len(out) >= n:
+            break
+    return out
+
+
 def tune(
     space: KnobSpace,
     search: Search,
@@ -74,14 +136,22 @@ def tune(
     on_measure: Callable[[Measurement], None] | None = None,
     objective: str = "regression",
     features: str = "knob",
+    local: int = 0,
+    walk: int = 0,
 ) -> TuneResult:
     """Tune ``space`` with ``budget`` hardware measurements (see the module doc); ``objective``
     is the cost model's (:class:`.CostModel`: regression or rank), ``features`` its feature kind
-    (knob or itervar). Raises
+    (knob or itervar); ``local``: slots per batch for :func:`local_picks`, ``walk``: for
+    :func:`walk_picks` (drawn from their own generator, so the search's draws do not move). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
+    if local < 0:
+        raise TimeRLError(f"RELEASE tune: local must be >= 0 slots, got {local}")
+    if walk < 0:
+        raise TimeRLError(f"RELEASE tune: walk must be >= 0 slots, got {walk}")
     rng = np.random.default_rng(seed)
+    walk_rng = np.random.default_rng([seed, 2])
     model = CostModel(space, seed=seed, objective=objective, features=features)
     done: dict[Config, Measurement] = {}
     order: list[Measurement] = []
@@ -118,6 +188,12 @@ def tune(
         ranked = sorted(done, key=lambda c: -done[c].gflops)
         cands = search.propose(space, model, done.keys(), ranked, rng)
         batch = sampler.select(space, cands.configs, cands.scores, done.keys(), budget - len(order), rng)
+        if local > 0 or walk > 0:
+            picks = local_picks(space, model, done, local) if local > 0 else []
+            if walk > 0:
+                picks += walk_picks(space, done, walk, walk_rng, exclude=picks)
+            rest = [c for c in batch if c not in picks]
+            batch = (picks + rest)[: max(len(batch), len(picks))]
         charged += time.perf_counter() - t
         before = len(order)
         measure(batch)
