@@ -137,6 +137,14 @@ def fresh_speedup(sched, n: int, threads: int | None) -> float:
     return float(np.median(vals))
 
 
+def report(sched, args: Args, reported: dict[str, float]) -> float:
+    """``sched``'s reported speedup (:func:`fresh_speedup`), measured once per schedule key
+    (``reported``: the program's figures so far, shared by every column)."""
+    if sched.key not in reported:
+        reported[sched.key] = fresh_speedup(sched, args.remeasure, args.threads or None)
+    return reported[sched.key]
+
+
 def keep(
     row: dict,
     method: str,
@@ -158,9 +166,7 @@ def keep(
         best = pk.best
         row[f"{method}_remeasured"] = pk.measurements
         row[f"{method}_pick"] = [list(c) for c in pk.candidates]
-    if best.key not in reported:
-        reported[best.key] = fresh_speedup(best, args.remeasure, args.threads or None)
-    row[method] = reported[best.key]
+    row[method] = report(best, args, reported)
     row[f"{method}_schedule"] = best.key
     row[f"{method}_in_search_best"] = first.key
     return best
@@ -282,9 +288,7 @@ def main(args: Args) -> dict:
             keep(
                 rows[p.name], "agent", tasks[p.name], measured.values(), args, picks[p.name], reported[p.name]
             )
-            if last.key not in reported[p.name]:
-                reported[p.name][last.key] = fresh_speedup(last, args.remeasure, threads)
-            rows[p.name]["agent_last"] = reported[p.name][last.key]
+            rows[p.name]["agent_last"] = report(last, args, reported[p.name])
             rows[p.name]["agent_last_schedule"] = last.key
             rows[p.name]["agent_actions"] = list(rec.actions)
         write_partial(out, rows, names, [], "greedy agent", t0, args.samples)

@@ -71,6 +71,11 @@ class TuneResult:
         return sum(not m.valid for m in self.measurements)
 
 
+def _best_first(done: dict[Config, Measurement]) -> list[Config]:
+    """The valid measured configurations, fastest first (the picks' centres in turn)."""
+    return sorted((c for c, m in done.items() if m.valid), key=lambda c: -done[c].gflops)
+
+
 def local_picks(
     space: KnobSpace,
     model: CostModel,
@@ -84,7 +89,7 @@ def local_picks(
     configurations, the next best measured one's are added, and so on."""
     out: list[Config] = []
     taken = set(done)
-    for best in sorted((c for c, m in done.items() if m.valid), key=lambda c: -done[c].gflops):
+    for best in _best_first(done):
         if len(out) >= n:
             break
         near = [c for c in dict.fromkeys(space.neighbourhood(best, changes)) if c not in taken]
@@ -111,7 +116,7 @@ def walk_picks(
     ``exclude``: configurations already picked this round."""
     out: list[Config] = []
     taken = set(done) | set(exclude)
-    for best in sorted((c for c, m in done.items() if m.valid), key=lambda c: -done[c].gflops):
+    for best in _best_first(done):
         for changes in (1, 2):
             while len(out) < n:
                 near = [c for c in dict.fromkeys(space.tile_steps(best, changes)) if c not in taken]
