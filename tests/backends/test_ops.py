@@ -533,6 +533,10 @@ def test_dlpack_round_trip_zero_copy(src: str, dst: str, dtype: DType) -> None:
     y = d.from_dlpack(s.to_dlpack(x))
     np.testing.assert_array_equal(d.to_numpy(y), a)
     assert d.to_numpy(y).dtype == a.dtype
+    if src == "jax" and any(dv.platform != "cpu" for dv in x.devices()):
+        # JAX on a GPU: the Torch backend computes on the CPU, so the import is a copy there
+        assert y.device == d.device
+        return
     assert _ptr(src, x) == _ptr(dst, y), "DLPack import copied the buffer"
     back = s.from_dlpack(d.to_dlpack(y))
     assert _ptr(src, back) == _ptr(src, x)

@@ -6,6 +6,7 @@ returns its input. ``torch.compile`` is used only when asked for (``use_compile=
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, final
 
@@ -16,6 +17,8 @@ from timerl.backends import base
 from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
 from timerl.errors import BackendError
 from timerl.pdg.ops import DType, OpKind
+
+log = logging.getLogger(__name__)
 
 _DTYPES: dict[DType, torch.dtype] = {
     DType.float32: torch.float32,
@@ -263,6 +266,9 @@ class TorchBackend(AbstractBackend):
         super().__init__()
         self.generator = torch.Generator().manual_seed(seed)
         self.use_compile = use_compile
+        # where tensors are made and ops run; imports from other devices are copied here
+        self.device = torch.device("cpu")
+        self._warned_device_copy = False
 
     def seed(self, seed: int) -> None:
         """Reset the generator."""
@@ -361,9 +367,21 @@ class TorchBackend(AbstractBackend):
     def from_dlpack(self, obj: Any) -> torch.Tensor:
         """``torch.from_dlpack``: zero-copy; the result aliases ``obj``'s buffer (do not write into it)."""
         try:
-            return torch.from_dlpack(obj)
+            x = torch.from_dlpack(obj)
         except (TypeError, BufferError, RuntimeError) as e:
             raise BackendError(f"torch cannot import {type(obj).__name__} through DLPack: {e}") from e
+        if x.device != self.device:  # e.g. a JAX env's arrays on a GPU: copied to where this backend computes
+            if not self._warned_device_copy:
+                self._warned_device_copy = True
+                log.warning(
+                    "the torch backend computes on %s; arrays imported from %s (e.g. a JAX env on a GPU) "
+                    "are copied there at every step; use backend='jax' to keep the env and the program "
+                    "on that device",
+                    self.device,
+                    x.device,
+                )
+            x = x.to(self.device)
+        return x
 
     def compile(self, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Callable[..., Any]:
         """``fn`` itself, or ``torch.compile(fn)`` when the backend was built with
