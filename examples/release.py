@@ -124,6 +124,11 @@ class Args(ppo.PPOArgs):
     up to 2x slower at some stack alignments); 0 alone: a direct call, the rule before session 7"""
     estimator: str = "min"
     """measurer's estimator over the timed repeats: min or median"""
+    table: str = ""
+    """a persistent measurement table (JSON lines, timerl.envs.release.measure.MeasurementTable):
+    a configuration is measured for real the first time any process asks for it and recorded;
+    later asks, in any process with the same measurer settings, get the recorded value and are
+    charged its recorded seconds (one fixed objective for every combination and seed; "": off)"""
     repeats: int = 20
     """measurer's timed repeats (of about 1 ms each; slow kernels: single calls within the same budget)"""
     local: int = 0
@@ -585,6 +590,19 @@ def run_metaschedule(args: Args, names: list[str], rows: list[dict]) -> list[dic
     return out
 
 
+def table_stats(measurer: TemplateMeasurer) -> dict[str, int]:
+    """The measurer's asks, those its table answered, the configurations it measured and the
+    table's records under its settings ({} without a table)."""
+    if measurer.table is None:
+        return {}
+    return {
+        "asks": measurer.asks,
+        "hits": measurer.table_hits,
+        "measured": measurer.measured,
+        "records": len(measurer.table),
+    }
+
+
 def main(args: Args) -> dict:
     trl.run.setup_logging()
     os.environ.setdefault("TVM_NUM_THREADS", "1")
@@ -601,6 +619,7 @@ def main(args: Args) -> dict:
         estimator=args.estimator,
         thread=args.timing_thread,
         stack_offsets=offsets(args.stack_offsets),
+        table=args.table or None,
     )
     all_results: dict[str, dict[str, list[TuneResult]]] = {}
     all_stats: dict[str, dict[str, list[dict]]] = {}
@@ -626,6 +645,14 @@ def main(args: Args) -> dict:
         print(format_rows(layer_rows), flush=True)
         print(format_seeds(layer_rows), flush=True)
         print(format_stats(name, all_stats[name]), flush=True)
+    table = table_stats(measurer)
+    if table:
+        print(
+            f"table {args.table}: {table['hits']} of {table['asks']} asks answered by the table, "
+            f"{table['measured']} configurations measured and recorded; {table['records']} records "
+            f"under these settings",
+            flush=True,
+        )
     ms_rows = run_metaschedule(args, names, rows) if args.metaschedule_trials > 0 else []
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -640,6 +667,7 @@ def main(args: Args) -> dict:
                 "rows": rows,
                 "run_stats": all_stats,
                 "metaschedule": ms_rows,
+                "table": table,
                 "curves": curves,
                 "measured": {  # per run, the configurations in the order measured, with their GFLOPS
                     n: {
@@ -656,7 +684,7 @@ def main(args: Args) -> dict:
     print(
         f"total {time.perf_counter() - t0:.0f} s; curves: {out / 'curves.png'}; results: {out / 'results.json'}"
     )
-    return {"rows": rows, "results": all_results}
+    return {"rows": rows, "results": all_results, "table": table}
 
 
 if __name__ == "__main__":
