@@ -140,6 +140,9 @@ class Args(ppo.PPOArgs):
     of one tile knob (two at once when every one-knob move is measured), drawn at random
     whatever the cost model predicts, taken from the sampler's batch after --local's
     (tuner.walk_picks; not in the paper; 0: off)"""
+    walk_stall: int = 0
+    """--walk's slots only in rounds after this many rounds in a row without a new best measured
+    configuration (0: every round)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -155,7 +158,7 @@ class Args(ppo.PPOArgs):
     """the search+sampler combinations to run, each with optional :options overriding the
     global flags for that one (so variants share a layer's measurer cache and initial
     configurations): an objective (rank, regression), a feature kind (knob, itervar), epN (PPO
-    episode length N), kneeX (adaptive sampling's knee X), localN (--local N), walkN (--walk N); e.g.
+    episode length N), kneeX (adaptive sampling's knee X), localN (--local N), walkN (--walk N), stallR (--walk-stall R); e.g.
     rl+adaptive:rank:itervar:ep20"""
     metaschedule_trials: int = 0
     """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
@@ -277,7 +280,7 @@ class RLSearch:
 def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
     """``search+sampler[:option...]`` -> (search, sampler, the arguments with the options
     applied): an objective, a feature kind, ``epN`` (episode length), ``kneeX``, ``localN``
-    (``--local N``) or ``walkN`` (``--walk N``)."""
+    (``--local N``), ``walkN`` (``--walk N``) or ``stallR`` (``--walk-stall R``)."""
     pair, *opts = combo.split(":")
     s_name, m_name = pair.split("+")
     if s_name not in ("sa", "rl") or m_name not in ("greedy", "adaptive"):
@@ -295,10 +298,12 @@ def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
             args = replace(args, local=int(o[5:]))
         elif o.startswith("walk") and o[4:].isdigit():
             args = replace(args, walk=int(o[4:]))
+        elif o.startswith("stall") and o[5:].isdigit():
+            args = replace(args, walk_stall=int(o[5:]))
         else:
             raise ValueError(
                 f"combination {combo!r}: unknown option {o!r} (objectives {OBJECTIVES}, features "
-                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN)"
+                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN, stallR)"
             )
     return s_name, m_name, args
 
@@ -358,6 +363,7 @@ def run_layer(
                     cargs.cost_features,
                     cargs.local,
                     cargs.walk,
+                    cargs.walk_stall,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")

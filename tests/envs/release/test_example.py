@@ -96,9 +96,11 @@ def test_combo_options() -> None:
     assert (lev.local, base.local) == (1, 0)
     _, _, walk = release.combo_args(base, "rl+adaptive:walk2")
     assert (walk.walk, base.walk) == (2, 0)
+    _, _, stall = release.combo_args(base, "rl+adaptive:walk1:stall3")
+    assert (stall.walk, stall.walk_stall, base.walk_stall) == (1, 3, 0)
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
-    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk"):
+    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk", "sa+greedy:stall"):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)
 
