@@ -10,7 +10,8 @@
 # it reaches the baseline's mean final (within 1 %).
 #
 # --bootstrap N (session 9): also a 90 % interval of the "x fewer" ratio (of the per-seed
-# medians) from N resamplings of the seeds with replacement, each seed's pair kept together.
+# medians) from N resamplings of the seeds with replacement, each seed's pair kept together,
+# and the geometric mean of the per-seed ratios with its interval from the same resamplings.
 #
 #   python benchmarks/release_pairs.py --baseline sa+greedy /tmp/relS6/m_C2_s*/results.json
 from __future__ import annotations
@@ -40,6 +41,15 @@ def bootstrap_ratio(own: list[int], other: list[int], n: int, seed: int = 0) -> 
     idx = np.random.default_rng(seed).integers(len(a), size=(n, len(a)))
     r = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
     return float(np.percentile(r, 5)), float(np.percentile(r, 95))
+
+
+def bootstrap_geomean(ratios: list[float], n: int, seed: int = 0) -> tuple[float, float, float]:
+    """The geometric mean of the per-seed ratios and the 5th and 95th percentiles of it over
+    ``n`` resamplings of the seeds with replacement."""
+    lr = np.log(np.asarray(ratios, float))
+    idx = np.random.default_rng(seed).integers(len(lr), size=(n, len(lr)))
+    m = lr[idx].mean(axis=1)
+    return float(np.exp(lr.mean())), float(np.exp(np.percentile(m, 5))), float(np.exp(np.percentile(m, 95)))
 
 
 def main() -> None:
@@ -86,7 +96,11 @@ def main() -> None:
             )
             if a.bootstrap and combo != a.baseline:
                 lo, hi = bootstrap_ratio([own[s] for s in ss], [x[0] for x in tob], a.bootstrap)
-                intervals.append(f"{combo} {x_fewer:.2f}x (90 % interval {lo:.2f}-{hi:.2f})")
+                g, glo, ghi = bootstrap_geomean(per, a.bootstrap)
+                intervals.append(
+                    f"{combo} {x_fewer:.2f}x (90 % interval {lo:.2f}-{hi:.2f}), geometric mean of the "
+                    f"per-seed x {g:.2f} ({glo:.2f}-{ghi:.2f})"
+                )
             per_seed_lines.append(
                 f"{layer:4s} {combo:22s} final {[round(cs[s][-1], 1) for s in ss]}  "
                 f"to95 {[x[0] if x[1] else '-' for x in to95]}  "

@@ -24,3 +24,11 @@ def test_bootstrap_ratio_brackets_the_ratio_and_narrows_with_seeds() -> None:
         assert lo < np.median(own) / np.median(other) < hi
         widths.append(hi - lo)
     assert widths[1] < widths[0]
+
+
+def test_bootstrap_geomean() -> None:
+    """The geometric mean of per-seed ratios (2 and 8: 4) lies inside its interval; constant
+    ratios give a point interval."""
+    g, lo, hi = release_pairs.bootstrap_geomean([2.0, 8.0], 500)
+    assert np.isclose(g, 4.0) and 2.0 <= lo < 4.0 < hi <= 8.0
+    assert np.allclose(release_pairs.bootstrap_geomean([3.0] * 5, 100), 3.0)
