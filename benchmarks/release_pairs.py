@@ -9,6 +9,10 @@
 # per-seed values; last, the mean best-so-far curve of each combination over the seeds and where
 # it reaches the baseline's mean final (within 1 %).
 #
+# --bootstrap N (session 9): also a 90 % interval of the "x fewer" ratio (of the per-seed
+# medians) from N resamplings of the seeds with replacement, each seed's pair kept together,
+# and the geometric mean of the per-seed ratios with its interval from the same resamplings.
+#
 #   python benchmarks/release_pairs.py --baseline sa+greedy /tmp/relS6/m_C2_s*/results.json
 from __future__ import annotations
 
@@ -30,10 +34,29 @@ def spread(xs: list[float]) -> str:
     return f"{np.median(xs):.1f} ({min(xs):.0f}-{max(xs):.0f})"
 
 
+def bootstrap_ratio(own: list[int], other: list[int], n: int, seed: int = 0) -> tuple[float, float]:
+    """The 5th and 95th percentiles of median(own) / median(other) over ``n`` resamplings of
+    the seeds with replacement (``own[i]`` and ``other[i]``: the same seed, kept together)."""
+    a, b = np.asarray(own, float), np.asarray(other, float)
+    idx = np.random.default_rng(seed).integers(len(a), size=(n, len(a)))
+    r = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    return float(np.percentile(r, 5)), float(np.percentile(r, 95))
+
+
+def bootstrap_geomean(ratios: list[float], n: int, seed: int = 0) -> tuple[float, float, float]:
+    """The geometric mean of the per-seed ratios and the 5th and 95th percentiles of it over
+    ``n`` resamplings of the seeds with replacement."""
+    lr = np.log(np.asarray(ratios, float))
+    idx = np.random.default_rng(seed).integers(len(lr), size=(n, len(lr)))
+    m = lr[idx].mean(axis=1)
+    return float(np.exp(lr.mean())), float(np.exp(np.percentile(m, 5))), float(np.exp(np.percentile(m, 95)))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("files", nargs="+")
     p.add_argument("--baseline", default="sa+greedy")
+    p.add_argument("--bootstrap", type=int, default=0, help="resamplings for a 90 %% interval of x fewer")
     a = p.parse_args()
     # layer -> combo -> seed -> curve
     runs: dict[str, dict[str, dict[int, list[float]]]] = {}
@@ -55,6 +78,7 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|")
         per_seed_lines = []
+        intervals: list[str] = []
         own = {s: reach(base[s], 0.99 * base[s][-1])[0] for s in seeds}
         for combo, cs in combos.items():
             ss = [s for s in seeds if s in cs]
@@ -70,11 +94,20 @@ def main() -> None:
                 f"{np.median(per):.2f} ({min(per):.2f}-{max(per):.2f}) | "
                 f"{np.median(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}) | {stuck} of {len(ss)} |"
             )
+            if a.bootstrap and combo != a.baseline:
+                lo, hi = bootstrap_ratio([own[s] for s in ss], [x[0] for x in tob], a.bootstrap)
+                g, glo, ghi = bootstrap_geomean(per, a.bootstrap)
+                intervals.append(
+                    f"{combo} {x_fewer:.2f}x (90 % interval {lo:.2f}-{hi:.2f}), geometric mean of the "
+                    f"per-seed x {g:.2f} ({glo:.2f}-{ghi:.2f})"
+                )
             per_seed_lines.append(
                 f"{layer:4s} {combo:22s} final {[round(cs[s][-1], 1) for s in ss]}  "
                 f"to95 {[x[0] if x[1] else '-' for x in to95]}  "
                 f"to {a.baseline} final {[x[0] if x[1] else '-' for x in tob]}"
             )
+        if intervals:
+            print(f"\nx fewer, seeds resampled {a.bootstrap} times: " + "; ".join(intervals))
         print("\n```")
         print("\n".join(per_seed_lines))
         print("```")

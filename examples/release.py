@@ -124,6 +124,11 @@ class Args(ppo.PPOArgs):
     up to 2x slower at some stack alignments); 0 alone: a direct call, the rule before session 7"""
     estimator: str = "min"
     """measurer's estimator over the timed repeats: min or median"""
+    table: str = ""
+    """a persistent measurement table (JSON lines, timerl.envs.release.measure.MeasurementTable):
+    a configuration is measured for real the first time any process asks for it and recorded;
+    later asks, in any process with the same measurer settings, get the recorded value and are
+    charged its recorded seconds (one fixed objective for every combination and seed; "": off)"""
     repeats: int = 20
     """measurer's timed repeats (of about 1 ms each; slow kernels: single calls within the same budget)"""
     local: int = 0
@@ -135,6 +140,9 @@ class Args(ppo.PPOArgs):
     of one tile knob (two at once when every one-knob move is measured), drawn at random
     whatever the cost model predicts, taken from the sampler's batch after --local's
     (tuner.walk_picks; not in the paper; 0: off)"""
+    walk_stall: int = 0
+    """--walk's slots only in rounds after this many rounds in a row without a new best measured
+    configuration (0: every round)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -150,7 +158,7 @@ class Args(ppo.PPOArgs):
     """the search+sampler combinations to run, each with optional :options overriding the
     global flags for that one (so variants share a layer's measurer cache and initial
     configurations): an objective (rank, regression), a feature kind (knob, itervar), epN (PPO
-    episode length N), kneeX (adaptive sampling's knee X), localN (--local N), walkN (--walk N); e.g.
+    episode length N), kneeX (adaptive sampling's knee X), localN (--local N), walkN (--walk N), stallR (--walk-stall R); e.g.
     rl+adaptive:rank:itervar:ep20"""
     metaschedule_trials: int = 0
     """also tune every layer with TVM MetaSchedule for this many trials (0: off; needs
@@ -272,7 +280,7 @@ class RLSearch:
 def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
     """``search+sampler[:option...]`` -> (search, sampler, the arguments with the options
     applied): an objective, a feature kind, ``epN`` (episode length), ``kneeX``, ``localN``
-    (``--local N``) or ``walkN`` (``--walk N``)."""
+    (``--local N``), ``walkN`` (``--walk N``) or ``stallR`` (``--walk-stall R``)."""
     pair, *opts = combo.split(":")
     s_name, m_name = pair.split("+")
     if s_name not in ("sa", "rl") or m_name not in ("greedy", "adaptive"):
@@ -290,10 +298,12 @@ def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
             args = replace(args, local=int(o[5:]))
         elif o.startswith("walk") and o[4:].isdigit():
             args = replace(args, walk=int(o[4:]))
+        elif o.startswith("stall") and o[5:].isdigit():
+            args = replace(args, walk_stall=int(o[5:]))
         else:
             raise ValueError(
                 f"combination {combo!r}: unknown option {o!r} (objectives {OBJECTIVES}, features "
-                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN)"
+                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN, stallR)"
             )
     return s_name, m_name, args
 
@@ -353,6 +363,7 @@ def run_layer(
                     cargs.cost_features,
                     cargs.local,
                     cargs.walk,
+                    cargs.walk_stall,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")
@@ -585,6 +596,19 @@ def run_metaschedule(args: Args, names: list[str], rows: list[dict]) -> list[dic
     return out
 
 
+def table_stats(measurer: TemplateMeasurer) -> dict[str, int]:
+    """The measurer's asks, those its table answered, the configurations it measured and the
+    table's records under its settings ({} without a table)."""
+    if measurer.table is None:
+        return {}
+    return {
+        "asks": measurer.asks,
+        "hits": measurer.table_hits,
+        "measured": measurer.measured,
+        "records": len(measurer.table),
+    }
+
+
 def main(args: Args) -> dict:
     trl.run.setup_logging()
     os.environ.setdefault("TVM_NUM_THREADS", "1")
@@ -601,6 +625,7 @@ def main(args: Args) -> dict:
         estimator=args.estimator,
         thread=args.timing_thread,
         stack_offsets=offsets(args.stack_offsets),
+        table=args.table or None,
     )
     all_results: dict[str, dict[str, list[TuneResult]]] = {}
     all_stats: dict[str, dict[str, list[dict]]] = {}
@@ -626,6 +651,14 @@ def main(args: Args) -> dict:
         print(format_rows(layer_rows), flush=True)
         print(format_seeds(layer_rows), flush=True)
         print(format_stats(name, all_stats[name]), flush=True)
+    table = table_stats(measurer)
+    if table:
+        print(
+            f"table {args.table}: {table['hits']} of {table['asks']} asks answered by the table, "
+            f"{table['measured']} configurations measured and recorded; {table['records']} records "
+            f"under these settings",
+            flush=True,
+        )
     ms_rows = run_metaschedule(args, names, rows) if args.metaschedule_trials > 0 else []
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -640,6 +673,7 @@ def main(args: Args) -> dict:
                 "rows": rows,
                 "run_stats": all_stats,
                 "metaschedule": ms_rows,
+                "table": table,
                 "curves": curves,
                 "measured": {  # per run, the configurations in the order measured, with their GFLOPS
                     n: {
@@ -656,7 +690,7 @@ def main(args: Args) -> dict:
     print(
         f"total {time.perf_counter() - t0:.0f} s; curves: {out / 'curves.png'}; results: {out / 'results.json'}"
     )
-    return {"rows": rows, "results": all_results}
+    return {"rows": rows, "results": all_results, "table": table}
 
 
 if __name__ == "__main__":

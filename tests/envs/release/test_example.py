@@ -96,8 +96,47 @@ def test_combo_options() -> None:
     assert (lev.local, base.local) == (1, 0)
     _, _, walk = release.combo_args(base, "rl+adaptive:walk2")
     assert (walk.walk, base.walk) == (2, 0)
+    _, _, stall = release.combo_args(base, "rl+adaptive:walk1:stall3")
+    assert (stall.walk, stall.walk_stall, base.walk_stall) == (1, 3, 0)
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
-    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk"):
+    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk", "sa+greedy:stall"):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)
+
+
+def test_example_on_a_table_repeats_exactly(tmp_path) -> None:
+    """``--table``: the first process measures and records every configuration; a second one
+    with the same seed measures nothing (every first ask a table hit) and repeats the first's
+    runs exactly (the same configurations in the same order, the same GFLOPS and charges)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+    import release
+
+    args = replace(
+        release.Args(),
+        workloads="MM64",
+        combos="sa+greedy,rl+adaptive",
+        budget=10,
+        n_init=4,
+        seeds=1,
+        num_envs=4,
+        iterations=1,
+        episode_len=3,
+        sa_iters=20,
+        batch_size=2,
+        k_min=1,
+        k_max=2,
+        remeasure=0,
+        progress=False,
+        table=str(tmp_path / "table.jsonl"),
+    )
+    first = release.main(replace(args, out_dir=str(tmp_path / "a")))
+    second = release.main(replace(args, out_dir=str(tmp_path / "b")))
+    t1, t2 = first["table"], second["table"]
+    assert t1["hits"] == 0 and t1["measured"] == t1["records"] >= 10
+    assert t2["measured"] == 0 and t2["hits"] == t1["measured"] and t2["records"] == t1["records"]
+    for combo in ("sa+greedy", "rl+adaptive"):
+        (r1,), (r2,) = first["results"]["MM64"][combo], second["results"]["MM64"][combo]
+        assert r1.measurements == r2.measurements
+    saved = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert saved["table"] == t2

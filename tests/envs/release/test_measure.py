@@ -231,3 +231,80 @@ def test_two_speed_configurations_reproduce_across_processes() -> None:
         ]
     )
     assert (out.max(0) / out.min(0) < 1.1).all() and (out.min(0) > [52, 58]).all(), out
+
+
+def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Every ``template.build`` call recorded (the real build still runs)."""
+    builds: list[tuple] = []
+    real = rm.template.build
+    monkeypatch.setattr(
+        rm.template, "build", lambda sp, cfg, t: builds.append(tuple(cfg)) or real(sp, cfg, t)
+    )
+    return builds
+
+
+def test_table_answers_a_second_measurer_without_building(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measurer with a table measures for real and records each configuration (an invalid one
+    as invalid, with its error); a second measurer over the same file builds nothing and returns
+    the recorded measurements (GFLOPS, validity, error and seconds), counted as table hits."""
+    builds = _counting_builds(monkeypatch)
+    path = tmp_path / "t.jsonl"
+    sp = template_space(TINY[2])
+    rng = np.random.default_rng(3)
+    cfgs = list(dict.fromkeys(sp.random(rng) for _ in range(3))) + [(99,) + (0,) * (len(sp.knobs) - 1)]
+    a = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,), table=path)
+    first = [a.measure(sp, c) for c in cfgs]
+    assert a.measured == len(cfgs) and a.table_hits == 0 and len(builds) == len(cfgs) - 1
+    assert not first[-1].valid and first[-1].gflops == 0.0 and "outside the knob space" in first[-1].error
+    assert all(m.valid for m in first[:-1])
+    assert len(path.read_text().splitlines()) == len(cfgs)
+    builds.clear()
+    b = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,), table=path)
+    again = [b.measure(sp, c) for c in cfgs]
+    assert builds == [] and b.measured == 0 and b.table_hits == len(cfgs) and b.asks == len(cfgs)
+    assert again == first  # gflops, valid, seconds and error as recorded
+    assert b.measure(sp, cfgs[0]) is again[0] and b.table_hits == len(cfgs)  # then the in-memory cache
+
+
+def test_table_keys_records_by_measurer_settings(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measurer with other settings (here the wall clock) does not use the records of another
+    rule: it measures for real and adds its own; each rule then reads back only its own."""
+    builds = _counting_builds(monkeypatch)
+    path = tmp_path / "t.jsonl"
+    sp = template_space(TINY[2])
+    c = sp.random(np.random.default_rng(4))
+    rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,), table=path).measure(sp, c)
+    wall = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,), clock="wall", table=path)
+    assert wall.table is not None and len(wall.table) == 0 and wall.table.foreign == 1
+    wall.measure(sp, c)
+    assert wall.measured == 1 and wall.table_hits == 0 and len(builds) == 2
+    cpu = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,), table=path)
+    wall2 = rm.TemplateMeasurer(repeats=3, repeat_ms=0.2, stack_offsets=(0,), clock="wall", table=path)
+    for m in (cpu, wall2):
+        assert m.table is not None and len(m.table) == 1 and m.table.foreign == 1
+        m.measure(sp, c)
+        assert m.table_hits == 1 and m.measured == 0
+    assert len(builds) == 2
+
+
+def test_table_tolerates_a_truncated_last_line(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """A last line cut short (a process killed mid-write) is left unread; the next record starts
+    on a line of its own, after which the cut line is skipped with a warning and every complete
+    record is read back. Records another process appends are seen by ``get``."""
+    path = tmp_path / "t.jsonl"
+    lay = TINY[2]
+    t = rm.MeasurementTable(path, "s")
+    t.add(lay, rm.Measurement((1, 2), 3.5, True, 0.25))
+    t.add(lay, rm.Measurement((1, 3), 0.0, False, 0.125, "wrong result"))
+    with path.open("a") as f:
+        f.write('{"settings": "s", "layer": "tiny_mm:matmul:16,32,8", "config": [1, ')
+    u = rm.MeasurementTable(path, "s")
+    assert len(u) == 2 and u.skipped == 0
+    assert u.get(lay, (1, 3)) == rm.Measurement((1, 3), 0.0, False, 0.125, "wrong result")
+    u.add(lay, rm.Measurement((2, 2), 7.0, True, 0.5))
+    assert t.get(lay, (2, 2)) == rm.Measurement((2, 2), 7.0, True, 0.5)  # appended by another
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.release"):
+        v = rm.MeasurementTable(path, "s")
+    assert len(v) == 3 and v.skipped == 1 and "does not parse" in caplog.text
+    assert v.get(lay, (1, 2)) == rm.Measurement((1, 2), 3.5, True, 0.25)
+    assert rm.MeasurementTable(path, "other").foreign == 3

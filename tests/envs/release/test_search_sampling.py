@@ -298,3 +298,45 @@ def test_tune_walk_slot_leads_every_round() -> None:
         assert all(steps) if walk else not all(steps)
     with pytest.raises(TimeRLError, match="walk"):
         tune(SPACE, SimulatedAnnealing(n_iter=20), GreedySampler(4), SyntheticMeasurer(), budget=12, walk=-1)
+
+
+def test_tune_walk_stall_waits_for_a_stall() -> None:
+    """``walk=1, walk_stall=2``: a round's batch starts with a walk step exactly when the two
+    rounds before it found no new best (with a sampler drawing only random configurations, a
+    random configuration is a step by chance almost never); such rounds and climbing rounds both
+    occur here; a negative ``walk_stall`` raises."""
+
+    def is_step(c, best) -> bool:
+        moved = [abs(x - y) for x, y in zip(c, best, strict=True)]
+        return all(m == 0 for m in moved[3:]) and sorted(moved[:3])[-1] == 1 and sum(moved[:3]) in (1, 2)
+
+    res = tune(
+        SPACE,
+        SimulatedAnnealing(n_iter=20),
+        GreedySampler(4, 1.0),
+        SyntheticMeasurer(),
+        budget=88,
+        seed=3,
+        walk=1,
+        walk_stall=2,
+    )
+    ms = res.measurements
+    assert len(ms) == 88 and res.rounds == 20
+    flat, fired = 0, []
+    for r in range(20):
+        before = ms[: 8 + 4 * r]
+        best = max(before, key=lambda m: m.gflops)
+        stalled = flat >= 2
+        assert is_step(ms[8 + 4 * r].config, best.config) == stalled, r
+        fired.append(stalled)
+        flat = 0 if max(m.gflops for m in ms[: 12 + 4 * r]) > best.gflops else flat + 1
+    assert any(fired) and not all(fired)
+    with pytest.raises(TimeRLError, match="walk_stall"):
+        tune(
+            SPACE,
+            SimulatedAnnealing(n_iter=20),
+            GreedySampler(4),
+            SyntheticMeasurer(),
+            budget=12,
+            walk_stall=-1,
+        )

@@ -13,7 +13,9 @@ rest up to its own size (its lowest-ranked picks are dropped); the sampler is ca
 them. With ``walk=n > 0`` (session 8b; not in the paper or AutoTVM; off by default) ``n`` further
 slots, after the local ones, go to model-free moves around the best measured configuration
 (:func:`walk_picks`: +-1 index of one tile knob, or of two at once when every one-knob move
-is measured, drawn uniformly at random whatever the model predicts). Time is charged as the wall time of the search,
+is measured, drawn uniformly at random whatever the model predicts); with ``walk_stall=r > 0``
+(session 9) only in rounds that follow ``r`` rounds in a row without a new best measured
+configuration, so a run that keeps climbing spends nothing on it. Time is charged as the wall time of the search,
 sampling and fitting, plus each measurement's own seconds (:attr:`.Measurement.seconds`,
 also when a shared measurer answers from its cache), so tuners that share a measurer are
 charged as if each had measured alone.
@@ -143,11 +145,14 @@ def tune(
     features: str = "knob",
     local: int = 0,
     walk: int = 0,
+    walk_stall: int = 0,
 ) -> TuneResult:
     """Tune ``space`` with ``budget`` hardware measurements (see the module doc); ``objective``
     is the cost model's (:class:`.CostModel`: regression or rank), ``features`` its feature kind
     (knob or itervar); ``local``: slots per batch for :func:`local_picks`, ``walk``: for
-    :func:`walk_picks` (drawn from their own generator, so the search's draws do not move). Raises
+    :func:`walk_picks` (drawn from their own generator, so the search's draws do not move),
+    ``walk_stall``: the walk slots only after that many rounds in a row without a new best
+    (0: every round). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
@@ -155,6 +160,8 @@ def tune(
         raise TimeRLError(f"RELEASE tune: local must be >= 0 slots, got {local}")
     if walk < 0:
         raise TimeRLError(f"RELEASE tune: walk must be >= 0 slots, got {walk}")
+    if walk_stall < 0:
+        raise TimeRLError(f"RELEASE tune: walk_stall must be >= 0 rounds, got {walk_stall}")
     rng = np.random.default_rng(seed)
     walk_rng = np.random.default_rng([seed, 2])
     model = CostModel(space, seed=seed, objective=objective, features=features)
@@ -188,20 +195,24 @@ def tune(
     measure(init)
     rounds = 0
     stale = 0
+    flat = 0  # rounds in a row without a new best
     while len(order) < budget:
         t = time.perf_counter()
         ranked = sorted(done, key=lambda c: -done[c].gflops)
         cands = search.propose(space, model, done.keys(), ranked, rng)
         batch = sampler.select(space, cands.configs, cands.scores, done.keys(), budget - len(order), rng)
-        if local > 0 or walk > 0:
+        walking = walk if flat >= walk_stall else 0
+        if local > 0 or walking > 0:
             picks = local_picks(space, model, done, local) if local > 0 else []
-            if walk > 0:
-                picks += walk_picks(space, done, walk, walk_rng, exclude=picks)
+            if walking > 0:
+                picks += walk_picks(space, done, walking, walk_rng, exclude=picks)
             rest = [c for c in batch if c not in picks]
             batch = (picks + rest)[: max(len(batch), len(picks))]
         charged += time.perf_counter() - t
         before = len(order)
+        top = max(m.gflops for m in order)
         measure(batch)
+        flat = 0 if max(m.gflops for m in order) > top else flat + 1
         rounds += 1
         stale = stale + 1 if len(order) == before else 0
         if stale >= 3:
