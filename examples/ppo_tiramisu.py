@@ -1,7 +1,7 @@
 # Tiramisu-style loop optimisation with PPO as a timerl program (papers/tiramisu_rl.txt,
 # ch. 2-4): the agent transforms polyhedral loop nests (interchange, reversal, skewing,
 # parallelisation, tiling, unrolling, next branch; the paper's 56 actions plus fusion,
-# shift, skew by 2, wavefront skew, one-step time tiling and aligned fusion (82), illegal ones rejected by
+# shift, skew by 2, wavefront skew, one-step time tiling and aligned fusion, deep interchanges (84), illegal ones rejected by
 # exact isl dependence analysis), every new schedule is compiled with gcc -O3 and timed,
 # reward log4(speedup over the previous state). The actor-critic is Table 3.2's: two
 # GATv2 attention layers over the padded AST graph (dense masked attention), mean+max

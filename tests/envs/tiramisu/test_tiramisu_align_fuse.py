@@ -79,17 +79,73 @@ def test_align_fuse_computes_the_reference() -> None:
 def test_align_fuse_after_a_tile_of_the_focused_branch() -> None:
     """A focused branch tiled first (the policies' ``0:T(0,1,64,32)`` on mvt) gets the next
     branch aligned, tiled the same way and fused: the schedule of ``0:FN 0:T(0,1,x,y)``,
-    legal by isl and the oracle; a tile whose loops no longer match the aligned next
-    branch's (the points interchanged under it) does not apply."""
+    legal by isl and the oracle."""
     task = TiramisuTask(bm.mvt(6), Measurer(disk_cache=False, threads=1))
     for x, y in ((64, 32), (32, 128)):
         s = apply_sequence(task, f"0:T(0,1,{x},{y}) 0:FN")
         assert s.key == apply_sequence(task, f"0:FN 0:T(0,1,{x},{y})").key
     assert sc.align_fuse(apply_sequence(task, "0:T(0,1,64,32) 0:U(8)"), 0) is not None
-    assert sc.align_fuse(apply_sequence(task, "0:T(0,1,64,32) 0:I(2,3)"), 0) is None
-    # a reversed tile loop, a tile of skewed loops
-    assert sc.align_fuse(sc.reverse(sc.tile(task.initial, 0, 0, 4, 4), 0, 0), 0) is None
-    assert sc.align_fuse(sc.tile(sc.skew(task.initial, 0, 0), 0, 0, 4, 4), 0) is None
     p = bm.mvt(5)
     s = sc.align_fuse(sc.tile(initial_schedule(p), 0, 0, 2, 3), 0)
     assert s is not None and LegalityChecker(p)(s) and legal(p, s)
+
+
+# the focused branch's steps (small tiles: the actions' 32-128 would be one tile here) -> the
+# same schedule by the next branch's own steps (its loops interchanged to match ``A[i][j]``,
+# then the focused branch's steps) and ``F(3)`` / ``F(1)``; legal? (reversing mvt's ``i``
+# reverses the second nest's reduction loop ``j``: illegal, as the order of a float sum)
+I, T, S, R, F = sc.interchange, sc.tile, sc.skew, sc.reverse, sc.fuse
+AFTER_ANY = (
+    ([(T, 0, 0, 4, 4), (I, 0, 1)], [(I, 1, 0), (T, 1, 0, 4, 4), (I, 1, 1), (F, 1, 3)], True),  # s9 seed 0
+    ([(T, 0, 0, 4, 2), (I, 0, 2)], [(I, 1, 0), (T, 1, 0, 4, 2), (I, 1, 2), (F, 1, 3)], True),  # points
+    ([(S, 0, 0)], [(I, 1, 0), (S, 1, 0), (F, 1, 1)], True),
+    ([(I, 0, 0), (S, 0, 0, 2)], [(S, 1, 0, 2), (F, 1, 1)], True),
+    ([(R, 0, 0), (T, 0, 0, 2, 4)], [(I, 1, 0), (R, 1, 0), (T, 1, 0, 2, 4), (F, 1, 3)], False),
+)
+
+
+def _run(s: sc.Schedule | None, steps: list[tuple]) -> sc.Schedule | None:
+    for fn, *args in steps:
+        s = None if s is None else fn(s, *args)
+    return s
+
+
+def test_align_fuse_after_any_sequence_of_the_focused_branch() -> None:
+    """Tenth session: ``FN`` after an interchange of the point loops under the tiles (the
+    ninth session's seed 0 on mvt played ``T(0,1,128,128) I(1,2)``, after which ``FN`` did
+    not apply), a skew, a reversal: the next branch gets the focused branch's
+    transformations over the matched iterators (the schedule its own steps reach) and is
+    fused in; legal by isl and the brute-force oracle (illegal after a reversal that
+    reverses the next branch's reduction: the legality check still decides)."""
+    p = bm.mvt(6)
+    check = LegalityChecker(p)
+    for pre, same, want in AFTER_ANY:
+        host = _run(initial_schedule(p), pre)
+        assert host is not None and check(host)
+        s = sc.align_fuse(host, 0)
+        assert s is not None, pre
+        assert s.key == _run(host, same).key, pre
+        assert check(s) == legal(p, s) == want, pre
+    # as an action in the env's order: the ninth session's seed 0 sequence, then FN
+    task = TiramisuTask(bm.mvt(6), Measurer(disk_cache=False, threads=1))
+    apply_sequence(task, "0:T(0,1,128,128) 0:I(1,2) 0:FN")  # raises if FN does not apply or is illegal
+    # the next branch's loops no longer plain (tiled alone): no alignment
+    assert sc.align_fuse(T(T(initial_schedule(p), 0, 0, 4, 4), 1, 0, 2, 2), 0) is None
+    # still an illegal fusion where the plain one is (blur's stages), by isl and the oracle
+    p = bm.blur(6, 5)
+    s = sc.align_fuse(I(T(initial_schedule(p), 0, 0, 2, 2), 0, 2), 0)
+    assert s is not None and not LegalityChecker(p)(s) and not legal(p, s)
+
+
+def test_align_fuse_after_any_sequence_computes_the_reference() -> None:
+    """The generated code of ``FN`` after the interchanged tiles and after a skew computes
+    the untransformed program's output (the measurer checks it; the reference against a
+    Python run)."""
+    m = Measurer(disk_cache=False, threads=1)
+    p = bm.mvt(7)
+    np.testing.assert_allclose(m.reference(p), run_python(p), rtol=1e-5, atol=1e-5)
+    for pre, _, _ in AFTER_ANY[:4]:
+        s = sc.align_fuse(_run(initial_schedule(p), pre), 0)
+        assert s is not None
+        r = m.measure(s)
+        assert r.ok, (pre, r.error)

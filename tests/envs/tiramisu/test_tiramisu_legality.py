@@ -26,12 +26,14 @@ A = {a.name: k for k, a in enumerate(ACTIONS)}
 
 def test_actions() -> None:
     """§2.2.3's 56: 4 interchanges, 5 reversals, 3 skews, 2 parallelisations, 36 tilings,
-    5 unrolls, next; plus 3 skews by 2, 6 wavefront skews, 4 shifts, 4 fusions, 8 time tilings."""
-    assert NUM_ACTIONS == 82 and ACTIONS[NEXT].name == "next"
+    5 unrolls, next; plus 3 skews by 2, 6 wavefront skews, 4 shifts, 4 fusions, 8 time tilings,
+    the aligned fusion FN and 2 interchanges below level 4 (tenth session)."""
+    assert NUM_ACTIONS == 84 and ACTIONS[NEXT].name == "next"
     paper = [ACTIONS[a].kind for a in PAPER_ACTIONS]
     assert [paper.count(k) for k in "IRSPTUN"] == [4, 5, 3, 2, 36, 5, 1]
     kinds = [a.kind for a in ACTIONS]
-    assert [kinds.count(k) for k in "SWHFX"] == [6, 6, 4, 4, 8]
+    assert [kinds.count(k) for k in "ISWHFXA"] == [6, 6, 6, 4, 4, 8, 1]
+    assert [a.name for a in ACTIONS if a.kind == "I"][4:] == ["I(4,5)", "I(5,6)"]
     assert len({a.name for a in ACTIONS}) == NUM_ACTIONS
 
 

@@ -1,6 +1,7 @@
-"""The actions: the 56 of §2.2.3, plus 26 this environment adds (skews with a factor,
+"""The actions: the 56 of §2.2.3, plus 28 this environment adds (skews with a factor,
 wavefront skews, shifts, fusions, one-step time tilings, an aligned fusion of the next
-branch), and how each applies to a schedule's focused branch.
+branch, interchanges of the levels tiling pushes below level 4), and how each applies to
+a schedule's focused branch.
 
 Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine):
 
@@ -28,6 +29,17 @@ Added in the eighth session (docs/tiramisu.md "Results (2026-11-27, eighth sessi
 - ``FN``: align the next branch's loop order with the focused branch's accesses to the
   arrays both use, and fuse it into the focused branch (:func:`.schedule.align_fuse`):
   mvt's ``1:I(0,1) 1:F(1)`` from branch 0, where ``next`` would otherwise come first.
+  Since the tenth session it applies after any transformations of the focused branch
+  (the next branch gets them too, over the matched iterators).
+
+Added in the tenth session (docs/tiramisu.md "Results (2026-11-27, tenth session)"):
+
+- ``I(4,5)``, ``I(5,6)``: the paper's interchanges stop at ``I(3,4)``, its programs'
+  loop levels before tiling; a tile inserts two levels in front, so a 4-deep nest tiled
+  at ``(0, 1)`` has its innermost pair at levels 4 and 5 (a 5-deep one at 5 and 6).
+  ``T(0,1,..)`` on doitgen's first branch tiles every statement sharing its ``r`` loop,
+  so the reduction's ``I(2,3)`` (1.3-1.5x with an unroll) became ``I(4,5)`` on branch 1,
+  which no action expressed: tiling first (the policies' choice) made the gain unreachable.
 
 ``PAPER_ACTIONS`` is the index set of the paper's 56.
 """
@@ -95,12 +107,14 @@ ACTIONS: tuple[Action, ...] = (
     *(Action("X", f, x, y) for f in (1, 2) for x, y in TIME_TILE_SIZES),
     # eighth session: align the next branch and fuse it into the focused one
     Action("A"),
+    # tenth session: interchanges of the levels tiling pushes below level 4
+    *(Action("I", i) for i in (4, 5)),
     Action("N"),
 )
 NUM_ACTIONS = len(ACTIONS)
 NEXT = NUM_ACTIONS - 1
 PAPER_ACTIONS: tuple[int, ...] = (*range(55), NEXT)
-assert NUM_ACTIONS == 82
+assert NUM_ACTIONS == 84
 
 
 def apply_action(sched: Schedule, branch: int, a: int) -> Schedule | None:

@@ -3,8 +3,8 @@
 Each of the ``B`` envs holds one program and its current :class:`~.schedule.Schedule`
 with a focused branch. Reset picks a program per env (see ``sets``) and returns the
 untransformed program's graph (:mod:`.features`, flattened to ``OBS_SIZE``). ``step(a)``
-applies one of the 82 actions (:mod:`.actions`: the paper's 56, plus skew by 2, wavefront
-skew, shift, fusion, one-step time tiling and aligned fusion of the next branch) to the focused branch:
+applies one of the 84 actions (:mod:`.actions`: the paper's 56, plus skew by 2, wavefront
+skew, shift, fusion, one-step time tiling and aligned fusion of the next branch, interchanges of levels 4-6) to the focused branch:
 
 - a transformation that applies, is legal (exact isl dependences) and compiles to a
   correct program: reward ``log4(t_prev / t_new)`` (the speedup over the previous state);

@@ -397,30 +397,103 @@ def _level_accesses(p: Program, k: int, perm: tuple[int, ...], arrays: set[str])
     return out
 
 
+def _leading_perm(points: tuple[Level, ...]) -> tuple[int, ...] | None:
+    """For point loops (every transformation keeps one per iterator), the iterator each
+    one leads: the first permutation ``p`` (in :func:`itertools.permutations` order) with
+    a nonzero coefficient of iterator ``p[j]`` in loop ``j`` (the plain iterator of a plain
+    loop; ``j`` of a skewed ``i + j`` after ``i``). None when there is none."""
+    for p in itertools.permutations(range(len(points))):
+        if all(lvl.coeffs[i] for lvl, i in zip(points, p, strict=True)):
+            return p
+    return None
+
+
+def _inversions(order: tuple[int, ...] | list[int]) -> int:
+    return sum(order[i] > order[j] for i in range(len(order)) for j in range(i + 1, len(order)))
+
+
 def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
     """FN: align the *next* branch (``branch + 1``) with the focused one and fuse it in, one
-    step composed of :func:`interchange` and :func:`fuse`. Among the orders of the next
-    branch's loops (its levels must be plain iterators: not tiled, skewed or shifted), the
-    one under which most of its accesses to arrays the two branches share are the same
-    function of the loop levels as one of the focused branch's accesses to that array
-    (ties: the fewest swapped pairs, the current order first) is reached by adjacent
-    interchanges; then the branch is fused into the focused one's loops ``0..l``, ``l =
-    min(depths) - 1`` (at most 3, as ``F(l)``). On mvt it is ``1:I(0,1) 1:F(1)`` from
-    branch 0: the second nest's ``A[j][i]`` becomes ``A[i][j]`` of the first, and both
-    read ``A`` in one pass (1.85x; tiled, 3.85x). It exists because ``next`` only moves
-    forward: the env's focus is on the first nest, where the fusion is not reachable
-    without the penalised ``next`` first (no method found it). Legality is the usual
-    dependence test of the result. None without a next branch, without a shared array,
-    when no order matches a shared access, or when nothing changes.
+    step. The next branch's levels must be plain iterators (not tiled, skewed or shifted:
+    the branch was never focused). The iterators of the two branches are matched so that
+    most of the next branch's accesses to the arrays both use are the same function of the
+    matched iterators as one of the focused branch's accesses to that array (ties: the
+    fewest loops swapped against the next branch's current order); then the next branch
+    gets the focused branch's transformations and is fused into its loops ``0..l``, ``l =
+    min(depths) - 1`` (at most 3, as ``F(l)``). On mvt from branch 0 it is ``1:I(0,1)
+    1:F(1)``: the second nest's ``A[j][i]`` becomes the first's ``A[i][j]``, and both read
+    ``A`` in one pass (1.85x; tiled, 3.85x). It exists because ``next`` only moves
+    forward: the fusion is not reachable from the first nest without the penalised
+    ``next`` first. Legality is the usual dependence test of the result. None without a
+    next branch, without a shared array, when no matching agrees on a shared access, or
+    when nothing changes.
 
-    A focused branch already tiled (tile pairs of :func:`tile` in front of plain loops,
-    e.g. after ``T(0,1,64,32)``) is matched by tiling the aligned next branch the same
-    way (the same :func:`tile` calls) before the fusion, so ``0:T(0,1,x,y) 0:FN`` reaches
-    ``0:FN 0:T(0,1,x,y)``: the eighth session's policies tiled mvt's first nest first,
-    after which a plain-only ``FN`` no longer applied."""
+    Branches of one depth (tenth session): the next branch's levels become the focused
+    branch's levels, each row rewritten over the matched iterators (tile sizes and shifts
+    kept), so ``FN`` applies after *any* sequence of the focused branch's
+    transformations, e.g. a tile and an interchange of its point loops (``0:T(0,1,128,128)
+    0:I(2,3)`` or ``0:I(1,2)``, the ninth session's seed 0 on mvt, after which the eighth
+    session's ``FN`` no longer applied), a skew or a reversal; ``0:T(0,1,x,y) 0:FN`` is
+    ``0:FN 0:T(0,1,x,y)``. Branches of different depths (doitgen's): the focused branch's
+    loops must be plain iterators, possibly under tile pairs of :func:`tile` (eighth
+    session), and the loops are matched by position (:func:`_align_by_position`)."""
     p = sched.program
     if branch + 1 >= len(p.branches):
         return None
+    host, mine = sched.branch_stmts(branch), sched.branch_stmts(branch + 1)
+    mperm = _level_perm(sched.stmts[mine[0]].levels)
+    if mperm is None:
+        return None
+
+    def arrays(ks: list[int]) -> set[str]:
+        return {a.array for k in ks for a in (p.statements[k].write, *p.statements[k].reads)}
+
+    shared = arrays(host) & arrays(mine)
+    if not shared:
+        return None
+    if p.statements[host[0]].depth != len(mperm):
+        return _align_by_position(sched, branch, shared)
+    hlevels = sched.stmts[host[0]].levels
+    lead = _leading_perm(tuple(lv for lv in hlevels if not lv.tile))
+    if lead is None or sched.parallel[branch + 1] >= 0:
+        return None
+    ident = tuple(range(len(mperm)))
+    want = {acc for k in host for acc in _level_accesses(p, k, ident, shared)}
+    best: tuple[int, int] | None = None
+    match: tuple[int, ...] = ()
+    for sigma in itertools.permutations(ident):  # host iterator i <-> next iterator sigma[i]
+        hits = sum(acc in want for k in mine for acc in _level_accesses(p, k, sigma, shared))
+        score = (hits, -_inversions([mperm.index(sigma[i]) for i in lead]))
+        if best is None or score > best:
+            best, match = score, sigma
+    if best is None or best[0] == 0:
+        return None
+
+    def moved(lvl: Level) -> Level:
+        coeffs = [0] * len(match)
+        for i, c in enumerate(lvl.coeffs):
+            coeffs[match[i]] = c
+        return Level(tuple(coeffs), lvl.tile, lvl.shift)
+
+    levels = tuple(moved(lv) for lv in hlevels)
+    stmts = list(sched.stmts)
+    for k in mine:  # the new (tile) loops' betas 0, the statements' own order kept
+        b = stmts[k].betas
+        stmts[k] = StmtSchedule(levels, b[:1] + (0,) * (len(levels) + 1 - len(b)) + b[1:])
+    out = fuse(replace(sched, stmts=tuple(stmts)), branch + 1, min(len(levels) - 1, 3))
+    return None if out is None or out.key == sched.key else out
+
+
+def _align_by_position(sched: Schedule, branch: int, shared: set[str]) -> Schedule | None:
+    """:func:`align_fuse` for branches of different depths (the eighth session's
+    matching): the focused branch's loops must be plain iterators, possibly under tile
+    pairs of :func:`tile`; among the orders of the next branch's loops, the one under
+    which most of its accesses to ``shared`` are the same function of the loop *positions*
+    as one of the focused branch's (ties: the fewest swapped pairs, the current order
+    first) is reached by adjacent interchanges, the next branch is tiled the same way (the
+    same :func:`tile` calls) and fused into the focused one's loops ``0..l``, ``l =
+    min(depths) - 1`` (at most 3)."""
+    p = sched.program
     host, mine = sched.branch_stmts(branch), sched.branch_stmts(branch + 1)
     hlevels = sched.stmts[host[0]].levels
     pairs = _tile_pairs(hlevels)
@@ -432,24 +505,13 @@ def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
     mperm = _level_perm(sched.stmts[mine[0]].levels)
     if hperm is None or mperm is None:
         return None
-
-    def arrays(ks: list[int]) -> set[str]:
-        return {a.array for k in ks for a in (p.statements[k].write, *p.statements[k].reads)}
-
-    shared = arrays(host) & arrays(mine)
-    if not shared:
-        return None
     want = {acc for k in host for acc in _level_accesses(p, k, hperm, shared)}
-
-    def inversions(order: tuple[int, ...]) -> int:
-        return sum(order[i] > order[j] for i in range(len(order)) for j in range(i + 1, len(order)))
-
     best: tuple[int, int] | None = None
     best_order: tuple[int, ...] = ()
     for order in itertools.permutations(range(len(mperm))):
         perm = tuple(mperm[j] for j in order)
         hits = sum(acc in want for k in mine for acc in _level_accesses(p, k, perm, shared))
-        score = (hits, -inversions(order))
+        score = (hits, -_inversions(order))
         if best is None or score > best:
             best, best_order = score, order
     if best is None or best[0] == 0:
