@@ -12,12 +12,17 @@ import pytest
 pytest.importorskip("tvm")
 
 
-def test_example_runs_all_four_combinations(tmp_path) -> None:
+def _release():
+    """examples/release.py as a module."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
     import release
 
-    args = replace(
-        release.Args(),
+    return release
+
+
+def _tiny(release, **kw):
+    """release.Args for a smoke run: MM64, 10 measurements, a tiny PPO search, no progress bar."""
+    small = dict(
         workloads="MM64",
         budget=10,
         n_init=4,
@@ -29,10 +34,15 @@ def test_example_runs_all_four_combinations(tmp_path) -> None:
         batch_size=2,  # greedy and adaptive: >= 3 rounds after the 4 random configurations
         k_min=1,
         k_max=2,
-        remeasure=1,
         progress=False,
-        out_dir=str(tmp_path),
     )
+    return replace(release.Args(), **{**small, **kw})
+
+
+def test_example_runs_all_four_combinations(tmp_path) -> None:
+    release = _release()
+
+    args = _tiny(release, remeasure=1, out_dir=str(tmp_path))
     out = release.main(args)
     rows = {r["combo"]: r for r in out["rows"]}
     assert set(rows) == {"sa+greedy", "sa+adaptive", "rl+greedy", "rl+adaptive"}
@@ -55,8 +65,7 @@ def test_example_combo_with_a_rank_objective(tmp_path) -> None:
     """``search+sampler:rank:itervar`` runs that combination with the ranking cost model on the
     loop-nest features beside the plain one (same layer, same measurer cache, here timed by the
     CPU-time clock) and reports it under its own name."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-    import release
+    release = _release()
 
     args = replace(
         release.Args(),
@@ -85,8 +94,7 @@ def test_example_combo_with_a_rank_objective(tmp_path) -> None:
 def test_combo_options() -> None:
     """``search+sampler:options`` override the global flags for that combination only; an
     unknown option or search raises."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-    import release
+    release = _release()
 
     base = release.Args()
     s, m, a = release.combo_args(base, "rl+adaptive:rank:itervar:ep20:knee1.3")
@@ -109,27 +117,9 @@ def test_example_on_a_table_repeats_exactly(tmp_path) -> None:
     """``--table``: the first process measures and records every configuration; a second one
     with the same seed measures nothing (every first ask a table hit) and repeats the first's
     runs exactly (the same configurations in the same order, the same GFLOPS and charges)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-    import release
+    release = _release()
 
-    args = replace(
-        release.Args(),
-        workloads="MM64",
-        combos="sa+greedy,rl+adaptive",
-        budget=10,
-        n_init=4,
-        seeds=1,
-        num_envs=4,
-        iterations=1,
-        episode_len=3,
-        sa_iters=20,
-        batch_size=2,
-        k_min=1,
-        k_max=2,
-        remeasure=0,
-        progress=False,
-        table=str(tmp_path / "table.jsonl"),
-    )
+    args = _tiny(release, combos="sa+greedy,rl+adaptive", remeasure=0, table=str(tmp_path / "table.jsonl"))
     first = release.main(replace(args, out_dir=str(tmp_path / "a")))
     second = release.main(replace(args, out_dir=str(tmp_path / "b")))
     t1, t2 = first["table"], second["table"]
