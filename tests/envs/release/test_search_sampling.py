@@ -265,15 +265,17 @@ def test_walk_picks_escape_a_trap_the_model_hides() -> None:
     assert peak not in done
 
 
+def _is_tile_step(c, best) -> bool:
+    """``c`` moves one or two of the tile knobs (the first three) of ``best`` by one index, nothing else."""
+    moved = [abs(x - y) for x, y in zip(c, best, strict=True)]
+    return all(m == 0 for m in moved[3:]) and sorted(moved[:3])[-1] == 1 and sum(moved[:3]) in (1, 2)
+
+
 def test_tune_walk_slot_leads_every_round() -> None:
     """``walk=1``: each round's batch starts with a one-index step of one or two tile knobs of
     the best configuration measured before it (the other knobs kept), whatever the sampler,
     and keeps the sampler's size; ``walk=0`` does not; with ``local=1`` too, the local pick
     comes first and the walk's second; a negative ``walk`` raises."""
-
-    def is_step(c, best) -> bool:
-        moved = [abs(x - y) for x, y in zip(c, best, strict=True)]
-        return all(m == 0 for m in moved[3:]) and sorted(moved[:3])[-1] == 1 and sum(moved[:3]) in (1, 2)
 
     for local, walk in ((0, 0), (0, 1), (1, 1)):
         res = tune(
@@ -292,7 +294,7 @@ def test_tune_walk_slot_leads_every_round() -> None:
         for r in range(8):
             before = ms[: 8 + 4 * r]
             best = max(before, key=lambda m: m.gflops).config
-            steps.append(is_step(ms[8 + 4 * r + local].config, best))
+            steps.append(_is_tile_step(ms[8 + 4 * r + local].config, best))
             if local:
                 assert 1 <= _changed(ms[8 + 4 * r].config, best) <= 2
         assert all(steps) if walk else not all(steps)
@@ -305,10 +307,6 @@ def test_tune_walk_stall_waits_for_a_stall() -> None:
     rounds before it found no new best (with a sampler drawing only random configurations, a
     random configuration is a step by chance almost never); such rounds and climbing rounds both
     occur here; a negative ``walk_stall`` raises."""
-
-    def is_step(c, best) -> bool:
-        moved = [abs(x - y) for x, y in zip(c, best, strict=True)]
-        return all(m == 0 for m in moved[3:]) and sorted(moved[:3])[-1] == 1 and sum(moved[:3]) in (1, 2)
 
     res = tune(
         SPACE,
@@ -327,7 +325,7 @@ def test_tune_walk_stall_waits_for_a_stall() -> None:
         before = ms[: 8 + 4 * r]
         best = max(before, key=lambda m: m.gflops)
         stalled = flat >= 2
-        assert is_step(ms[8 + 4 * r].config, best.config) == stalled, r
+        assert _is_tile_step(ms[8 + 4 * r].config, best.config) == stalled, r
         fired.append(stalled)
         flat = 0 if max(m.gflops for m in ms[: 12 + 4 * r]) > best.gflops else flat + 1
     assert any(fired) and not all(fired)
