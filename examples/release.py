@@ -143,6 +143,12 @@ class Args(ppo.PPOArgs):
     walk_stall: int = 0
     """--walk's slots only in rounds after this many rounds in a row without a new best measured
     configuration (0: every round)"""
+    ensemble: int = 0
+    """cost model: a bootstrap ensemble of this many LightGBM regressors (0: one model, the
+    default); its mean plus --ucb standard deviations is the prediction (session 10)"""
+    ucb: float = 0.0
+    """cost model: standard deviations of the ensemble added to its mean (an upper confidence
+    bound; needs --ensemble >= 2; 0: off)"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -277,10 +283,23 @@ class RLSearch:
         return top_unvisited([c for c, _ in traj], np.array([s for _, s in traj]), visited, a.plan_size)
 
 
+UCB_MEMBERS = 5  # ensemble members for a ucbK option when ensN / --ensemble does not say
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
     """``search+sampler[:option...]`` -> (search, sampler, the arguments with the options
     applied): an objective, a feature kind, ``epN`` (episode length), ``kneeX``, ``localN``
-    (``--local N``), ``walkN`` (``--walk N``) or ``stallR`` (``--walk-stall R``)."""
+    (``--local N``), ``walkN`` (``--walk N``), ``stallR`` (``--walk-stall R``), ``best`` /
+    ``centroid`` (``--representative``), ``initN`` (``--n-init N``), ``ensN`` (``--ensemble N``)
+    or ``ucbK`` (``--ucb K``, with ``--ensemble`` or else ``UCB_MEMBERS`` members)."""
     pair, *opts = combo.split(":")
     s_name, m_name = pair.split("+")
     if s_name not in ("sa", "rl") or m_name not in ("greedy", "adaptive"):
@@ -300,10 +319,18 @@ def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
             args = replace(args, walk=int(o[4:]))
         elif o.startswith("stall") and o[5:].isdigit():
             args = replace(args, walk_stall=int(o[5:]))
+        elif o in ("best", "centroid"):
+            args = replace(args, representative=o)
+        elif o.startswith("init") and o[4:].isdigit():
+            args = replace(args, n_init=int(o[4:]))
+        elif o.startswith("ens") and o[3:].isdigit():
+            args = replace(args, ensemble=int(o[3:]))
+        elif o.startswith("ucb") and _is_float(o[3:]):
+            args = replace(args, ucb=float(o[3:]), ensemble=args.ensemble or UCB_MEMBERS)
         else:
             raise ValueError(
                 f"combination {combo!r}: unknown option {o!r} (objectives {OBJECTIVES}, features "
-                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN, stallR)"
+                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN, stallR, best, centroid, initN, ensN, ucbK)"
             )
     return s_name, m_name, args
 
@@ -357,13 +384,15 @@ def run_layer(
                     measurer,
                     args.budget,
                     seed,
-                    args.n_init,
+                    cargs.n_init,
                     tick,
                     cargs.cost_objective,
                     cargs.cost_features,
                     cargs.local,
                     cargs.walk,
                     cargs.walk_stall,
+                    cargs.ensemble,
+                    cargs.ucb,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")

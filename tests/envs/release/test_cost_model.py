@@ -100,3 +100,71 @@ def test_tune_with_the_ranker_climbs() -> None:
         objective="rank",
     )
     assert res.best.gflops >= 50.0
+
+
+def test_ensemble_predicts_mean_plus_ucb_std() -> None:
+    """A bootstrap ensemble (session 10): its mean still orders unseen configurations like the
+    fitness; its members disagree (std > 0) on some of them; the prediction is the mean plus
+    ``ucb`` standard deviations, so ucb=0 gives the mean and ucb=2 adds twice the spread; a
+    refit with the same data and seed gives the same predictions."""
+    cfgs = _configs(280, 0)
+    train, test = cfgs[:80], cfgs[80:]
+    plain = CostModel(SPACE, ensemble=5)
+    ucb = CostModel(SPACE, ensemble=5, ucb=2.0)
+    assert not ucb.predict(test).any()  # before the first fit: all 0
+    for m in (plain, ucb):
+        m.fit(train, fitness(train))
+    mean, std = ucb.mean_std(test)
+    assert len(ucb.members) == 5
+    assert (std >= 0).all() and std.max() > 0.01
+    assert _spearman(mean, fitness(test)) > 0.6
+    np.testing.assert_allclose(plain.predict(test), mean)
+    np.testing.assert_allclose(ucb.predict(test), mean + 2.0 * std)
+    again = CostModel(SPACE, ensemble=5, ucb=2.0)
+    again.fit(train, fitness(train))
+    np.testing.assert_array_equal(again.predict(test), ucb.predict(test))
+
+
+def test_ucb_ranks_an_uncertain_configuration_higher() -> None:
+    """Where the members disagree, the upper bound lifts a configuration above the mean's
+    order: among unseen configurations, the one with the largest std gains rank against the
+    mean's ranking (and the single model has no spread at all)."""
+    cfgs = _configs(120, 3)
+    train, test = cfgs[:30], cfgs[30:]
+    model = CostModel(SPACE, ensemble=8, ucb=3.0)
+    model.fit(train, fitness(train))
+    mean, std = model.mean_std(test)
+    j = int(np.argmax(std))
+    rank_mean = int((mean > mean[j]).sum())
+    rank_ucb = int((model.predict(test) > model.predict(test)[j]).sum())
+    assert rank_ucb < rank_mean
+    single = CostModel(SPACE)
+    single.fit(train, fitness(train))
+    assert not single.mean_std(test)[1].any()
+
+
+def test_bad_ensemble_settings_raise() -> None:
+    with pytest.raises(TimeRLError, match="ensemble"):
+        CostModel(SPACE, ensemble=1)
+    with pytest.raises(TimeRLError, match="regression"):
+        CostModel(SPACE, ensemble=3, objective="rank")
+    with pytest.raises(TimeRLError, match="ucb"):
+        CostModel(SPACE, ucb=1.0)
+    with pytest.raises(TimeRLError, match="ucb"):
+        CostModel(SPACE, ensemble=3, ucb=-1.0)
+
+
+def test_tune_with_an_upper_confidence_bound_climbs() -> None:
+    """SA + greedy over a UCB ensemble (tune's ``ensemble`` / ``ucb``) still gets within one
+    index step of the optimum in 48 measurements."""
+    res = tune(
+        SPACE,
+        SimulatedAnnealing(n_iter=60),
+        GreedySampler(8, 0.05),
+        SyntheticMeasurer(),
+        48,
+        1,
+        ensemble=3,
+        ucb=1.0,
+    )
+    assert res.best.gflops >= 50.0

@@ -106,11 +106,47 @@ def test_combo_options() -> None:
     assert (walk.walk, base.walk) == (2, 0)
     _, _, stall = release.combo_args(base, "rl+adaptive:walk1:stall3")
     assert (stall.walk, stall.walk_stall, base.walk_stall) == (1, 3, 0)
+    _, _, rep = release.combo_args(base, "rl+adaptive:best:init4")
+    assert (rep.representative, rep.n_init, base.representative, base.n_init) == ("best", 4, "centroid", 8)
+    _, _, ucb = release.combo_args(base, "rl+adaptive:ucb0.5")
+    assert (ucb.ucb, ucb.ensemble, base.ucb, base.ensemble) == (0.5, release.UCB_MEMBERS, 0.0, 0)
+    _, _, ens = release.combo_args(base, "rl+adaptive:ens3:ucb1")
+    assert (ens.ucb, ens.ensemble) == (1.0, 3)
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
-    for bad in ("sa+greedy:fast", "bo+greedy", "sa+greedy:localx", "sa+greedy:walk", "sa+greedy:stall"):
+    for bad in (
+        "sa+greedy:fast",
+        "bo+greedy",
+        "sa+greedy:localx",
+        "sa+greedy:walk",
+        "sa+greedy:stall",
+        "sa+greedy:ucb",
+        "sa+greedy:ucbx",
+        "sa+greedy:init",
+    ):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)
+
+
+def test_combo_options_reach_the_tuner(tmp_path, monkeypatch) -> None:
+    """A combination's ``initN``, ``ensN`` and ``ucbK`` reach ``tune`` for that combination only
+    (``run_layer`` passes the combination's arguments, not the global ones)."""
+    release = _release()
+    seen: list[tuple] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_tune(space, search, sampler, measurer, budget, seed, n_init, *rest):
+        seen.append((n_init, *rest[-2:]))
+        raise Stop
+
+    monkeypatch.setattr(release, "tune", fake_tune)
+    args = _tiny(release, out_dir=str(tmp_path))
+    for combo, want in (("sa+greedy", (4, 0, 0.0)), ("sa+greedy:init3:ens4:ucb0.5", (3, 4, 0.5))):
+        with pytest.raises(Stop):
+            release.run_layer(replace(args, combos=combo), "MM64", None)
+        assert seen[-1] == want
 
 
 def test_example_on_a_table_repeats_exactly(tmp_path) -> None:

@@ -15,6 +15,13 @@ every pair of positions weighted (no truncation), which is closer to a pairwise 
 scale, so its predictions are mapped affinely onto the regression's: the lowest score over
 the measured configurations goes to 0, the highest to 1 (SA's temperature and the PPO
 reward keep their meaning).
+
+``ensemble=n >= 2`` (session 10; regression only; off by default) fits ``n`` models, each on a
+bootstrap resample of the measurements (drawn with replacement, seeded per fit and member), and
+predicts their mean plus ``ucb`` times their standard deviation: an upper confidence bound, so
+that the searches (the PPO reward, SA's fitness) and the samplers favour configurations the
+model is unsure about as well as those it rates high. :meth:`CostModel.mean_std` gives the two
+parts. ``ucb=0`` with an ensemble is the bagged mean.
 """
 
 from __future__ import annotations
@@ -58,13 +65,28 @@ class CostModel:
         seed: int = 0,
         objective: str = "regression",
         features: str = "knob",
+        ensemble: int = 0,
+        ucb: float = 0.0,
     ) -> None:
         if objective not in OBJECTIVES:
             raise TimeRLError(f"cost model: objective must be one of {OBJECTIVES}, got {objective!r}")
         if features not in FEATURE_KINDS:
             raise TimeRLError(f"cost model: features must be one of {FEATURE_KINDS}, got {features!r}")
+        if ensemble < 0 or ensemble == 1:
+            raise TimeRLError(f"cost model: ensemble must be 0 (off) or >= 2 members, got {ensemble}")
+        if ensemble and objective != "regression":
+            raise TimeRLError(
+                "cost model: an ensemble (upper confidence bound) needs the regression objective"
+            )
+        if ucb < 0 or (ucb and not ensemble):
+            raise TimeRLError(
+                f"cost model: ucb must be >= 0 and needs an ensemble, got ucb={ucb}, ensemble={ensemble}"
+            )
         self.space = space
         self.features = features
+        self.ensemble = ensemble
+        self.ucb = ucb
+        self.seed = seed
         self.objective = objective
         self.params = dict(
             n_estimators=n_estimators,
@@ -78,6 +100,7 @@ class CostModel:
         )
         self.min_samples = min_samples
         self.model = None
+        self.members: list = []  # the ensemble's models (ensemble >= 2)
         self.fits = 0
         self._scale = (0.0, 1.0)  # rank: (offset, span) mapping raw scores onto [0, 1]
 
@@ -102,14 +125,43 @@ class CostModel:
             raw = np.asarray(model.predict(x), np.float64)
             lo, hi = float(raw.min()), float(raw.max())
             self._scale = (lo, hi - lo if hi > lo else 1.0)
+        elif self.ensemble:
+            model = self._fit_members(lgb, x, y / y.max())
         else:
             model = lgb.LGBMRegressor(**self.params)
             model.fit(x, y / y.max())
         self.model = model
         self.fits += 1
 
+    def _fit_members(self, lgb, x: np.ndarray, y: np.ndarray):
+        """One regressor per member on a bootstrap resample of (x, y); returns the first."""
+        rng = np.random.default_rng([self.seed, self.fits, 7])
+        self.members = []
+        for j in range(self.ensemble):
+            idx = rng.integers(len(y), size=len(y))
+            m = lgb.LGBMRegressor(**{**self.params, "random_state": self.seed + j})
+            m.fit(x[idx], y[idx])
+            self.members.append(m)
+        return self.members[0]
+
+    def mean_std(self, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
+        """The ensemble's mean prediction and its standard deviation over the members, per
+        configuration (without an ensemble: the prediction and zeros)."""
+        if not self.ensemble or self.model is None or not len(configs):
+            return self._predict_one(configs), np.zeros(len(configs))
+        x = self.space.features(configs, self.features)
+        preds = np.stack([np.asarray(m.predict(x), np.float64) for m in self.members])
+        return preds.mean(0), preds.std(0)
+
     def predict(self, configs: Sequence[Config]) -> np.ndarray:
-        """Predicted GFLOPS over the best measured, per configuration (float64)."""
+        """Predicted GFLOPS over the best measured, per configuration (float64); with an
+        ensemble, the mean plus ``ucb`` standard deviations."""
+        if self.ensemble:
+            mean, std = self.mean_std(configs)
+            return mean + self.ucb * std
+        return self._predict_one(configs)
+
+    def _predict_one(self, configs: Sequence[Config]) -> np.ndarray:
         if self.model is None or not len(configs):
             return np.zeros(len(configs))
         raw = np.asarray(self.model.predict(self.space.features(configs, self.features)), np.float64)

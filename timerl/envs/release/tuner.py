@@ -146,13 +146,16 @@ def tune(
     local: int = 0,
     walk: int = 0,
     walk_stall: int = 0,
+    ensemble: int = 0,
+    ucb: float = 0.0,
 ) -> TuneResult:
     """Tune ``space`` with ``budget`` hardware measurements (see the module doc); ``objective``
     is the cost model's (:class:`.CostModel`: regression or rank), ``features`` its feature kind
     (knob or itervar); ``local``: slots per batch for :func:`local_picks`, ``walk``: for
     :func:`walk_picks` (drawn from their own generator, so the search's draws do not move),
     ``walk_stall``: the walk slots only after that many rounds in a row without a new best
-    (0: every round). Raises
+    (0: every round); ``ensemble``, ``ucb``: the cost model's bootstrap ensemble and upper
+    confidence bound (:class:`.CostModel`; 0: off). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
@@ -164,7 +167,7 @@ def tune(
         raise TimeRLError(f"RELEASE tune: walk_stall must be >= 0 rounds, got {walk_stall}")
     rng = np.random.default_rng(seed)
     walk_rng = np.random.default_rng([seed, 2])
-    model = CostModel(space, seed=seed, objective=objective, features=features)
+    model = CostModel(space, seed=seed, objective=objective, features=features, ensemble=ensemble, ucb=ucb)
     done: dict[Config, Measurement] = {}
     order: list[Measurement] = []
     elapsed: list[float] = []
