@@ -21,6 +21,7 @@ import numpy as np
 import timerl as trl
 from timerl.agents.tiramisu import GATPolicy, build, greedy_rollouts, latest_weights, make_env
 from timerl.agents.tiramisu import TiramisuArgs as Args
+from timerl.envs.tiramisu.actions import ACTIONS
 from timerl.envs.tiramisu.costmodel import spearman
 
 __all__ = [
@@ -118,6 +119,12 @@ def main(args: Args) -> dict:
             "online_mae": float(np.mean([abs(p - m) for p, m in sur.online])) if sur.online else None,
         },
         "predicted_steps": sum(rec.predicted_steps for rec in hist),
+        "demo_episodes": sum(rec.demo_steps > 0 for rec in hist),
+        "demo_steps": sum(rec.demo_steps for rec in hist),
+        "demonstrations": {
+            name: {"speedup": sp, "actions": [ACTIONS[a].name for a in acts]}
+            for name, (sp, acts) in env.demonstrations.items()
+        },
     }
     (out / "train.json").write_text(json.dumps(summary, indent=1))
     print(

@@ -101,6 +101,19 @@ class TiramisuArgs(RunArgs):
     surrogate_std: float = 0.15
     """with --surrogate lgbm: measure when the ensemble's spread of the predicted log
     speedup exceeds this"""
+    sil_coef: float = 0.0
+    """self-imitation (Oh et al. 2018; 0: off): weight of the loss ``-log pi(a|s) max(R - V, 0)
+    + sil_vf / 2 max(R - V, 0)^2`` on the steps that replay a program's best measured
+    episode so far (see --demo-prob); those steps leave the PPO loss and the advantage
+    statistics"""
+    demo_prob: float = 0.25
+    """with --sil-coef > 0: the chance that a training episode first replays its program's
+    best measured episode so far (the actions up to its fastest schedule), then goes on
+    with the policy"""
+    demo_min_speedup: float = 1.1
+    """with --sil-coef > 0: replay a program's best episode only once it reaches this speedup"""
+    sil_vf: float = 0.01
+    """with --sil-coef > 0: the value term's weight beta in the self-imitation loss"""
     seed: int = 0
     """random seed"""
     progress: bool = True
@@ -294,8 +307,20 @@ class GATPolicy:
         return _View()
 
 
+def sil_loss(logp, ret, v, vf: float):
+    """Self-imitation's per-point loss (Oh et al. 2018): ``-logp * max(ret - v, 0)`` (the
+    clipped advantage held constant) ``+ vf / 2 * max(ret - v, 0)^2``: raises the
+    probability of a replayed action and the value where the replayed return beats the
+    value estimate, and does nothing where it does not."""
+    gap = (ret - v).relu()
+    return -logp * gap.detach() + 0.5 * vf * gap * gap
+
+
 def make_env(args: TiramisuArgs, B, **kw):
     kw.setdefault("surrogate", args.surrogate)
+    if args.sil_coef > 0.0 and kw.get("split", "train") == "train":
+        kw.setdefault("demo_prob", args.demo_prob)
+        kw.setdefault("demo_min_speedup", args.demo_min_speedup)
     if kw["surrogate"] != "off":
         kw.setdefault(
             "surrogate_options",
@@ -328,10 +353,14 @@ def build(args: TiramisuArgs, log_fn, env_fn=make_env, weights=None):
         o[b, i, 0] = env.reset(domain=(b, i))
         mask = env.action_mask(o, legal=args.mask == "legal") if args.mask != "none" else None
         a = actor(o, mask)
+        sil = args.sil_coef > 0.0
+        if sil:
+            a, demo = env.demo_actions(a, mask)  # a replayed best episode's actions where it plays one
         v = actor.value()
         o[b, i, t + 1], r, d = env.step(a)
         alive, adv, ret = ppo.gae(args, b, i, t, T, v, r, d)
-        adv_n = ppo.normalise(args, adv, alive, B, i, T)
+        own = alive * (1.0 - demo) if sil else alive  # the policy's own steps
+        adv_n = ppo.normalise(args, adv, own, B, i, T)
         logp_old = actor.log_prob(a)
         ent_coef = args.ent_coef * (1.0 - trl.as_tensor(i) / float(args.iterations))
         run = copy.copy(args)
@@ -343,7 +372,11 @@ def build(args: TiramisuArgs, log_fn, env_fn=make_env, weights=None):
             in_mb = (step_mb == trl.as_tensor(m)).cast(trl.float32)
         else:
             logp, ent, v_new, in_mb = logp_old, actor.entropy(), v, 1.0
-        per_point = ppo.clipped_loss(run, logp, logp_old, ent, v_new, ret, adv_n) - ent_coef * ent
+        per_point = ppo.clipped_loss(run, logp, logp_old, ent, v_new, ret, adv_n)
+        if sil:
+            imitate = args.sil_coef * sil_loss(logp, ret, v_new, args.sil_vf)
+            per_point = per_point * (1.0 - demo) + imitate * demo
+        per_point = per_point - ent_coef * ent
         loss = per_point * in_mb * alive / float(args.num_envs)
         loss.backward()
         lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))

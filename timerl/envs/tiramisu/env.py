@@ -46,8 +46,9 @@ from timerl.envs.tiramisu.program import Program
 from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
 from timerl.envs.tiramisu.surrogate import Surrogate
 from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
-from timerl.rt.udf import UDFFn
+from timerl.rt.udf import UDFFn, udf
 from timerl.symbolic import Sym
 
 __all__ = ["PENALTY", "EpisodeRecord", "TiramisuEnv", "TiramisuTask", "programs_of"]
@@ -109,6 +110,7 @@ class EpisodeRecord:
     predicted_steps: int = 0  # steps whose time the surrogate predicted (not measured)
     final_predicted: bool = False  # final_seconds is a prediction
     best_predicted: bool = False  # best_seconds is a prediction
+    demo_steps: int = 0  # leading actions replayed from the program's best episode (self-imitation)
 
     @property
     def speedup(self) -> float:
@@ -133,6 +135,9 @@ class _Episode:
         self.predicted_steps = 0
         self.branch = 0
         self.actions: list[int] = []
+        self.best_step = 0  # actions that reached ``best``
+        self.demo: tuple[int, ...] = ()  # actions to replay first (self-imitation), see ``demo_actions``
+        self.demo_steps = 0
         self.visited = {self.sched.key}  # schedules of this episode (the mask hides returns)
         self.done = False
 
@@ -150,6 +155,7 @@ class _Episode:
             self.predicted_steps,
             self.t_predicted,
             self.best_predicted,
+            self.demo_steps,
         )
 
 
@@ -163,8 +169,14 @@ class _TiramisuState:
         in_order: bool,
         episode_len: int,
         surrogate: Surrogate | None = None,
+        demo_prob: float = 0.0,
+        demo_min_speedup: float = 1.1,
     ) -> None:
         self.env_id = env_id
+        self.demo_prob = float(demo_prob)
+        self.demo_min_speedup = float(demo_min_speedup)
+        # per program: the fastest measured schedule of any finished episode (speedup, actions to it)
+        self.demos: dict[str, tuple[float, tuple[int, ...]]] = {}
         self.surrogate = surrogate
         self.num_envs = num_envs
         self.seed = int(seed)
@@ -195,7 +207,52 @@ class _TiramisuState:
         k = sum(point.values())
         self.episodes = [_Episode(k, e, t) for e, t in enumerate(self._pick(k))]
         self.steps = 0
+        if self.demo_prob > 0.0:
+            self._assign_demos(k)
         return self._obs()
+
+    def _remember(self, ep: _Episode) -> None:
+        """Keep ``ep``'s fastest schedule as its program's demonstration if it was measured
+        (not predicted) and beats the one kept so far."""
+        if ep.best_predicted or ep.best_step == 0:
+            return
+        speedup = ep.t0 / ep.best_t
+        name = ep.task.program.name
+        if speedup > self.demos.get(name, (0.0, ()))[0]:
+            self.demos[name] = (speedup, tuple(ep.actions[: ep.best_step]))
+
+    def _assign_demos(self, k: int) -> None:
+        """With probability ``demo_prob`` per env, the episode of reset ``k`` first replays
+        its program's kept demonstration (if one reaches ``demo_min_speedup``)."""
+        rng = np.random.default_rng(self.seed + 104729 + 7919 * k)
+        for ep in self.episodes:
+            speedup, actions = self.demos.get(ep.task.program.name, (0.0, ()))
+            if rng.random() < self.demo_prob and speedup >= self.demo_min_speedup:
+                ep.demo = actions
+
+    def demo_actions(self, action: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The actions to play: each env's sampled one, or the next action of its episode's
+        demonstration while one is being replayed (flag 1.0). A demonstration action the mask
+        removes ends the replay (the sampled action is played)."""
+        acts = np.asarray(action).reshape(-1).copy()
+        flags = np.zeros(acts.shape[0], np.float32)
+        m = None if mask is None else np.asarray(mask).reshape(acts.shape[0], NUM_ACTIONS)
+        for e, ep in enumerate(self.episodes):
+            j = len(ep.actions)
+            if ep.done or j >= len(ep.demo):
+                continue
+            if m is not None and m[e, ep.demo[j]] <= 0.0:
+                log.debug(
+                    "%s: demonstration of %s masked at step %d; replay ends",
+                    self.env_id,
+                    ep.task.program.name,
+                    j,
+                )
+                ep.demo = ()
+                continue
+            acts[e], flags[e] = ep.demo[j], 1.0
+            ep.demo_steps += 1
+        return acts, flags
 
     def _step_one(self, ep: _Episode, a: int) -> float:
         if not 0 <= a < NUM_ACTIONS:
@@ -237,6 +294,7 @@ class _TiramisuState:
         ep.visited.add(new.key)
         if t < ep.best_t:
             ep.best, ep.best_t, ep.best_predicted = new, t, not measured
+            ep.best_step = len(ep.actions)
         return r
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -256,6 +314,7 @@ class _TiramisuState:
                 ep.done = True
             if ep.done:
                 self.history.append(ep.record())
+                self._remember(ep)
         if any_live:
             self.steps += 1
             obs = self._obs()
@@ -292,6 +351,22 @@ class _MaskFn(UDFFn):
         return [m if st.batched else m[0]]
 
 
+class _DemoFn(UDFFn):
+    def __init__(self, state: _TiramisuState, masked: bool) -> None:
+        super().__init__(self._call, f"{state.env_id}.demo_actions")
+        self.state = state
+        self.masked = masked
+
+    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
+        st = self.state
+        if not st.episodes:
+            raise RuntimeExecutionError(f"env {st.env_id}: demo_actions before reset")
+        a = np.asarray(inputs[0])
+        acts, flags = st.demo_actions(a, inputs[1] if self.masked else None)
+        acts = acts.astype(a.dtype)
+        return [acts, flags] if st.batched else [acts.reshape(a.shape), flags[0]]
+
+
 class TiramisuEnv(GymEnv):
     """The Tiramisu-style environment in RT programs (``GymEnv`` interface; module doc).
 
@@ -319,6 +394,8 @@ class TiramisuEnv(GymEnv):
         measurer: Measurer | None = None,
         surrogate: str = "off",
         surrogate_options: Mapping[str, Any] | None = None,
+        demo_prob: float = 0.0,
+        demo_min_speedup: float = 1.1,
     ) -> None:
         import gymnasium as gym
 
@@ -341,8 +418,18 @@ class TiramisuEnv(GymEnv):
         )
         self.obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float32)
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        if not 0.0 <= demo_prob <= 1.0:
+            raise TimeRLError(f"env {env_id}: demo_prob must be in [0, 1], got {demo_prob}")
         state = _TiramisuState(
-            env_id, num_envs, seed, self.tasks, split == "test", episode_len, self.surrogate
+            env_id,
+            num_envs,
+            seed,
+            self.tasks,
+            split == "test",
+            episode_len,
+            self.surrogate,
+            demo_prob,
+            demo_min_speedup,
         )
         self._init_wrapper(env_id, num_envs, state)
 
@@ -353,6 +440,33 @@ class TiramisuEnv(GymEnv):
         ``0.0`` else; float32 ``(NUM_ACTIONS,)`` per
         point of ``obs`` (computed after the step that made ``obs``)."""
         return self._action_mask_udf(_MaskFn(self._state, legal), NUM_ACTIONS, obs)
+
+    def demo_actions(
+        self, action: RecurrentTensor, mask: RecurrentTensor | None = None
+    ) -> tuple[RecurrentTensor, RecurrentTensor]:
+        """Self-imitation's replay (``demo_prob`` > 0): ``(played, demo)`` at the points of
+        ``action``. ``played`` is ``action`` except while the episode replays its program's
+        kept demonstration (the actions to the fastest measured schedule of any earlier
+        episode of that program, if it reaches ``demo_min_speedup``; chosen at reset with
+        probability ``demo_prob``), where it is the demonstration's next action and ``demo``
+        is 1.0. Step the env with ``played``; a demonstration action that ``mask`` removes
+        ends the replay."""
+        ins = [action] if mask is None else [action, mask]
+        played, flag = udf(
+            _DemoFn(self._state, mask is not None),
+            [(tuple(action.shape), action.dtype), ((), DType.float32)],
+            action.domain,
+            ins,
+            name=f"{self.env_id}.demo_actions",
+            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+        )
+        return played, flag
+
+    @property
+    def demonstrations(self) -> dict[str, tuple[float, tuple[int, ...]]]:
+        """Per program, the kept best measured episode: (speedup, the actions to its fastest
+        schedule); filled as training episodes finish (``demo_prob`` > 0 replays them)."""
+        return self._state.demos
 
     @property
     def history(self) -> list[EpisodeRecord]:
