@@ -87,17 +87,15 @@ def test_itervar_features_order_unseen_configurations() -> None:
     assert _spearman(model.predict(test), fitness(test)) > 0.6
 
 
-def test_tune_with_the_ranker_climbs() -> None:
-    """SA + greedy with the rank objective gets within one index step of the optimum
-    (fitness >= 50) in 48 measurements, as with regression (test_search_sampling)."""
+@pytest.mark.parametrize(
+    "model_kw", [dict(objective="rank"), dict(ensemble=3, ucb=1.0)], ids=["ranker", "ucb-ensemble"]
+)
+def test_tune_with_other_cost_models_climbs(model_kw: dict) -> None:
+    """SA + greedy with the rank objective, or over a UCB ensemble (tune's ``ensemble`` /
+    ``ucb``, session 10), gets within one index step of the optimum (fitness >= 50) in 48
+    measurements, as with regression (test_search_sampling)."""
     res = tune(
-        SPACE,
-        SimulatedAnnealing(n_iter=60),
-        GreedySampler(8, 0.05),
-        SyntheticMeasurer(),
-        48,
-        1,
-        objective="rank",
+        SPACE, SimulatedAnnealing(n_iter=60), GreedySampler(8, 0.05), SyntheticMeasurer(), 48, 1, **model_kw
     )
     assert res.best.gflops >= 50.0
 
@@ -152,19 +150,3 @@ def test_bad_ensemble_settings_raise() -> None:
         CostModel(SPACE, ucb=1.0)
     with pytest.raises(TimeRLError, match="ucb"):
         CostModel(SPACE, ensemble=3, ucb=-1.0)
-
-
-def test_tune_with_an_upper_confidence_bound_climbs() -> None:
-    """SA + greedy over a UCB ensemble (tune's ``ensemble`` / ``ucb``) still gets within one
-    index step of the optimum in 48 measurements."""
-    res = tune(
-        SPACE,
-        SimulatedAnnealing(n_iter=60),
-        GreedySampler(8, 0.05),
-        SyntheticMeasurer(),
-        48,
-        1,
-        ensemble=3,
-        ucb=1.0,
-    )
-    assert res.best.gflops >= 50.0
