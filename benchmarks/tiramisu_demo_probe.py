@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from tiramisu_embeddings import forward  # the NumPy copy of the network (same directory)
+from tiramisu_embeddings import _selu, forward  # the NumPy copy of the network (same directory)
 
 from timerl.agents.tiramisu import latest_weights
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT, apply_action
@@ -38,12 +38,6 @@ from timerl.envs.tiramisu.features import flatten, graph
 from timerl.envs.tiramisu.legality import LegalityChecker
 from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.schedule import initial_schedule
-
-_SELU_A, _SELU_L = 1.6732632423543772, 1.0507009873554805
-
-
-def _selu(x: np.ndarray) -> np.ndarray:
-    return _SELU_L * np.where(x > 0, x, _SELU_A * (np.exp(np.minimum(x, 0)) - 1))
 
 
 def value(w: dict, z: np.ndarray) -> float:
