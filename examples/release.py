@@ -30,8 +30,8 @@ from timerl.envs.release.measure import TemplateMeasurer
 from timerl.envs.release.rounds import ProgramRounds
 from timerl.envs.release.sampling import AdaptiveSampler, GreedySampler
 from timerl.envs.release.search import Candidates, SimulatedAnnealing, top_unvisited
-from timerl.envs.release.space import FEATURE_KINDS, Config, KnobSpace, layer, template_space
-from timerl.envs.release.tuner import TuneResult, tune
+from timerl.envs.release.space import FEATURE_KINDS, LAYERS, Config, KnobSpace, layer, template_space
+from timerl.envs.release.tuner import INIT_DESIGNS, TuneResult, tune
 
 COMBOS = (("sa", "greedy"), ("sa", "adaptive"), ("rl", "greedy"), ("rl", "adaptive"))
 
@@ -149,6 +149,18 @@ class Args(ppo.PPOArgs):
     ucb: float = 0.0
     """cost model: standard deviations of the ensemble added to its mean (an upper confidence
     bound; needs --ensemble >= 2; 0: off)"""
+    init_design: str = "random"
+    """the initial configurations: random (uniform, AutoTVM's), lhs (a Latin hypercube over the
+    knob indices) or maximin (greedy max-min distance among random ones); session 11"""
+    ucb_decay: int = 0
+    """--ucb's weight falls linearly to 0 at this many measurements (0: constant; session 11)"""
+    prior: str = ""
+    """cost model: fit another layer's records in --table beside the run's own measurements (a
+    layer name, e.g. C12; "": off; session 11); they fade out by --prior-until measurements"""
+    prior_rows: int = 512
+    """--prior: records drawn (uniformly, per seed) from the other layer's table"""
+    prior_until: int = 64
+    """--prior: the prior's weight falls linearly from 1 to 0 at this many measurements"""
     knob_weight: float = 1.0
     """--diversity knobs: weight of the fraction of new knob values against the normalised score"""
     remeasure: int = 3
@@ -299,7 +311,10 @@ def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
     applied): an objective, a feature kind, ``epN`` (episode length), ``kneeX``, ``localN``
     (``--local N``), ``walkN`` (``--walk N``), ``stallR`` (``--walk-stall R``), ``best`` /
     ``centroid`` (``--representative``), ``initN`` (``--n-init N``), ``ensN`` (``--ensemble N``)
-    or ``ucbK`` (``--ucb K``, with ``--ensemble`` or else ``UCB_MEMBERS`` members)."""
+    or ``ucbK`` (``--ucb K``, with ``--ensemble`` or else ``UCB_MEMBERS`` members); session 11:
+    ``random`` / ``lhs`` / ``maximin`` (``--init-design``), ``decayN`` (``--ucb-decay N``),
+    ``priorLAYER`` (``--prior LAYER``), ``prowsN`` (``--prior-rows N``), ``puntilN``
+    (``--prior-until N``)."""
     pair, *opts = combo.split(":")
     s_name, m_name = pair.split("+")
     if s_name not in ("sa", "rl") or m_name not in ("greedy", "adaptive"):
@@ -327,12 +342,43 @@ def combo_args(args: Args, combo: str) -> tuple[str, str, Args]:
             args = replace(args, ensemble=int(o[3:]))
         elif o.startswith("ucb") and _is_float(o[3:]):
             args = replace(args, ucb=float(o[3:]), ensemble=args.ensemble or UCB_MEMBERS)
+        elif o in INIT_DESIGNS:
+            args = replace(args, init_design=o)
+        elif o.startswith("decay") and o[5:].isdigit():
+            args = replace(args, ucb_decay=int(o[5:]))
+        elif o.startswith("prows") and o[5:].isdigit():
+            args = replace(args, prior_rows=int(o[5:]))
+        elif o.startswith("puntil") and o[6:].isdigit():
+            args = replace(args, prior_until=int(o[6:]))
+        elif o.startswith("prior") and o[5:] in LAYERS:
+            args = replace(args, prior=o[5:])
         else:
             raise ValueError(
                 f"combination {combo!r}: unknown option {o!r} (objectives {OBJECTIVES}, features "
-                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN, stallR, best, centroid, initN, ensN, ucbK)"
+                f"{FEATURE_KINDS}, epN, kneeX, localN, walkN, stallR, best, centroid, initN, ensN, ucbK, "
+                f"{'/'.join(INIT_DESIGNS)}, decayN, priorLAYER, prowsN, puntilN)"
             )
     return s_name, m_name, args
+
+
+def prior_data(measurer: TemplateMeasurer, args: Args, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``--prior LAYER``: ``--prior-rows`` records of that layer drawn uniformly (seeded by
+    ``seed``) from the measurer's table, as (features of ``--cost-features``' kind, GFLOPS over
+    the best drawn; invalid 0); None without ``--prior``."""
+    if not args.prior:
+        return None
+    if measurer.table is None:
+        raise ValueError(f"--prior {args.prior}: needs --table (the prior is that layer's records in it)")
+    other = layer(args.prior)
+    recs = measurer.table.records(other)
+    if not recs:
+        raise ValueError(f"--prior {args.prior}: the table {args.table} has no records of {args.prior}")
+    rng = np.random.default_rng([seed, 3])
+    pick = rng.choice(len(recs), size=min(args.prior_rows, len(recs)), replace=False)
+    sel = [recs[int(j)] for j in np.sort(pick)]
+    y = np.array([m.gflops if m.valid else 0.0 for m in sel], np.float64)
+    x = template_space(other).features([m.config for m in sel], args.cost_features)
+    return x, y / max(y.max(), 1e-9)
 
 
 def run_layer(
@@ -393,6 +439,10 @@ def run_layer(
                     cargs.walk_stall,
                     cargs.ensemble,
                     cargs.ucb,
+                    cargs.init_design,
+                    cargs.ucb_decay,
+                    prior_data(measurer, cargs, seed),
+                    cargs.prior_until,
                 )
             finally:
                 log.close(curve="best_gflops", x="measurements")

@@ -7,6 +7,7 @@ import os
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tvm")
@@ -112,6 +113,16 @@ def test_combo_options() -> None:
     assert (ucb.ucb, ucb.ensemble, base.ucb, base.ensemble) == (0.5, release.UCB_MEMBERS, 0.0, 0)
     _, _, ens = release.combo_args(base, "rl+adaptive:ens3:ucb1")
     assert (ens.ucb, ens.ensemble) == (1.0, 3)
+    _, _, s11 = release.combo_args(base, "rl+adaptive:maximin:ucb1:decay40:priorC12:prows256:puntil32")
+    assert (s11.init_design, s11.ucb_decay, s11.prior, s11.prior_rows, s11.prior_until) == (
+        "maximin",
+        40,
+        "C12",
+        256,
+        32,
+    )
+    assert (base.init_design, base.ucb_decay, base.prior) == ("random", 0, "")
+    assert release.combo_args(base, "rl+adaptive:lhs")[2].init_design == "lhs"
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
     for bad in (
@@ -123,13 +134,17 @@ def test_combo_options() -> None:
         "sa+greedy:ucb",
         "sa+greedy:ucbx",
         "sa+greedy:init",
+        "sa+greedy:sobol",
+        "sa+greedy:decay",
+        "sa+greedy:priorC99",
     ):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)
 
 
 def test_combo_options_reach_the_tuner(tmp_path, monkeypatch) -> None:
-    """A combination's ``initN``, ``ensN`` and ``ucbK`` reach ``tune`` for that combination only
+    """A combination's ``initN``, ``ensN``, ``ucbK`` and session 11's ``lhs`` / ``decayN`` reach
+    ``tune`` for that combination only
     (``run_layer`` passes the combination's arguments, not the global ones)."""
     release = _release()
     seen: list[tuple] = []
@@ -138,12 +153,16 @@ def test_combo_options_reach_the_tuner(tmp_path, monkeypatch) -> None:
         pass
 
     def fake_tune(space, search, sampler, measurer, budget, seed, n_init, *rest):
-        seen.append((n_init, *rest[-2:]))
+        seen.append((n_init, *rest[6:10], rest[10] is not None, rest[11]))
         raise Stop
 
     monkeypatch.setattr(release, "tune", fake_tune)
     args = _tiny(release, out_dir=str(tmp_path))
-    for combo, want in (("sa+greedy", (4, 0, 0.0)), ("sa+greedy:init3:ens4:ucb0.5", (3, 4, 0.5))):
+    for combo, want in (
+        ("sa+greedy", (4, 0, 0.0, "random", 0, False, 64)),
+        ("sa+greedy:init3:ens4:ucb0.5", (3, 4, 0.5, "random", 0, False, 64)),
+        ("sa+greedy:lhs:ucb0.5:decay32", (4, 5, 0.5, "lhs", 32, False, 64)),
+    ):
         with pytest.raises(Stop):
             release.run_layer(replace(args, combos=combo), "MM64", None)
         assert seen[-1] == want
@@ -166,3 +185,31 @@ def test_example_on_a_table_repeats_exactly(tmp_path) -> None:
         assert r1.measurements == r2.measurements
     saved = json.loads((tmp_path / "b" / "results.json").read_text())
     assert saved["table"] == t2
+
+
+def test_prior_from_the_table(tmp_path) -> None:
+    """``--prior LAYER``: ``--prior-rows`` of that layer's records in the table (the same draw
+    for the same seed), as its features and GFLOPS over the best drawn (invalid 0); without a
+    table, or with no records of the layer, it raises."""
+    release = _release()
+    from timerl.envs.release.measure import Measurement, TemplateMeasurer
+    from timerl.envs.release.space import layer, template_space
+
+    mm = layer("MM64")
+    space = template_space(mm)
+    meas = TemplateMeasurer(table=str(tmp_path / "t.jsonl"))
+    rng = np.random.default_rng(0)
+    cfgs = list(dict.fromkeys(space.random(rng) for _ in range(30)))[:20]
+    for j, c in enumerate(cfgs):
+        meas.table.add(mm, Measurement(c, float(j), j != 3, 0.1, "" if j != 3 else "fails"))
+    args = replace(release.Args(), prior="MM64", prior_rows=8, table=str(tmp_path / "t.jsonl"))
+    x, y = release.prior_data(meas, args, 0)
+    assert x.shape == (8, space.features(cfgs[:1]).shape[1]) and y.max() == 1.0 and y.min() >= 0.0
+    x2, y2 = release.prior_data(meas, args, 0)
+    np.testing.assert_array_equal(x, x2)
+    assert not np.array_equal(release.prior_data(meas, args, 1)[1], y)
+    assert release.prior_data(meas, replace(args, prior=""), 0) is None
+    with pytest.raises(ValueError, match="no records"):
+        release.prior_data(meas, replace(args, prior="MM256"), 0)
+    with pytest.raises(ValueError, match="needs --table"):
+        release.prior_data(TemplateMeasurer(), args, 0)

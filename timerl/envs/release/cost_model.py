@@ -22,6 +22,13 @@ predicts their mean plus ``ucb`` times their standard deviation: an upper confid
 that the searches (the PPO reward, SA's fitness) and the samplers favour configurations the
 model is unsure about as well as those it rates high. :meth:`CostModel.mean_std` gives the two
 parts. ``ucb=0`` with an ensemble is the bagged mean.
+
+``prior=(x, y)`` (session 11; regression only; off by default): rows of features (of this
+model's kind) and targets (GFLOPS over their own best, e.g. another layer's measurements) fitted
+beside the measurements, each with weight ``1 - n / prior_until`` where ``n`` is the number of
+this run's measurements (so the prior decides the first model, fades, and is dropped at
+``prior_until`` measurements); with a prior the model is fitted from the first measurement on.
+With an ensemble only the run's own measurements are resampled; every member sees the prior.
 """
 
 from __future__ import annotations
@@ -67,6 +74,8 @@ class CostModel:
         features: str = "knob",
         ensemble: int = 0,
         ucb: float = 0.0,
+        prior: tuple[np.ndarray, np.ndarray] | None = None,
+        prior_until: int = 64,
     ) -> None:
         if objective not in OBJECTIVES:
             raise TimeRLError(f"cost model: objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -82,6 +91,20 @@ class CostModel:
             raise TimeRLError(
                 f"cost model: ucb must be >= 0 and needs an ensemble, got ucb={ucb}, ensemble={ensemble}"
             )
+        if prior is not None:
+            if objective != "regression":
+                raise TimeRLError("cost model: a prior needs the regression objective")
+            px, py = (np.asarray(prior[0], np.float32), np.asarray(prior[1], np.float64))
+            if px.ndim != 2 or len(px) != len(py) or not len(py):
+                raise TimeRLError(
+                    f"cost model: prior must be (features (n, d), targets (n,)) with n >= 1, got shapes "
+                    f"{px.shape} and {py.shape}"
+                )
+            prior = (px, py)
+        if prior_until < 1:
+            raise TimeRLError(f"cost model: prior_until must be >= 1 measurement, got {prior_until}")
+        self.prior = prior
+        self.prior_until = prior_until
         self.space = space
         self.features = features
         self.ensemble = ensemble
@@ -109,11 +132,15 @@ class CostModel:
         y = np.asarray(gflops, np.float64)
         if len(configs) != len(y):
             raise TimeRLError(f"cost model: {len(configs)} configurations but {len(y)} measurements")
-        if (y > 0).sum() < self.min_samples or y.max() <= 0:
+        wp = self.prior_weight(len(y))
+        if wp <= 0 and ((y > 0).sum() < self.min_samples or y.max() <= 0):
             return
         lgb = _lightgbm()
         x = self.space.features(configs, self.features)
-        if self.objective == "rank":
+        if wp > 0:
+            y = y / y.max() if len(y) and y.max() > 0 else y
+            model = self._fit_with_prior(lgb, x, y, wp)
+        elif self.objective == "rank":
             rel = np.rint(y / y.max() * RANK_LEVELS).astype(np.int64)
             model = lgb.LGBMRanker(
                 objective="lambdarank",
@@ -132,6 +159,30 @@ class CostModel:
             model.fit(x, y / y.max())
         self.model = model
         self.fits += 1
+
+    def prior_weight(self, n: int) -> float:
+        """The weight of each prior row when the run has ``n`` measurements (0 without a prior)."""
+        if self.prior is None:
+            return 0.0
+        return max(0.0, 1.0 - n / self.prior_until)
+
+    def _fit_with_prior(self, lgb, x: np.ndarray, y: np.ndarray, wp: float):
+        """The regressor (or the ensemble's members, on bootstrap resamples of the run's own
+        rows) fitted on the run's rows (weight 1) and the prior's (weight ``wp``)."""
+        px, py = self.prior
+        rng = np.random.default_rng([self.seed, self.fits, 7])
+        members = []
+        for j in range(max(self.ensemble, 1)):
+            idx = rng.integers(len(y), size=len(y)) if self.ensemble else np.arange(len(y))
+            xs = np.concatenate([x[idx].reshape(len(idx), px.shape[1]), px])
+            ys = np.concatenate([y[idx], py])
+            w = np.concatenate([np.ones(len(idx)), np.full(len(py), wp)])
+            m = lgb.LGBMRegressor(**{**self.params, "random_state": self.seed + j})
+            m.fit(xs, ys, sample_weight=w)
+            members.append(m)
+        if self.ensemble:
+            self.members = members
+        return members[0]
 
     def _fit_members(self, lgb, x: np.ndarray, y: np.ndarray):
         """One regressor per member on a bootstrap resample of (x, y); returns the first."""

@@ -325,6 +325,12 @@ class MeasurementTable:
             self._read()  # another process may have measured it meanwhile
         return self._rows.get(key)
 
+    def records(self, layer: Layer) -> list[Measurement]:
+        """Every recorded measurement of ``layer`` under these settings (file order)."""
+        self._read()
+        key = layer_key(layer)
+        return [m for (name, _), m in self._rows.items() if name == key]
+
     def add(self, layer: Layer, m: Measurement) -> None:
         """Appends ``m`` as one line (flushed); a truncated last line of the file is closed
         first, so the record starts on a line of its own."""

@@ -15,7 +15,18 @@ slots, after the local ones, go to model-free moves around the best measured con
 (:func:`walk_picks`: +-1 index of one tile knob, or of two at once when every one-knob move
 is measured, drawn uniformly at random whatever the model predicts); with ``walk_stall=r > 0``
 (session 9) only in rounds that follow ``r`` rounds in a row without a new best measured
-configuration, so a run that keeps climbing spends nothing on it. Time is charged as the wall time of the search,
+configuration, so a run that keeps climbing spends nothing on it.
+
+Session 11 (all off by default): ``init_design`` picks the ``n_init`` initial configurations
+(:func:`initial_design`): ``"random"`` (AutoTVM's and the paper's: uniformly random valid
+configurations), ``"lhs"`` (a Latin hypercube over the knobs' indices: every knob's range cut
+into ``n_init`` strata, each stratum used once, :func:`_strata`; of 200 such designs the one with all rows valid
+and the largest smallest pairwise distance) or ``"maximin"`` (greedily, the random valid
+configuration farthest from those already picked, among 1000). ``ucb_decay=n``: the cost
+model's upper-confidence weight falls linearly from ``ucb`` (after the initial
+configurations) to 0 at ``n`` measurements. ``prior``: another layer's measurements
+(:class:`.CostModel`'s ``prior``, faded out by ``prior_until`` measurements), fitted beside
+this run's own. Time is charged as the wall time of the search,
 sampling and fitting, plus each measurement's own seconds (:attr:`.Measurement.seconds`,
 also when a shared measurer answers from its cache), so tuners that share a measurer are
 charged as if each had measured alone.
@@ -132,6 +143,63 @@ def walk_picks(
     return out
 
 
+INIT_DESIGNS = ("random", "lhs", "maximin")
+
+
+def _min_distance(points: np.ndarray) -> float:
+    """The smallest pairwise Euclidean distance between the rows of ``points``."""
+    d = np.sqrt(((points[:, None, :] - points[None, :, :]) ** 2).sum(-1))
+    d[np.diag_indices(len(points))] = np.inf
+    return float(d.min()) if len(points) > 1 else np.inf
+
+
+def _strata(size: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` indices of a knob with ``size`` values, one per stratum ``[j * size // n, (j + 1) *
+    size // n)`` (drawn uniformly within it; a stratum narrower than one value gives its first),
+    so a knob with at least ``n`` values gets ``n`` distinct ones and a smaller knob each of its
+    values ``n // size`` or ``n // size + 1`` times."""
+    j = np.arange(n)
+    lo, hi = j * size // n, (j + 1) * size // n
+    return lo + (rng.random(n) * np.maximum(hi - lo, 1)).astype(int)
+
+
+def initial_design(
+    space: KnobSpace, n: int, rng: np.random.Generator, design: str = "random"
+) -> list[Config]:
+    """``n`` distinct valid configurations to measure before the cost model guides anything (see
+    the module doc for the designs); at most ``space.size`` of them."""
+    if design not in INIT_DESIGNS:
+        raise TimeRLError(f"RELEASE tune: init_design must be one of {INIT_DESIGNS}, got {design!r}")
+    n = min(n, space.size)
+    out: list[Config] = []
+    if design == "lhs" and n > 1:
+        best, best_d = None, -1.0
+        for _ in range(200):
+            cols = [rng.permutation(_strata(size, n, rng)) for size in space.sizes]
+            rows = [tuple(int(c[i]) for c in cols) for i in range(n)]
+            if len(set(rows)) < n or not all(space.is_valid(r) for r in rows):
+                continue
+            d = _min_distance(space.normalised(rows))
+            if d > best_d:
+                best, best_d = rows, d
+        out = list(best) if best is not None else []
+    elif design == "maximin" and n > 1:
+        pool = list(dict.fromkeys(space.random(rng) for _ in range(1000)))
+        pts = space.normalised(pool)
+        pick = [int(rng.integers(len(pool)))]
+        near = np.sqrt(((pts - pts[pick[0]]) ** 2).sum(1))
+        while len(pick) < min(n, len(pool)):
+            j = int(np.argmax(near))
+            pick.append(j)
+            near = np.minimum(near, np.sqrt(((pts - pts[j]) ** 2).sum(1)))
+        out = [pool[j] for j in pick]
+    while len(out) < n:  # random (and the rare design that could not be completed)
+        c = space.random(rng)
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def tune(
     space: KnobSpace,
     search: Search,
@@ -148,6 +216,10 @@ def tune(
     walk_stall: int = 0,
     ensemble: int = 0,
     ucb: float = 0.0,
+    init_design: str = "random",
+    ucb_decay: int = 0,
+    prior: tuple[np.ndarray, np.ndarray] | None = None,
+    prior_until: int = 64,
 ) -> TuneResult:
     """Tune ``space`` with ``budget`` hardware measurements (see the module doc); ``objective``
     is the cost model's (:class:`.CostModel`: regression or rank), ``features`` its feature kind
@@ -155,7 +227,8 @@ def tune(
     :func:`walk_picks` (drawn from their own generator, so the search's draws do not move),
     ``walk_stall``: the walk slots only after that many rounds in a row without a new best
     (0: every round); ``ensemble``, ``ucb``: the cost model's bootstrap ensemble and upper
-    confidence bound (:class:`.CostModel`; 0: off). Raises
+    confidence bound (:class:`.CostModel`; 0: off); ``init_design``, ``ucb_decay``, ``prior``:
+    session 11's options (see the module doc; off by default). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")
@@ -165,9 +238,22 @@ def tune(
         raise TimeRLError(f"RELEASE tune: walk must be >= 0 slots, got {walk}")
     if walk_stall < 0:
         raise TimeRLError(f"RELEASE tune: walk_stall must be >= 0 rounds, got {walk_stall}")
+    if ucb_decay < 0 or (ucb_decay and not ucb):
+        raise TimeRLError(
+            f"RELEASE tune: ucb_decay must be >= 0 and needs ucb > 0, got {ucb_decay} (ucb {ucb})"
+        )
     rng = np.random.default_rng(seed)
     walk_rng = np.random.default_rng([seed, 2])
-    model = CostModel(space, seed=seed, objective=objective, features=features, ensemble=ensemble, ucb=ucb)
+    model = CostModel(
+        space,
+        seed=seed,
+        objective=objective,
+        features=features,
+        ensemble=ensemble,
+        ucb=ucb,
+        prior=prior,
+        prior_until=prior_until,
+    )
     done: dict[Config, Measurement] = {}
     order: list[Measurement] = []
     elapsed: list[float] = []
@@ -190,16 +276,14 @@ def tune(
         charged += time.perf_counter() - t
 
     init_rng = np.random.default_rng([seed, 1])
-    init: list[Config] = []
-    while len(init) < min(n_init, budget, space.size):
-        c = space.random(init_rng)
-        if c not in init:
-            init.append(c)
-    measure(init)
+    measure(initial_design(space, min(n_init, budget), init_rng, init_design))
+    start = len(order)
     rounds = 0
     stale = 0
     flat = 0  # rounds in a row without a new best
     while len(order) < budget:
+        if ucb_decay:
+            model.ucb = ucb * max(0.0, 1.0 - (len(order) - start) / max(ucb_decay - start, 1))
         t = time.perf_counter()
         ranked = sorted(done, key=lambda c: -done[c].gflops)
         cands = search.propose(space, model, done.keys(), ranked, rng)
