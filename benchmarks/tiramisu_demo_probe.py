@@ -17,7 +17,7 @@ state (the legal-masked policy, as in the greedy evaluation, and the value head)
 The first step where ``greedy`` differs from the demonstration is where the greedy episode
 leaves it.
 
-    python benchmarks/tiramisu_demo_probe.py --run-dir runs/s11_sil_s2 [--programs mvt,doitgen]
+    python benchmarks/tiramisu_demo_probe.py --run-dir runs/s11_sil_s2 [--programs mvt,doitgen] [--no-return]
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ def value(w: dict, z: np.ndarray) -> float:
     return float((y @ w["dnn.v2.w"] + w["dnn.v2.b"]).reshape(()))
 
 
-def probe(name: str, demo: list[str], w: dict, args: dict, measurer: Measurer) -> list[dict]:
-    """One row per demonstration step (see the module doc)."""
+def probe(name: str, demo: list[str], w: dict, args: dict, measurer: Measurer | None) -> list[dict]:
+    """One row per demonstration step (see the module doc); without a measurer no ``R``."""
     index = {a.name: k for k, a in enumerate(ACTIONS)}
     p = benchmark(name)
     legal = LegalityChecker(p)
     s, br = initial_schedule(p), 0
-    t_prev = measurer.seconds(s)
+    t_prev = measurer.seconds(s) if measurer is not None else 1.0
     rows, rewards = [], []
     for a_name in demo:
         a = index[a_name]
@@ -84,13 +84,13 @@ def probe(name: str, demo: list[str], w: dict, args: dict, measurer: Measurer) -
         if new is None or not legal(new):
             rewards.append(PENALTY)  # as the env: a no-op with the penalty
             continue
-        t_new = measurer.seconds(new)
+        t_new = measurer.seconds(new) if measurer is not None else t_prev
         rewards.append(math.log(t_prev / t_new, 4))
         s, t_prev = new, t_new
     ret = 0.0
     for row, r in zip(reversed(rows), reversed(rewards), strict=True):
         ret = r + args["gamma"] * ret
-        row["R"] = ret
+        row["R"] = ret if measurer is not None else math.nan
     return rows
 
 
@@ -99,6 +99,9 @@ def main() -> None:
     ap.add_argument("--run-dir", required=True, help="a training run (train.json, args.json, checkpoints/)")
     ap.add_argument(
         "--programs", default="", help="comma-separated benchmarks (default: every demonstration)"
+    )
+    ap.add_argument(
+        "--no-return", action="store_true", help="no measurements: the policy only (R and R - V: nan)"
     )
     a = ap.parse_args()
     run = Path(a.run_dir)
@@ -110,7 +113,7 @@ def main() -> None:
     if not demos:
         raise SystemExit(f"{run}/train.json has no demonstrations (a run with --sil-coef > 0 keeps them)")
     names = [n for n in a.programs.split(",") if n] or sorted(demos)
-    measurer = Measurer(threads=1, clock="cpu")
+    measurer = None if a.no_return else Measurer(threads=1, clock="cpu")
     for name in names:
         d = demos[name]
         print(f"\n{name}: demonstration {d['speedup']:.2f}x: {' '.join(d['actions'])}")

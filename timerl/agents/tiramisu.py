@@ -111,9 +111,17 @@ class TiramisuArgs(RunArgs):
     best measured episode so far (the actions up to its fastest schedule), then goes on
     with the policy"""
     demo_min_speedup: float = 1.1
-    """with --sil-coef > 0: replay a program's best episode only once it reaches this speedup"""
+    """with --sil-coef > 0 or --bc-coef > 0: replay / imitate a program's best episode only
+    once it reaches this speedup"""
     sil_vf: float = 0.01
     """with --sil-coef > 0: the value term's weight beta in the self-imitation loss"""
+    bc_coef: float = 0.0
+    """buffer imitation (0: off): weight of the cross-entropy ``-log pi(a|s)`` on the states
+    and actions of each program's best measured training episode so far (those reaching
+    --demo-min-speedup), replayed from the program's initial state without measurements and
+    added to every PPO update (minibatch m of M imitates the programs p with p % M == m, so
+    each epoch imitates every program once, as it sees every rollout step once; summed over a
+    demonstration's steps, divided by --num-envs like the PPO loss); spends no env episodes"""
     seed: int = 0
     """random seed"""
     progress: bool = True
@@ -316,6 +324,12 @@ def sil_loss(logp, ret, v, vf: float):
     return -logp * gap.detach() + 0.5 * vf * gap * gap
 
 
+def bc_loss(logp, weight):
+    """Buffer imitation's per-point loss: the cross-entropy ``-logp`` of a demonstration's
+    action, times the slot's weight (0 on an empty slot)."""
+    return -logp * weight
+
+
 def make_env(args: TiramisuArgs, B, **kw):
     kw.setdefault("surrogate", args.surrogate)
     if args.sil_coef > 0.0 and kw.get("split", "train") == "train":
@@ -344,8 +358,12 @@ def build(args: TiramisuArgs, log_fn, env_fn=make_env, weights=None):
     of each the acting forward pass is the one differentiated (TimeRL's setting: a smaller
     program, so a faster compile and run)."""
     epochs = args.update_epochs > 1 or args.num_minibatches > 1
-    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
-    with ctx as ((b, B), (i, I), *upd, (t, T)):
+    bc = args.bc_coef > 0.0
+    dims = ("b", "i", "e", "m", "t") if epochs else ("b", "i", "t")
+    ctx = trl.Context(dims=dims + ("k",) if bc else dims)  # k: the imitation buffer's slots
+    with ctx as syms:
+        (b, B), (i, I) = syms[:2]
+        upd, (t, T), slot = syms[2 : len(dims) - 1], syms[len(dims) - 1], syms[len(dims) :]
         env = env_fn(args, B)
         dnn = GATPolicy((i, *(s for s, _ in upd)), args.seed, args.heads, args.hidden, weights, args.arch)
         actor = dnn.at(i, 0, 0) if epochs else dnn
@@ -379,12 +397,29 @@ def build(args: TiramisuArgs, log_fn, env_fn=make_env, weights=None):
         per_point = per_point - ent_coef * ent
         loss = per_point * in_mb * alive / float(args.num_envs)
         loss.backward()
+        if bc:  # every update also imitates each program's best episode, from the buffer
+            k, K = slot[0]
+            part = upd[1][0] if epochs else None  # minibatch m imitates the programs p % M == m
+            o_d, mask_d, a_d, w_d = env.demo_buffer(
+                (i, part, k) if epochs else (i, k),
+                k,
+                K,
+                legal=args.mask == "legal",
+                min_speedup=args.demo_min_speedup,
+                after=[r[0:B, i, 0:T].sum()],  # after iteration i's episodes (they may add one)
+                part=part,
+                parts=args.num_minibatches,
+            )
+            logp_d, _, _ = dnn.evaluate(o_d, a_d, mask_d if args.mask != "none" else None)
+            (bc_loss(logp_d, w_d) * (args.bc_coef / float(args.num_envs))).backward()
         lr = args.lr * (1.0 - trl.as_tensor(i) / float(args.iterations))
         trl.optim.Adam(dnn.params, lr=lr).step()
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: d}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
+    if bc:
+        bounds[slot[0][1]] = -(-len(env.tasks) // args.num_minibatches) * args.episode_len
     return checkpoint_and_compile(ctx, args, dnn, i, bounds), env
 
 

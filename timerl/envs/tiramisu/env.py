@@ -177,6 +177,7 @@ class _TiramisuState:
         self.demo_min_speedup = float(demo_min_speedup)
         # per program: the fastest measured schedule of any finished episode (speedup, actions to it)
         self.demos: dict[str, tuple[float, tuple[int, ...]]] = {}
+        self._buffer_cache: dict[tuple, tuple[np.ndarray, ...]] = {}  # demo_buffer's replays
         self.surrogate = surrogate
         self.num_envs = num_envs
         self.seed = int(seed)
@@ -253,6 +254,33 @@ class _TiramisuState:
             acts[e], flags[e] = ep.demo[j], 1.0
             ep.demo_steps += 1
         return acts, flags
+
+    def demo_buffer(
+        self, slots: int, legal: bool, min_speedup: float, part: int = 0, parts: int = 1
+    ) -> tuple[np.ndarray, ...]:
+        """Buffer imitation's batch: the states of each program's kept demonstration (if it
+        reaches ``min_speedup``), replayed from the program's initial schedule without
+        measurements. The programs ``p`` with ``p % parts == part`` (e.g. one minibatch's
+        share) in order, ``slots // ceil(programs / parts)`` rows each (``episode_len``):
+        row ``q * L + j`` is step ``j`` of the ``q``-th of them. Per row: the observation,
+        the action mask there (as ``mask(legal)``: applicable / legal, not yet visited), the
+        demonstration's action and a weight (1.0, or 0.0 for an empty row and for a replayed
+        action that the mask removes: it was a no-op in its episode)."""
+        mine = self.tasks[part::parts]
+        per = slots // -(-len(self.tasks) // parts)
+        rows = [self._replayed(task, legal, min_speedup, per) for task in mine]
+        while len(rows) * per < slots:  # fewer programs in this part: empty rows (weight 0)
+            rows.append(self._replayed(self.tasks[0], legal, math.inf, per))
+        return tuple(np.concatenate([r[k] for r in rows])[:slots] for k in range(4))
+
+    def _replayed(self, task: TiramisuTask, legal: bool, min_speedup: float, per: int) -> tuple:
+        speedup, actions = self.demos.get(task.program.name, (0.0, ()))
+        if speedup < min_speedup:
+            actions = ()
+        key = (task.program.name, actions, legal, per)
+        if key not in self._buffer_cache:
+            self._buffer_cache[key] = _replay(task, actions[:per], legal, per)
+        return self._buffer_cache[key]
 
     def _step_one(self, ep: _Episode, a: int) -> float:
         if not 0 <= a < NUM_ACTIONS:
@@ -335,6 +363,72 @@ class _TiramisuState:
                 new = (ep.task.try_action if legal else apply_action)(ep.sched, ep.branch, a)
                 out[e, a] = float(new is not None and new.key not in ep.visited)
         return out
+
+
+def _replay(task: TiramisuTask, actions: Sequence[int], legal: bool, steps: int) -> tuple[np.ndarray, ...]:
+    """``demo_buffer``'s rows for one program: ``actions`` replayed from the initial schedule
+    (no measurement), padded to ``steps`` rows of weight 0 (the initial state, ``next``)."""
+    obs = np.zeros((steps, OBS_SIZE), np.float32)
+    mask = np.zeros((steps, NUM_ACTIONS), np.float32)
+    mask[:, NEXT] = 1.0
+    acts = np.full(steps, NEXT, np.int64)
+    weight = np.zeros(steps, np.float32)
+    sched, branch, visited = task.initial, 0, {task.initial.key}
+    obs[:] = flatten(*graph(sched, branch))
+    n_branches = len(task.program.branches)
+    for j, a in enumerate(actions):
+        if branch >= n_branches:
+            break
+        obs[j] = flatten(*graph(sched, branch))
+        nxt: dict[int, Schedule | None] = {}
+        for b in range(NUM_ACTIONS):
+            if b == NEXT:
+                mask[j, b] = 1.0
+                continue
+            new = (task.try_action if legal else apply_action)(sched, branch, b)
+            nxt[b] = new
+            mask[j, b] = float(new is not None and new.key not in visited)
+        acts[j] = a
+        if mask[j, a] <= 0.0:  # a no-op in its episode: nothing to imitate, the state stays
+            continue
+        weight[j] = 1.0
+        if a == NEXT:
+            branch += 1
+            continue
+        new = nxt[a] if legal else task.try_action(sched, branch, a)
+        if new is None:  # applies but illegal (structural mask): a no-op in its episode too
+            weight[j] = 0.0
+            continue
+        sched = new
+        visited.add(new.key)
+    return obs, mask, acts, weight
+
+
+class _DemoBufferFn(UDFFn):
+    def __init__(
+        self, state: _TiramisuState, legal: bool, min_speedup: float, slots: Any, part: Sym | None, parts: int
+    ) -> None:
+        super().__init__(self._call, f"{state.env_id}.demo_buffer")
+        self.state = state
+        self.legal = legal
+        self.min_speedup = min_speedup
+        self.slots = slots
+        self.part = part
+        self.parts = parts
+        self.n = 0
+
+    def bind(self, bounds: Mapping[Sym, int]) -> None:
+        self.n = int(bounds[self.slots])
+        share = -(-len(self.state.tasks) // self.parts)
+        if self.n % share:
+            raise TimeRLError(
+                f"env {self.state.env_id}: demo_buffer needs a multiple of {share} slots (one row "
+                f"per program of a part and step), got {self.n}"
+            )
+
+    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
+        part = point[self.part.name] if self.part is not None else 0
+        return list(self.state.demo_buffer(self.n, self.legal, self.min_speedup, part, self.parts))
 
 
 class _MaskFn(UDFFn):
@@ -461,6 +555,43 @@ class TiramisuEnv(GymEnv):
             batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
         )
         return played, flag
+
+    def demo_buffer(
+        self,
+        domain: Sequence[Sym],
+        slot_dim: Sym,
+        slots: Sym,
+        legal: bool = False,
+        min_speedup: float = 1.1,
+        after: Sequence[RecurrentTensor] = (),
+        part: Sym | None = None,
+        parts: int = 1,
+    ) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor, RecurrentTensor]:
+        """Buffer imitation: ``(obs, mask, action, weight)`` at every point of ``domain`` (e.g.
+        ``(i, k)``), all slots of ``slot_dim`` (bound ``slots``: programs x ``episode_len``)
+        made by one call per point of the other dims: per program, the states along its kept
+        demonstration (the actions to the fastest measured schedule of its training episodes
+        so far, if it reaches ``min_speedup``), replayed from the initial schedule without
+        measurements; ``weight`` 1.0 on a demonstration step, 0.0 on an empty slot (see
+        ``_TiramisuState.demo_buffer``). ``after``: RTs the call waits for (e.g. the
+        iteration's rewards, so that the episodes that just finished count). ``part`` (a dim
+        of ``domain``, e.g. the minibatch ``m``) of ``parts``: at ``part = q`` only the
+        programs ``p`` with ``p % parts == q`` (``slots``: their share x ``episode_len``)."""
+        fn = _DemoBufferFn(self._state, legal, float(min_speedup), slots, part, parts)
+        obs, mask, act, weight = udf(
+            fn,
+            [
+                ((OBS_SIZE,), DType.float32),
+                ((NUM_ACTIONS,), DType.float32),
+                ((), DType.int64),
+                ((), DType.float32),
+            ],
+            tuple(domain),
+            list(after),
+            name=f"{self.env_id}.demo_buffer",
+            batch_dims=(slot_dim,),
+        )
+        return obs, mask, act, weight
 
     @property
     def demonstrations(self) -> dict[str, tuple[float, tuple[int, ...]]]:
