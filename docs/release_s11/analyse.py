@@ -1,5 +1,5 @@
 # Session 11's figures on an exhaustive table (docs/release.md, "Session 11"): session 10's
-# columns (docs/release_s10/analyse.py) for any layer whose whole space is tabulated. Per
+# columns for any layer whose whole space is tabulated. Per
 # combination: measurements to SA + greedy's final of the same seed (within 1 %; a miss counts
 # 128; the ratio of the per-seed medians with a 90 % bootstrap interval over the seeds, pairs
 # kept), the geometric mean of the per-seed ratios, measurements to 95 % of the known optimum

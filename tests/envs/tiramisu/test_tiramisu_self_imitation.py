@@ -121,3 +121,20 @@ def test_sil_loss() -> None:
     want = -logp * gap + 0.05 * gap * gap
     assert np.allclose([x for _, x in sorted(got)], want, atol=1e-6)
     assert sorted(got)[1][1] == 0.0  # the return below the value: no loss
+
+
+@pytest.mark.parametrize("which", ["action_mask", "demo_actions"])
+def test_an_episode_udf_before_reset_names_the_env_and_the_call(measurer, which: str) -> None:
+    from timerl.envs.tiramisu.env import _DemoFn, _MaskFn
+    from timerl.errors import RuntimeExecutionError
+
+    st = _state(measurer, 1.0)
+    fn = _MaskFn(st, True) if which == "action_mask" else _DemoFn(st, False)
+    with pytest.raises(RuntimeExecutionError, match=f"tiramisu.test: {which} before reset"):
+        fn._checked([np.zeros(2, np.int64)], {"i": 0})
+    st.reset({"i": 0})
+    out = fn._checked([np.zeros(2, np.int64)], {"i": 0})  # after the reset: the call's result
+    if which == "action_mask":
+        assert out[0].shape[-1] == NUM_ACTIONS and out[0].any()
+    else:
+        assert len(out) == 2 and out[0].size == 2

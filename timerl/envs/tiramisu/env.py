@@ -431,30 +431,47 @@ class _DemoBufferFn(UDFFn):
         return list(self.state.demo_buffer(self.n, self.legal, self.min_speedup, part, self.parts))
 
 
-class _MaskFn(UDFFn):
-    def __init__(self, state: _TiramisuState, legal: bool) -> None:
-        super().__init__(self._call, f"{state.env_id}.action_mask")
+class _EpisodeFn(UDFFn):
+    """A UDF of the env's running episodes, named ``<env id>.<what>``; calling it before the
+    env's reset raises."""
+
+    what = ""
+
+    def __init__(self, state: _TiramisuState) -> None:
+        super().__init__(self._checked, f"{state.env_id}.{self.what}")
         self.state = state
+
+    def _checked(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
+        if not self.state.episodes:
+            raise RuntimeExecutionError(f"env {self.state.env_id}: {self.what} before reset")
+        return self._call(inputs, point)
+
+    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+class _MaskFn(_EpisodeFn):
+    what = "action_mask"
+
+    def __init__(self, state: _TiramisuState, legal: bool) -> None:
+        super().__init__(state)
         self.legal = legal
 
     def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
         st = self.state
-        if not st.episodes:
-            raise RuntimeExecutionError(f"env {st.env_id}: action_mask before reset")
         m = st.mask(self.legal)
         return [m if st.batched else m[0]]
 
 
-class _DemoFn(UDFFn):
+class _DemoFn(_EpisodeFn):
+    what = "demo_actions"
+
     def __init__(self, state: _TiramisuState, masked: bool) -> None:
-        super().__init__(self._call, f"{state.env_id}.demo_actions")
-        self.state = state
+        super().__init__(state)
         self.masked = masked
 
     def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
         st = self.state
-        if not st.episodes:
-            raise RuntimeExecutionError(f"env {st.env_id}: demo_actions before reset")
         a = np.asarray(inputs[0])
         acts, flags = st.demo_actions(a, inputs[1] if self.masked else None)
         acts = acts.astype(a.dtype)
