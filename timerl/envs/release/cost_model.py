@@ -139,7 +139,7 @@ class CostModel:
         x = self.space.features(configs, self.features)
         if wp > 0:
             y = y / y.max() if len(y) and y.max() > 0 else y
-            model = self._fit_with_prior(lgb, x, y, wp)
+            model = self._fit_members(lgb, x, y, wp)
         elif self.objective == "rank":
             rel = np.rint(y / y.max() * RANK_LEVELS).astype(np.int64)
             model = lgb.LGBMRanker(
@@ -166,34 +166,26 @@ class CostModel:
             return 0.0
         return max(0.0, 1.0 - n / self.prior_until)
 
-    def _fit_with_prior(self, lgb, x: np.ndarray, y: np.ndarray, wp: float):
-        """The regressor (or the ensemble's members, on bootstrap resamples of the run's own
-        rows) fitted on the run's rows (weight 1) and the prior's (weight ``wp``)."""
-        px, py = self.prior
+    def _fit_members(self, lgb, x: np.ndarray, y: np.ndarray, wp: float = 0.0):
+        """One regressor per ensemble member on a bootstrap resample of (x, y) (without an
+        ensemble: one regressor on all rows), with the prior's rows at weight ``wp`` beside
+        them when ``wp > 0``; keeps the members (with an ensemble) and returns the first."""
         rng = np.random.default_rng([self.seed, self.fits, 7])
         members = []
         for j in range(max(self.ensemble, 1)):
             idx = rng.integers(len(y), size=len(y)) if self.ensemble else np.arange(len(y))
-            xs = np.concatenate([x[idx].reshape(len(idx), px.shape[1]), px])
-            ys = np.concatenate([y[idx], py])
-            w = np.concatenate([np.ones(len(idx)), np.full(len(py), wp)])
             m = lgb.LGBMRegressor(**{**self.params, "random_state": self.seed + j})
-            m.fit(xs, ys, sample_weight=w)
+            if wp > 0:
+                px, py = self.prior
+                xs = np.concatenate([x[idx].reshape(len(idx), px.shape[1]), px])
+                w = np.concatenate([np.ones(len(idx)), np.full(len(py), wp)])
+                m.fit(xs, np.concatenate([y[idx], py]), sample_weight=w)
+            else:
+                m.fit(x[idx], y[idx])
             members.append(m)
         if self.ensemble:
             self.members = members
         return members[0]
-
-    def _fit_members(self, lgb, x: np.ndarray, y: np.ndarray):
-        """One regressor per member on a bootstrap resample of (x, y); returns the first."""
-        rng = np.random.default_rng([self.seed, self.fits, 7])
-        self.members = []
-        for j in range(self.ensemble):
-            idx = rng.integers(len(y), size=len(y))
-            m = lgb.LGBMRegressor(**{**self.params, "random_state": self.seed + j})
-            m.fit(x[idx], y[idx])
-            self.members.append(m)
-        return self.members[0]
 
     def mean_std(self, configs: Sequence[Config]) -> tuple[np.ndarray, np.ndarray]:
         """The ensemble's mean prediction and its standard deviation over the members, per
