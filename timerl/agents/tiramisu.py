@@ -12,7 +12,7 @@ Public API (``examples/ppo_tiramisu.py`` is the training script around it, and
 ``examples/tiramisu_eval.py`` the evaluation)::
 
     from timerl.agents import tiramisu
-    args = tiramisu.TiramisuArgs(num_envs=8, iterations=80)
+    args = tiramisu.TiramisuArgs(num_envs=8, iterations=40)
     ex, env = tiramisu.build(args, log_fn)      # the training program, compiled
     ex.execute()
     weights = tiramisu.latest_weights("runs/ppo_tiramisu/checkpoints")
@@ -47,9 +47,9 @@ class TiramisuArgs(RunArgs):
     """tensor backend: jax or torch"""
     num_envs: int = 8
     """parallel environments (the batch dim b); one program each per episode"""
-    iterations: int = 80
+    iterations: int = 40
     """PPO updates (the dim i); each runs one episode per env (the paper: 500 x 512 steps)"""
-    episode_len: int = 10
+    episode_len: int = 8
     """actions per episode at most (an episode also ends with next on the last branch)"""
     num_programs: int = 64
     """tiramisu.random: how many generated programs"""
@@ -67,10 +67,11 @@ class TiramisuArgs(RunArgs):
     ent_coef: float = 0.1
     """entropy coefficient c2 at the start, decayed linearly to 0 (Table 4.2: 0.5 -> 0 over
     500 updates; with ~80 updates 0.5 keeps the policy near uniform)"""
-    update_epochs: int = 1
-    """epochs over each rollout (Table 4.2: 4; > 1 adds a second forward pass over the
-    rollout: the program compiles in ~155 s instead of ~45 s and runs ~5x slower here)"""
-    num_minibatches: int = 1
+    update_epochs: int = 8
+    """epochs over each rollout (Table 4.2: 4; 8 here, where each iteration is one short episode
+    per env; > 1 adds a second forward pass over the rollout: the program compiles in ~155 s
+    instead of ~45 s; 1: one update per rollout)"""
+    num_minibatches: int = 2
     """minibatches per epoch (the paper: 512 / 64 = 8)"""
     norm_adv: bool = True
     """normalise advantages per iteration"""
@@ -82,14 +83,17 @@ class TiramisuArgs(RunArgs):
     """v1: Table 3.2's network; v2: plus an input skip (the raw node features, mean+max
     pooled, projected into the summariser beside the two GAT layers' pools), so program
     identity reaches the heads without passing the attention layers"""
-    mask: str = "structural"
+    mask: str = "legal"
     """action masking: structural (actions that do not apply: a level beyond the nest, a
     second parallel loop, ...), legal (also the illegal ones: one dependence check per
     action and step), none"""
     eval_mask: str = "legal"
     """the masking of the greedy evaluation rollouts"""
-    threads: int = 0
-    """OpenMP threads of the measured programs (0: the CPU count)"""
+    threads: int = 1
+    """OpenMP threads of the measured programs (0: the CPU count). 1 by default: serial kernels
+    are timed with the process CPU-time clock, which other jobs on a shared machine do not
+    inflate (docs/tiramisu.md, "Measurement"); with 2+ threads the wall clock is used and
+    parallel loops can pay"""
     surrogate: str = "lgbm"
     """training measurements: lgbm (a cost model of gradient-boosted trees, fitted on the
     disk cache of measurements and refitted as new ones arrive, predicts the time of most
@@ -101,7 +105,7 @@ class TiramisuArgs(RunArgs):
     surrogate_std: float = 0.15
     """with --surrogate lgbm: measure when the ensemble's spread of the predicted log
     speedup exceeds this"""
-    sil_coef: float = 0.0
+    sil_coef: float = 1.0
     """self-imitation (Oh et al. 2018; 0: off): weight of the loss ``-log pi(a|s) max(R - V, 0)
     + sil_vf / 2 max(R - V, 0)^2`` on the steps that replay a program's best measured
     episode so far (see --demo-prob); those steps leave the PPO loss and the advantage
@@ -115,7 +119,7 @@ class TiramisuArgs(RunArgs):
     once it reaches this speedup"""
     sil_vf: float = 0.01
     """with --sil-coef > 0: the value term's weight beta in the self-imitation loss"""
-    bc_coef: float = 0.0
+    bc_coef: float = 0.25
     """buffer imitation (0: off): weight of the cross-entropy ``-log pi(a|s)`` on the states
     and actions of each program's best measured training episode so far (those reaching
     --demo-min-speedup), replayed from the program's initial state without measurements and

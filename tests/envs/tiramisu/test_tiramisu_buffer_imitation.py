@@ -35,6 +35,7 @@ def _args(tmp_path, bc_coef: float, **kw) -> TiramisuArgs:
     }
     return TiramisuArgs(
         bc_coef=bc_coef,
+        sil_coef=0.0,
         surrogate="off",
         mask="legal",
         threads=1,
@@ -100,7 +101,6 @@ def test_bc_raises_the_demonstration_actions_probability(tmp_path) -> None:
 
 
 def test_bc_off_or_nothing_to_imitate_leaves_the_training_unchanged(tmp_path) -> None:
-    assert TiramisuArgs().bc_coef == 0.0
     args = _args(tmp_path, 0.0, iterations=4)
     off, env_off = _train(args, 100.0)
     # bc on, but the demonstration is below --demo-min-speedup: every slot has weight 0
