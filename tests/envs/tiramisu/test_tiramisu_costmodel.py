@@ -5,6 +5,7 @@ times, penalties stay, and greedy evaluation episodes are always measured."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -222,3 +223,13 @@ def test_periodic_measurements_check_the_prediction(cache) -> None:
     st.step(np.array([a]))
     assert sur.stats.measured == 1 and sur.stats.predicted == 0
     assert sur.online == [(mu, pytest.approx(math.log(m.base_seconds(p) / m.cached(new).seconds)))]
+
+
+@pytest.mark.parametrize("missing", ["lightgbm", "sklearn"])
+def test_surrogate_without_its_libraries_fails_at_construction(tmp_path, monkeypatch, missing) -> None:
+    # lightgbm imports without scikit-learn and fails only when a model is made, which in
+    # training is minutes in, after compiling; the surrogate checks both when it is made
+    monkeypatch.setitem(sys.modules, missing, None)  # `import missing` raises ImportError
+    m = Measurer(cache_dir=tmp_path, disk_cache=False)
+    with pytest.raises(CostModelError, match=r"timerl\[tiramisu\].*--surrogate off"):
+        Surrogate(m, [bm.mvt(6)])

@@ -40,6 +40,7 @@ __all__ = [
     "NUM_COST_FEATURES",
     "CostModel",
     "CostModelError",
+    "require_lightgbm",
     "schedule_features",
     "schedule_from_key",
     "spearman",
@@ -204,6 +205,21 @@ def _ranks(a: Sequence[float]) -> np.ndarray:
     return (np.bincount(inv, r) / np.bincount(inv))[inv]
 
 
+def require_lightgbm():
+    """The ``lightgbm`` module, checked with the scikit-learn it needs for ``LGBMRegressor``
+    (lightgbm imports without it and fails only when a model is made); raises
+    :class:`CostModelError` naming the extra to install."""
+    try:
+        import lightgbm
+        import sklearn  # noqa: F401  (lightgbm.LGBMRegressor needs it)
+    except ImportError as e:
+        raise CostModelError(
+            f"the Tiramisu cost model needs lightgbm and scikit-learn ({e}): pip install 'timerl[tiramisu]', "
+            "or train with --surrogate off"
+        ) from e
+    return lightgbm
+
+
 class CostModel:
     """Bagged gradient-boosted trees predicting ``log(speedup)`` of schedules.
 
@@ -231,13 +247,7 @@ class CostModel:
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> CostModel:
         """Fit on features ``x`` ``(n, NUM_COST_FEATURES)`` and targets ``y`` (log speedups)."""
-        try:
-            import lightgbm as lgb
-        except ImportError as e:
-            raise CostModelError(
-                "the Tiramisu cost model needs lightgbm (pip install 'timerl[tiramisu]'), or train with "
-                "--surrogate off"
-            ) from e
+        lgb = require_lightgbm()
         x = np.asarray(x, np.float32)
         y = np.asarray(y, np.float64)
         if x.ndim != 2 or y.shape != (x.shape[0],):

@@ -34,6 +34,7 @@ import numpy as np
 from timerl.envs.tiramisu.costmodel import (
     CostModel,
     CostModelError,
+    require_lightgbm,
     schedule_features,
     schedule_from_key,
 )
@@ -82,6 +83,7 @@ class Surrogate:
                 f"Surrogate: measure_every ({measure_every}) and refit_every ({refit_every}) must be >= 1, "
                 f"warmup ({warmup}) >= 0"
             )
+        require_lightgbm()  # at construction, not at the first refit minutes into a training run
         self.measurer = measurer
         self.programs = {p.uid: p for p in programs}
         self.measure_every = measure_every
