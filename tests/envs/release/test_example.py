@@ -123,6 +123,10 @@ def test_combo_options() -> None:
     )
     assert (base.init_design, base.ucb_decay, base.prior) == ("random", 0, "")
     assert release.combo_args(base, "rl+adaptive:lhs")[2].init_design == "lhs"
+    _, _, plan = release.combo_args(base, "sa+greedy:batch64")
+    assert (plan.batch_size, plan.plan_size, base.batch_size) == (64, 64, 8)
+    assert release.combo_args(replace(base, plan_size=128), "sa+greedy:batch64")[2].plan_size == 128
+    assert release.combo_args(base, "sa+greedy:batch100")[2].plan_size == 100  # the plan holds the batch
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
     for bad in (
@@ -137,6 +141,8 @@ def test_combo_options() -> None:
         "sa+greedy:sobol",
         "sa+greedy:decay",
         "sa+greedy:priorC99",
+        "sa+greedy:batch",
+        "sa+greedy:batch0",
     ):
         with pytest.raises(ValueError):
             release.combo_args(base, bad)
@@ -148,12 +154,14 @@ def test_combo_options_reach_the_tuner(tmp_path, monkeypatch) -> None:
     (``run_layer`` passes the combination's arguments, not the global ones)."""
     release = _release()
     seen: list[tuple] = []
+    batches: list[int] = []
 
     class Stop(Exception):
         pass
 
     def fake_tune(space, search, sampler, measurer, budget, seed, n_init, *rest):
         seen.append((n_init, *rest[6:10], rest[10] is not None, rest[11]))
+        batches.append(sampler.batch_size)
         raise Stop
 
     monkeypatch.setattr(release, "tune", fake_tune)
@@ -166,6 +174,10 @@ def test_combo_options_reach_the_tuner(tmp_path, monkeypatch) -> None:
         with pytest.raises(Stop):
             release.run_layer(replace(args, combos=combo), "MM64", None)
         assert seen[-1] == want
+    assert batches == [args.batch_size] * 3 == [2, 2, 2]  # _tiny's
+    with pytest.raises(Stop):  # session 12's batchN: the greedy sampler's batch, for that combination
+        release.run_layer(replace(args, combos="sa+greedy:batch64"), "MM64", None)
+    assert batches[-1] == 64
 
 
 def test_example_on_a_table_repeats_exactly(tmp_path) -> None:
