@@ -77,16 +77,20 @@ def main() -> None:
     p.add_argument("--layer", default="C10")
     p.add_argument("--seeds", default="0-31", help="first-last seed")
     p.add_argument("--ref", default="rl+adaptive")
+    p.add_argument("--baseline", default="sa+greedy", help="the combination whose final is the target")
     p.add_argument("--bootstrap", type=int, default=2000)
     a = p.parse_args()
     lo, hi = map(int, a.seeds.split("-"))
     opt, top = top_of(a.layer)
     curves, gflops = load(a.files, a.layer)
-    base = curves["sa+greedy"]
+    base = curves[a.baseline]
     seeds = [s for s in range(lo, hi + 1) if s in base]
     own = {s: reach(base[s], 0.99 * base[s][-1])[0] for s in seeds}
     ref = curves.get(a.ref, {})
-    print(f"{a.layer} optimum {opt:.1f} GFLOPS; {len(top)} configurations within 95 %; seeds {lo}-{hi}")
+    print(
+        f"{a.layer} optimum {opt:.1f} GFLOPS; {len(top)} configurations within 95 %; seeds {lo}-{hi}; "
+        f"target: {a.baseline}'s final"
+    )
     print(
         "| combination | seeds | to SA + greedy's final: median, misses | x fewer (90 % interval) | "
         "per-seed x: geomean | to 95 % of the optimum: median, misses | final / optimum: median (min) | "

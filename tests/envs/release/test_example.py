@@ -123,9 +123,9 @@ def test_combo_options() -> None:
     )
     assert (base.init_design, base.ucb_decay, base.prior) == ("random", 0, "")
     assert release.combo_args(base, "rl+adaptive:lhs")[2].init_design == "lhs"
-    _, _, plan = release.combo_args(base, "sa+greedy:batch64")
-    assert (plan.batch_size, plan.plan_size, base.batch_size) == (64, 64, 8)
-    assert release.combo_args(replace(base, plan_size=128), "sa+greedy:batch64")[2].plan_size == 128
+    _, _, plan = release.combo_args(base, "sa+greedy:batch8")
+    assert (plan.batch_size, plan.plan_size, base.batch_size, base.plan_size) == (8, 64, 64, 64)
+    assert release.combo_args(replace(base, plan_size=128), "sa+greedy:batch96")[2].plan_size == 128
     assert release.combo_args(base, "sa+greedy:batch100")[2].plan_size == 100  # the plan holds the batch
     _, _, plain = release.combo_args(base, "sa+greedy")
     assert plain == base
@@ -176,8 +176,8 @@ def test_combo_options_reach_the_tuner(tmp_path, monkeypatch) -> None:
         assert seen[-1] == want
     assert batches == [args.batch_size] * 3 == [2, 2, 2]  # _tiny's
     with pytest.raises(Stop):  # session 12's batchN: the greedy sampler's batch, for that combination
-        release.run_layer(replace(args, combos="sa+greedy:batch64"), "MM64", None)
-    assert batches[-1] == 64
+        release.run_layer(replace(args, combos="sa+greedy:batch5"), "MM64", None)
+    assert batches[-1] == 5
 
 
 def test_example_on_a_table_repeats_exactly(tmp_path) -> None:

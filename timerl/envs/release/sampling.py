@@ -1,7 +1,10 @@
 """Samplers: which of a search's candidate configurations go to the hardware.
 
 - :class:`GreedySampler` (AutoTVM): the ``batch_size`` best candidates by the cost
-  model, each slot replaced by a random configuration with probability ``epsilon``.
+  model, each slot replaced by a random configuration with probability ``epsilon``. The
+  default batch, 64, is AutoTVM's plan: its tuner measures the search's 64 best (the last
+  5 % random) before it refits the cost model and searches again; a smaller batch refits
+  more often (8: a stronger baseline than AutoTVM, docs/release.md session 12).
 - :class:`AdaptiveSampler` (RELEASE, Algorithm 1): k-means over the candidates for
   k = ``k_min``, ``k_min + 1``, ...; the loop stops at the knee of the loss curve (when
   ``knee * loss(k) > loss(k - 1)``, i.e. one more cluster no longer cuts the loss by the
@@ -63,7 +66,7 @@ def _random_unvisited(space: KnobSpace, taken: Set[Config], rng: np.random.Gener
 class GreedySampler:
     """AutoTVM's top-k + epsilon-random (see the module doc)."""
 
-    batch_size: int = 8
+    batch_size: int = 64
     epsilon: float = 0.05
     dedup_ties: bool = False
     knob_weight: float = 0.0
