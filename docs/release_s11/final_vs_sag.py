@@ -2,6 +2,7 @@
 # seeds on which it is below 0.98 of it (the issue's "output code within 2 %"), per combination.
 #
 #   python docs/release_s11/final_vs_sag.py C12 docs/release_s11/m_C12_*.json
+#   python docs/release_s11/final_vs_sag.py C12 FILES --baseline=sa+greedy:batch64   (session 12: another baseline)
 from __future__ import annotations
 
 import sys
@@ -10,11 +11,14 @@ import numpy as np
 from analyse import load
 
 layer, *files = sys.argv[1:]
+baseline = "sa+greedy"
+if files and files[-1].startswith("--baseline="):
+    baseline, files = files[-1].split("=", 1)[1], files[:-1]
 curves, _ = load(files, layer)
-base = curves["sa+greedy"]
+base = curves[baseline]
 for combo, cs in curves.items():
     ss = sorted(s for s in cs if s in base)
     r = np.array([cs[s][-1] / base[s][-1] for s in ss])
     print(
-        f"{combo}: {len(ss)} seeds, final / SA + greedy's: median {np.median(r):.3f}, min {r.min():.3f}, below 0.98 on {int((r < 0.98).sum())}"
+        f"{combo}: {len(ss)} seeds, final / {baseline}'s: median {np.median(r):.3f}, min {r.min():.3f}, below 0.98 on {int((r < 0.98).sum())}"
     )

@@ -27,6 +27,7 @@ import logging
 import math
 import re
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -205,7 +206,7 @@ def _ranks(a: Sequence[float]) -> np.ndarray:
     return (np.bincount(inv, r) / np.bincount(inv))[inv]
 
 
-def require_lightgbm():
+def require_lightgbm() -> ModuleType:
     """The ``lightgbm`` module, checked with the scikit-learn it needs for ``LGBMRegressor``
     (lightgbm imports without it and fails only when a model is made); raises
     :class:`CostModelError` naming the extra to install."""
