@@ -356,13 +356,25 @@ class _TiramisuState:
     def mask(self, legal: bool) -> np.ndarray:
         out = np.zeros((len(self.episodes), NUM_ACTIONS), np.float32)
         for e, ep in enumerate(self.episodes):
-            for a in range(NUM_ACTIONS):
-                if a == NEXT:
-                    out[e, a] = 1.0
-                    continue
-                new = (ep.task.try_action if legal else apply_action)(ep.sched, ep.branch, a)
-                out[e, a] = float(new is not None and new.key not in ep.visited)
+            out[e] = _mask_row(ep.task, ep.sched, ep.branch, ep.visited, legal)[0]
         return out
+
+
+def _mask_row(
+    task: TiramisuTask, sched: Schedule, branch: int, visited: set, legal: bool
+) -> tuple[np.ndarray, dict[int, Schedule | None]]:
+    """One state's action mask (``next`` always; another action where it applies, or with
+    ``legal`` is legal, and leads to a schedule not yet visited) and the schedule each
+    action other than ``next`` leads to (None: it does not apply)."""
+    row = np.zeros(NUM_ACTIONS, np.float32)
+    nxt: dict[int, Schedule | None] = {}
+    for a in range(NUM_ACTIONS):
+        if a == NEXT:
+            row[a] = 1.0
+            continue
+        new = nxt[a] = (task.try_action if legal else apply_action)(sched, branch, a)
+        row[a] = float(new is not None and new.key not in visited)
+    return row, nxt
 
 
 def _replay(task: TiramisuTask, actions: Sequence[int], legal: bool, steps: int) -> tuple[np.ndarray, ...]:
@@ -380,14 +392,7 @@ def _replay(task: TiramisuTask, actions: Sequence[int], legal: bool, steps: int)
         if branch >= n_branches:
             break
         obs[j] = flatten(*graph(sched, branch))
-        nxt: dict[int, Schedule | None] = {}
-        for b in range(NUM_ACTIONS):
-            if b == NEXT:
-                mask[j, b] = 1.0
-                continue
-            new = (task.try_action if legal else apply_action)(sched, branch, b)
-            nxt[b] = new
-            mask[j, b] = float(new is not None and new.key not in visited)
+        mask[j], nxt = _mask_row(task, sched, branch, visited, legal)
         acts[j] = a
         if mask[j, a] <= 0.0:  # a no-op in its episode: nothing to imitate, the state stays
             continue
