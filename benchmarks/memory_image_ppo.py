@@ -60,7 +60,8 @@ def main() -> None:
     from memory_swap import register_env  # noqa: PLC0415
     from ppo import Args, build_fixed  # noqa: PLC0415
 
-    from timerl.schedule.budget import estimate_peak, parse_bytes  # noqa: PLC0415
+    from timerl.plan.peak import estimate_peak
+    from timerl.units import parse_bytes  # noqa: PLC0415
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="torch")

@@ -90,7 +90,7 @@ class Executor:
         donate = options.donate and options.dealloc and options.fuse
         moves: frozenset[tuple[int, int]] = frozenset()
         if donate and getattr(backend, "donates", False):
-            from timerl.schedule.donate import merge_moves
+            from timerl.plan.donate import merge_moves
 
             moves = merge_moves(pdg, _kept_values(pdg))
         if ckpt or resume is not None:
@@ -257,8 +257,7 @@ def _kept_values(pdg: PDG) -> frozenset[int]:
 
     if not any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg):
         return frozenset()
-    from timerl.runtime.checkpoint import carried_values
-    from timerl.runtime.gc import iteration_dim
+    from timerl.plan.iterations import carried_values, iteration_dim
 
     i = iteration_dim(pdg)
     return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
@@ -268,8 +267,8 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
     """The nodes ``swap`` moves (``schedule/swap.swappable``): none unless ``options.swap``
     (or a ``threshold`` is given, by the budget); block-stored and checkpointed values
     excluded. Swapping needs the frees (``dealloc``)."""
-    from timerl.schedule.budget import parse_bytes
     from timerl.schedule.swap import swappable
+    from timerl.units import parse_bytes
 
     if threshold is None:
         if not options.swap:
@@ -282,7 +281,7 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
         return frozenset()
     exclude = set(_kept_values(pdg))
     if options.block_store:
-        from timerl.runtime.block_store import plan_block_storage
+        from timerl.plan.storage import plan_block_storage
 
         blocks = plan_block_storage(pdg)  # a node with every output block-stored cannot move
         exclude |= {
@@ -301,8 +300,9 @@ def _fit_budget(
     together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
     :class:`MemoryBudgetError` naming the largest tensors (``timerl/schedule/budget.py``)."""
     from timerl.errors import MemoryBudgetError
-    from timerl.schedule.budget import estimate_peak, fit_by_incrementalizing, fmt_bytes
+    from timerl.plan.peak import estimate_peak, fit_by_incrementalizing
     from timerl.schedule.scheduler import schedule_pdg
+    from timerl.units import fmt_bytes
 
     est = estimate_peak(pdg, sched.ast, fuse=options.fuse)
     if est.peak_bytes <= budget:
@@ -360,8 +360,8 @@ def _fit_both(
     blocks of steps only when its reductions are incrementalized, and the reductions of each
     large step run as it is made: image PPO, ``docs/memory.md``.)"""
     from timerl.errors import MemoryBudgetError
-    from timerl.schedule.budget import fmt_bytes
     from timerl.schedule.scheduler import schedule_pdg
+    from timerl.units import fmt_bytes
 
     thr = budget // 4
     for _ in range(tries):
@@ -392,8 +392,10 @@ def _fit_swapping(pdg: PDG, sched: Any, options: CompileOptions, budget: int) ->
     must fit, else :class:`MemoryBudgetError`; then the largest of a few thresholds (the
     eligible tensors' point sizes, largest first) that still fits, so that no more tensors
     move than needed."""
-    from timerl.schedule.budget import check_budget, estimate_peak, fmt_bytes, point_bytes
+    from timerl.pdg.sizes import point_bytes
+    from timerl.plan.peak import check_budget, estimate_peak
     from timerl.schedule.scheduler import schedule_pdg
+    from timerl.units import fmt_bytes
 
     eligible = _swapped(pdg, options, threshold=0)
     if not eligible or (options.swap and _swapped(pdg, options) == eligible):
@@ -431,7 +433,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     be = get_backend(backend)
     budget = None
     if options.memory_budget is not None:
-        from timerl.schedule.budget import parse_bytes
+        from timerl.units import parse_bytes
 
         budget = parse_bytes(options.memory_budget)  # a bad size fails before any compile work
     pdg = build_pdg(ctx, bounds, options)  # verified, reads checked

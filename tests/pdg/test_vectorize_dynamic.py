@@ -12,7 +12,8 @@ import timerl as trl
 from timerl.backends import get_backend
 from timerl.compile import CompileOptions, build_pdg
 from timerl.pdg.ops import OpKind
-from timerl.runtime.layout import bucket, input_layout
+from timerl.pdg.sizes import bucket
+from timerl.plan.layout import input_layout
 from timerl.runtime.reference import reference_evaluate
 from timerl.symbolic import Sym
 

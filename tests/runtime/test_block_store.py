@@ -20,16 +20,16 @@ from runtime_pdgs import (
 
 from timerl.backends import AbstractBackend
 from timerl.pdg.ops import OpKind
-from timerl.runtime.block_store import (
+from timerl.plan.storage import (
     DEFAULT_BLOCK,
     MAX_BLOCK,
     MIN_BLOCK,
     BlockSpec,
-    BlockTable,
     block_rows,
     plan_block_storage,
     slice_extent,
 )
+from timerl.runtime.block_store import BlockTable
 from timerl.runtime.interpreter import Executor
 from timerl.runtime.reference import reference_evaluate
 from timerl.runtime.store import PointStore

@@ -9,7 +9,8 @@ from test_dealloc import nstep_program
 from test_donate import N, momentum_program
 
 from timerl.errors import MemoryBudgetError, TimeRLError
-from timerl.schedule.budget import estimate_peak, parse_bytes
+from timerl.plan.peak import estimate_peak
+from timerl.units import parse_bytes
 
 
 def test_parse_bytes() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import timerl as trl
 from timerl.errors import MemoryBudgetError
-from timerl.schedule.budget import estimate_peak
+from timerl.plan.peak import estimate_peak
 
 N = 4000  # rows: each (N, 16) float32 tensor is 256,000 bytes
 

@@ -21,9 +21,9 @@ import pytest
 import timerl as trl
 from timerl.backends import get_backend
 from timerl.compile import CompileOptions, build_pdg
+from timerl.plan.donate import merge_moves
+from timerl.plan.regions import FusedExec
 from timerl.runtime.reference import reference_evaluate
-from timerl.runtime.regions import FusedExec
-from timerl.schedule.donate import merge_moves
 
 N = 512  # floats per parameter
 

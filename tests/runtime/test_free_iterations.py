@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import timerl as trl
-from timerl.runtime.gc import read_lags
+from timerl.plan.iterations import read_lags
 
 
 def _train_w(i, t, T):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import timerl as trl
-from timerl.runtime.fusion import fusable
+from timerl.plan.fusable import fusable
 
 
 def _program(out: list):

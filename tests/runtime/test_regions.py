@@ -10,7 +10,7 @@ import pytest
 import timerl as trl
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import Op, OpKind
-from timerl.runtime.regions import FusedExec, may_read
+from timerl.plan.regions import FusedExec, may_read
 from timerl.schedule.ast import Exec, Loop, Seq, walk
 from timerl.symbolic import Slice, Sym
 from timerl.symbolic.expr import lift
@@ -79,7 +79,7 @@ def _regions(prog) -> list[FusedExec]:
 def _consecutive_runs(prog) -> list[int]:
     """The sizes of the regions over ``(i,)`` that fusing only consecutive statements made
     (the earlier rule)."""
-    from timerl.runtime.fusion import fusable
+    from timerl.plan.fusable import fusable
 
     pdg, sizes = prog.pdg, []
     for s in walk(prog.schedule.ast):

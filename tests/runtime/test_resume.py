@@ -108,7 +108,7 @@ def test_params_over_two_dims_keep_their_names(tmp_path) -> None:
     ``i`` too: ``w`` itself and its update ``w.next`` cross the ``i`` boundary. Both used to
     fall back to ``%<id>.<out>`` (two values named ``dnn.w0``). Resuming stays bit-exact."""
     from timerl.compile import CompileOptions, build_pdg
-    from timerl.runtime.checkpoint import carried_values
+    from timerl.plan.iterations import carried_values
 
     ctx, bounds = _two_dim_params([], None)
     pdg = build_pdg(ctx, bounds, CompileOptions())

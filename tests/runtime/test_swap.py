@@ -239,7 +239,7 @@ def _static(length: int, sink: Any, d: int = D) -> tuple[trl.Context, dict]:
 def test_budget_turns_swapping_on_when_frees_do_not_fit() -> None:
     """A device budget between the estimated peaks with and without swapping: the budget
     turns swapping on (same values); below the peak with swapping: the error says so."""
-    from timerl.schedule.budget import estimate_peak
+    from timerl.plan.peak import estimate_peak
 
     nv = {"vectorize_time": False}  # learning per step (vectorized, it reads every observation at once)
     plain, ex0 = _run(_static, 40, "torch", **nv)

@@ -42,88 +42,18 @@ import numpy as np
 from timerl.errors import TimeRLError
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
+from timerl.plan.iterations import carried_values, iteration_dim, iteration_loop, loop_offset
 from timerl.rt.checkpoint import CheckpointSink
-from timerl.runtime.gc import iteration_dim, iteration_loop, loop_offset, read_back
 from timerl.runtime.interpreter import Executor as _Interpreter
-from timerl.runtime.interpreter import compile_expr
 from timerl.runtime.store import Point
 from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq
-from timerl.symbolic import Slice, Sym, free_symbols, smax
+from timerl.symbolic import Sym, free_symbols, smax
+from timerl.symbolic.compile import compile_expr
 
 log = logging.getLogger(__name__)
 
 FORMAT = "timerl-checkpoint/1"
 _CKPT = re.compile(r"^ckpt_(\d+)\.json$")
-
-
-@dataclass(frozen=True)
-class Carried:
-    """Output ``oid`` of node ``nid``, read across the ``i`` boundary.
-
-    ``lag``: the sinks read at most ``lag`` iterations back (``None``: any earlier one).
-    """
-
-    name: str
-    nid: int
-    oid: int
-    lag: int | None
-    shape: str
-    dtype: str
-    batch: tuple[int, ...]
-
-    def spec(self) -> dict[str, Any]:
-        return {"shape": self.shape, "dtype": self.dtype, "batch": list(self.batch)}
-
-
-def carried_values(pdg: PDG, i: Sym) -> list[Carried]:
-    """The values read across the ``i`` boundary, in a stable order (see the module doc)."""
-    lags: dict[tuple[int, int], int | None] = {}
-    readers: dict[tuple[int, int], set[str]] = {}
-    for e in pdg.edges:
-        if e.order_only:
-            continue
-        src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
-        if i not in src.domain:
-            continue
-        # any slice over i: every earlier point (kept as written by the first version)
-        lag = None if isinstance(e.phi[src.domain.index(i)], Slice) else read_back(e, pdg, i)
-        if lag == 0:
-            continue  # same (or a later) iteration: nothing crosses the boundary
-        key = (e.src, e.oid)
-        if key in lags:
-            old = lags[key]
-            lags[key] = None if old is None or lag is None else max(old, lag)
-        else:
-            lags[key] = lag
-        if sink.name:
-            readers.setdefault(key, set()).add(sink.name)
-    names: dict[tuple[int, int], str] = {}
-    derived: set[tuple[int, int]] = set()  # named after a reader, not by the user
-    for nid, oid in lags:
-        src = pdg.nodes[nid]
-        nm = src.name
-        if nm is None and readers.get((nid, oid)):
-            nm = sorted(readers[(nid, oid)])[0]
-            derived.add((nid, oid))
-        names[(nid, oid)] = f"%{nid}.{oid}" if nm is None else (nm if oid == 0 else f"{nm}:{oid}")
-    own = {names[k] for k in names if k not in derived}
-    for k in derived:  # `w[i + 1] = new[i]`: the update is `w.next` beside `w` itself
-        if names[k] in own:
-            names[k] = f"{names[k]}.next"
-    counts: dict[str, int] = {}
-    for nm in names.values():
-        counts[nm] = counts.get(nm, 0) + 1
-    out = []
-    for nid, oid in sorted(lags):
-        nm = names[(nid, oid)]
-        if counts[nm] > 1:
-            nm = f"%{nid}.{oid}"
-        spec = pdg.nodes[nid].outputs[oid]
-        shape = "(" + ", ".join(str(x) for x in spec.shape) + (",)" if len(spec.shape) == 1 else ")")
-        out.append(
-            Carried(nm, nid, oid, lags[(nid, oid)], shape, spec.dtype.name, tuple(pdg.nodes[nid].batch))
-        )
-    return out
 
 
 def fingerprint(pdg: PDG, i: Sym, seed: int) -> dict[str, Any]:

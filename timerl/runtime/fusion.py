@@ -1,7 +1,7 @@
 """Fused execution of pure nodes at one point (TimeRL §5.4 dataflow regions).
 
 The scheduler clusters nodes of one domain into a statement; the AST then runs the
-members one after the other at the same point. :mod:`~timerl.runtime.regions` groups the
+members one after the other at the same point. :mod:`~timerl.plan.regions` groups the
 *pure* statements at one point (stateless ops whose attributes hold no symbols) into
 regions, reordering them where dependences allow; a region becomes one function of the inputs it reads
 from outside, compiled once by the backend (``jax.jit``; Torch runs it eagerly unless
@@ -23,93 +23,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from timerl.backends.base import AbstractBackend
-from timerl.pdg.ir import PDG, Edge, Node
+from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
-from timerl.runtime.layout import InputLayout, bucket, input_layout, resolve_batch
-from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
+from timerl.pdg.sizes import bucket, resolve_batch
+from timerl.plan.fusable import internal_read, static_signature, stored_members
+from timerl.plan.layout import InputLayout, input_layout
+from timerl.symbolic import TRUE, Slice, Sym
 
 if TYPE_CHECKING:
     from timerl.runtime.interpreter import Executor
 
 log = logging.getLogger(__name__)
-
-_NOT_FUSABLE = frozenset(
-    {
-        OpKind.CONST,  # converted once and cached by the backend, outside any trace
-        OpKind.MERGE,
-        OpKind.EVAL_SYMBOL,
-        OpKind.SET_SYMBOL,
-        OpKind.UDF,
-        OpKind.SINK,
-        OpKind.RAND_UNIFORM,
-        OpKind.RAND_NORMAL,
-    }
-)
-
-
-def _symbolic(value: Any) -> bool:
-    if isinstance(value, (Expr, Slice)):
-        return bool(free_symbols(value))
-    if isinstance(value, (tuple, list)):
-        return any(_symbolic(v) for v in value)
-    return False
-
-
-def fusable(node: Node) -> bool:
-    """Whether ``node`` may run inside a compiled region."""
-    if node.op.kind in _NOT_FUSABLE or len(node.outputs) != 1:
-        return False
-    return not any(_symbolic(v) for _, v in node.op.attrs)
-
-
-def static_signature(n: Node) -> tuple[object, ...] | None:
-    """``(batch, shape, dtype)`` of a node's only output when its shape is static, else None
-    (a donated buffer fits an output of the same signature)."""
-    if len(n.outputs) != 1:
-        return None
-    spec = n.outputs[0]
-    if not all(isinstance(d, int) for d in spec.shape):
-        return None
-    return (tuple(n.batch), tuple(spec.shape), spec.dtype)
-
-
-def internal_read(e: Edge, pdg: PDG) -> InputLayout | None:
-    """How a region member reads another member inside the compiled function, or None when
-    it must gather that input from the store. A read at the member's own point qualifies
-    (identity indices, no condition or selection), also through batch dims when the
-    layout's steps do not depend on the point (``batch[t=0:T]`` of a vectorized member,
-    ``T`` static: the whole rollout, narrowed and moved inside the function); a read that
-    stacks the source's points (``to_batch``) or depends on the point does not."""
-    src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
-    if (
-        e.order_only
-        or e.select is not None
-        or e.cond is not TRUE
-        or e.to_batch is not None
-        or not len(e.phi) == len(src.domain) == len(sink.domain)
-        or not all(c is d for c, d in zip(e.phi, src.domain, strict=True))
-    ):
-        return None
-    static = pdg.static_bounds.keys()
-    if any(free_symbols(c) - static for _, c in e.batch_read):
-        return None
-    try:
-        return input_layout(src, sink, e)
-    except ValueError:
-        return None
-
-
-def stored_members(nodes: Sequence[Node], pdg: PDG) -> list[int]:
-    """Positions of the members whose output must be stored: read by a node outside the
-    region, or inside it other than through :func:`internal_read`, or by no edge at all
-    (kept for :meth:`Executor.value`, as the unfused interpreter keeps it)."""
-    inside = {n.id for n in nodes}
-    keep = []
-    for k, n in enumerate(nodes):
-        outs = [e for e in pdg.out_edges(n.id) if not e.order_only]
-        if not outs or any(e.sink not in inside or internal_read(e, pdg) is None for e in outs):
-            keep.append(k)
-    return keep
 
 
 def make_fused_thunk(

@@ -9,132 +9,20 @@ without ``i``, which keep every value). :class:`IterationCollector` frees those 
 the start of each iteration, so memory stays bounded by a few iterations instead of
 growing with the run (PPO on CartPole ran out of 24 GiB after 62 iterations without it).
 
-It is used only when the schedule has that shape (:func:`iteration_loop`, also used by
-checkpointing); otherwise nothing is freed here. Explicit ``Dealloc`` statements are independent of it.
+It is used only when the schedule has that shape (the plan's ``iteration_loop``,
+:func:`~timerl.plan.iterations.iteration_loop`, also used by checkpointing); otherwise nothing is freed here. Explicit ``Dealloc`` statements are independent of it.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterator
 
-from timerl.pdg.ir import PDG, Edge
+from timerl.pdg.ir import PDG
+from timerl.plan.iterations import read_lags
 from timerl.runtime.store import PointStore
-from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq, walk
-from timerl.schedule.distance import edge_offsets
-from timerl.symbolic import And, Eq, Expr, Slice, Sym, affine_difference, evaluate, free_symbols, linear_form
+from timerl.symbolic import Sym
 
 log = logging.getLogger(__name__)
-
-
-def iteration_dim(pdg: PDG) -> Sym | None:
-    """The outermost dim that nodes vary over and whose bound is static (``i``), if any."""
-    used = {d for n in pdg for d in n.domain}
-    for s, b in pdg.dims:
-        if s in used and b in pdg.static_bounds:
-            return s
-    return None
-
-
-def read_back(e: Edge, pdg: PDG, dim: Sym) -> int | None:
-    """How many iterations of ``dim`` before its own the sink of ``e`` reads (``0``: none);
-    ``None`` when unbounded (``x[0:i]``, a constant index, a sink without ``dim``)."""
-    off = edge_offsets(e, pdg).get(dim)
-    if off is None or math.isinf(off[0]):
-        return None
-    return max(0, int(-off[0]))
-
-
-def read_lags(pdg: PDG, dim: Sym) -> dict[int, int]:
-    """Per node varying over ``dim``: how many iterations back its readers reach (bounded only)."""
-    lags: dict[int, int | None] = {n.id: 0 for n in pdg if dim in n.domain}
-    for e in pdg.edges:
-        if e.order_only or e.src not in lags or lags[e.src] is None:
-            continue
-        back = read_back(e, pdg, dim)
-        lags[e.src] = None if back is None else max(lags[e.src] or 0, back)
-    return {k: v for k, v in lags.items() if v is not None}
-
-
-def _pinned(cond: Expr, var: Sym) -> int | None:
-    """``k`` when ``cond`` (or one of its conjuncts) says ``var == k``, else ``None``."""
-    if isinstance(cond, And):
-        pins = [_pinned(c, var) for c in cond.args]
-        return next((k for k in pins if k is not None), None)
-    if not isinstance(cond, Eq):
-        return None
-    (ca, ka), (cb, kb) = linear_form(cond.args[0]), linear_form(cond.args[1])
-    coeffs = {x: ca.get(x, 0) - cb.get(x, 0) for x in ca.keys() | cb.keys()}
-    c = coeffs.pop(var, 0)
-    if c not in (1, -1) or any(coeffs.values()):
-        return None
-    return (kb - ka) * c
-
-
-def _execs(node: AstNode, var: Sym, pin: int | None = None) -> Iterator[tuple[Exec, int | None]]:
-    """The execs under ``node`` with the value ``var`` is pinned to by enclosing ``If``s."""
-    if isinstance(node, Exec):
-        yield node, pin
-    elif isinstance(node, Seq):
-        for c in node.children:
-            yield from _execs(c, var, pin)
-    elif isinstance(node, If):
-        k = _pinned(node.cond, var)
-        yield from _execs(node.then, var, pin if k is None else k)
-        if node.else_ is not None:
-            yield from _execs(node.else_, var, pin)
-    elif isinstance(node, Loop):
-        yield from _execs(node.body, var, pin)
-
-
-def loop_offset(loop: Loop, pdg: PDG, dim: Sym) -> int | None:
-    """``c`` when every exec of a ``dim`` node in ``loop`` runs at ``dim = counter + c`` (one
-    ``c``). An exec at a constant point under ``if (counter == k)`` (isl's code for a
-    statement run at one iteration only, such as a final checkpoint) counts as ``c = point - k``."""
-    offs = set()
-    for st, pin in _execs(loop.body, loop.var):
-        if dim in pdg.nodes[st.node].domain:
-            comp = st.point[pdg.nodes[st.node].domain.index(dim)]
-            if isinstance(comp, Slice):
-                return None
-            if loop.var in free_symbols(comp):
-                offs.add(affine_difference(comp, loop.var))
-            elif pin is not None and not free_symbols(comp):
-                offs.add(int(evaluate(comp, {})) - pin)
-            else:
-                return None
-    if len(offs) != 1 or None in offs or loop.inc != 1:
-        return None
-    return offs.pop()
-
-
-def iteration_loop(ast: AstNode, pdg: PDG, dim: Sym) -> tuple[Loop, int] | None:
-    """The one loop running every exec of a ``dim`` node, each at ``dim = counter + c``:
-    ``(loop, c)`` for an iteration-major schedule, else ``None``."""
-    found: list[Loop] = []
-    stray = False
-
-    def rec(node: AstNode) -> None:
-        nonlocal stray
-        if isinstance(node, Loop):
-            if any(isinstance(st, Exec) and dim in pdg.nodes[st.node].domain for st in walk(node.body)):
-                found.append(node)
-        elif isinstance(node, Seq):
-            for c in node.children:
-                rec(c)
-        elif isinstance(node, If):
-            rec(node.then)
-            if node.else_ is not None:
-                rec(node.else_)
-        elif isinstance(node, Exec) and dim in pdg.nodes[node.node].domain:
-            stray = True  # a point of some iteration runs outside the loop
-
-    rec(ast)
-    if len(found) != 1 or stray:
-        return None
-    c = loop_offset(found[0], pdg, dim)
-    return None if c is None else (found[0], c)
 
 
 class IterationCollector:

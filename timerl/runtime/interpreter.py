@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +70,13 @@ from timerl.backends.base import AbstractBackend
 from timerl.errors import BackendError, BoundError, RuntimeExecutionError, ScheduleError, TimeRLError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
-from timerl.runtime.block_store import BlockSpec, BlockTable, plan_block_storage, slice_axis
+from timerl.pdg.sizes import is_padded, resolve_batch
+from timerl.plan.fusable import internal_read
+from timerl.plan.iterations import iteration_dim, iteration_loop
+from timerl.plan.layout import input_layout, pads_to_bucket
+from timerl.plan.regions import FusedExec, plan_regions
+from timerl.plan.storage import BlockSpec, plan_block_storage, slice_axis
+from timerl.runtime.block_store import BlockTable
 from timerl.runtime.common import (
     draw_points,
     eval_shape,
@@ -80,33 +86,14 @@ from timerl.runtime.common import (
     udf_outputs,
     user_code_error,
 )
-from timerl.runtime.fusion import internal_read, make_fused_thunk
-from timerl.runtime.gc import IterationCollector, iteration_dim, iteration_loop
+from timerl.runtime.fusion import make_fused_thunk
+from timerl.runtime.gc import IterationCollector
 from timerl.runtime.host_memory import keep_freed_host_memory
-from timerl.runtime.layout import input_layout, is_padded, pads_to_bucket, resolve_batch
-from timerl.runtime.regions import FusedExec, plan_regions
 from timerl.runtime.rows_table import RowsTable
 from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, MemOp, Offload, Seq, walk
-from timerl.symbolic import (
-    Add,
-    And,
-    Const,
-    Eq,
-    Expr,
-    FloorDiv,
-    Le,
-    Lt,
-    Max,
-    Min,
-    Mod,
-    Mul,
-    Not,
-    Or,
-    Slice,
-    Sym,
-    free_symbols,
-)
+from timerl.symbolic import Expr, Slice, Sym, free_symbols
+from timerl.symbolic.compile import compile_expr, compile_exprs, symbols_of
 
 log = logging.getLogger(__name__)
 
@@ -117,62 +104,6 @@ MAX_LOOP_ITERATIONS = 10**7
 """A loop running more iterations than this raises instead of hanging."""
 
 Env = dict[Sym, int]
-
-# -- expression compilation ----------------------------------------------------------------
-
-_BINOPS: dict[type, str] = {Add: "+", Mul: "*", FloorDiv: "//", Mod: "%", Lt: "<", Le: "<=", Eq: "=="}
-
-
-def _expr_src(e: Expr | Slice, names: dict[Sym, str]) -> str:
-    if isinstance(e, Slice):
-        return f"range({_expr_src(e.start, names)}, {_expr_src(e.stop, names)})"
-    if isinstance(e, Const):
-        return repr(e.value)
-    if isinstance(e, Sym):
-        if e not in names:
-            names[e] = f"_s{len(names)}"
-        return f"v[{names[e]}]"
-    k = type(e)
-    a = [_expr_src(x, names) for x in e.args]
-    if k is Not:
-        return f"(not {a[0]})"
-    if k is And:
-        return f"(bool({a[0]}) and bool({a[1]}))"
-    if k is Or:
-        return f"(bool({a[0]}) or bool({a[1]}))"
-    if k is Min:
-        return f"min({a[0]}, {a[1]})"
-    if k is Max:
-        return f"max({a[0]}, {a[1]})"
-    return f"({a[0]} {_BINOPS[k]} {a[1]})"
-
-
-def compile_exprs(es: Sequence[Expr | Slice], as_tuple: bool = True) -> Callable[[Mapping[Sym, int]], Any]:
-    """Compile expressions into ``f(env)``: a tuple of values (slices give ``range`` objects).
-
-    With ``as_tuple=False`` (one expression) ``f`` returns the bare value.
-    """
-    names: dict[Sym, str] = {}
-    parts = [_expr_src(e, names) for e in es]
-    body = f"({', '.join(parts)},)" if as_tuple else parts[0]
-    if as_tuple and not parts:
-        body = "()"
-    scope: dict[str, Any] = {"__builtins__": {}, "min": min, "max": max, "range": range, "bool": bool}
-    scope.update({n: s for s, n in names.items()})
-    return eval(f"lambda v: {body}", scope)  # noqa: S307 - generated from our own Expr trees
-
-
-def compile_expr(e: Expr | Slice) -> Callable[[Mapping[Sym, int]], Any]:
-    """Compile one expression into ``f(env) -> value``."""
-    return compile_exprs((e,), as_tuple=False)
-
-
-def _syms(es: Sequence[Expr | Slice]) -> frozenset[Sym]:
-    out: frozenset[Sym] = frozenset()
-    for e in es:
-        out |= free_symbols(e)
-    return out
-
 
 # -- dynamic bounds -------------------------------------------------------------------------
 
@@ -376,19 +307,19 @@ class Executor:
                     check(c, scope)
                 return
             if isinstance(node, Loop):
-                bad = _syms((node.init,)) - scope - known
+                bad = symbols_of((node.init,)) - scope - known
                 inner = scope | {node.var}
-                bad |= _syms((node.cond,)) - inner - known
+                bad |= symbols_of((node.cond,)) - inner - known
                 if not isinstance(node.inc, int) or node.inc == 0:
                     raise ScheduleError(f"loop over {node.var} has a bad increment {node.inc!r}")
                 check(node.body, inner)
             elif isinstance(node, If):
-                bad = _syms((node.cond,)) - scope - known
+                bad = symbols_of((node.cond,)) - scope - known
                 check(node.then, scope)
                 if node.else_ is not None:
                     check(node.else_, scope)
             else:
-                bad = _syms(node.point) - scope - known
+                bad = symbols_of(node.point) - scope - known
                 n = self.pdg.nodes.get(node.node)
                 if n is None:
                     raise ScheduleError(f"the schedule runs %{node.node}, which is not in the PDG")
@@ -427,7 +358,7 @@ class Executor:
                 if not set(db.enclosing) <= set(dom):
                     continue
                 es = tuple(st.point[dom.index(d)] for d in db.enclosing)
-                if _syms(es) <= allowed and not any(isinstance(x, Slice) for x in es):
+                if symbols_of(es) <= allowed and not any(isinstance(x, Slice) for x in es):
                     kf = compile_exprs(es)
                     break
             keys.append((db, kf))
@@ -493,7 +424,7 @@ class Executor:
 
             return run_if
         pt = compile_exprs(node.point)
-        site = self._site(_syms(node.point) & dynamic.keys(), node, scope)
+        site = self._site(symbols_of(node.point) & dynamic.keys(), node, scope)
         nid = node.node
         if isinstance(node, FusedExec):
             self._note_store_reads(node.members)
@@ -579,7 +510,7 @@ class Executor:
             return list(children)
         planned = plan_regions(children, self.pdg, frozenset(self._dyn))
         if self.donate:
-            from timerl.schedule.donate import plan_donations
+            from timerl.plan.donate import plan_donations
 
             planned = plan_donations(planned, self.pdg)
         return planned
@@ -677,7 +608,7 @@ class Executor:
         agree (``r[t:min(t + n, T)]`` while acting, once ``t + n <= lb``).
         """
         f = compile_exprs(es, as_tuple)
-        dyn = tuple(s for s in _syms(es) if s in self._dyn)
+        dyn = tuple(s for s in symbols_of(es) if s in self._dyn)
         if not dyn:
             return f
 

@@ -32,6 +32,8 @@ from timerl.backends.base import AbstractBackend
 from timerl.errors import BoundError, RuntimeExecutionError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import EFFECTFUL_OPS, OpKind
+from timerl.pdg.sizes import bucket, resolve_batch
+from timerl.plan.layout import NumpyOps, input_layout, pads_to_bucket
 from timerl.runtime.common import (
     draw_points,
     eval_shape,
@@ -40,7 +42,6 @@ from timerl.runtime.common import (
     udf_outputs,
     user_code_error,
 )
-from timerl.runtime.layout import NumpyOps, bucket, input_layout, pads_to_bucket, resolve_batch
 from timerl.symbolic import Sym, evaluate, free_symbols
 
 log = logging.getLogger(__name__)

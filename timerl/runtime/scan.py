@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from timerl.errors import TimeRLError
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
-from timerl.runtime.fusion import fusable
+from timerl.plan.fusable import fusable
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
 
@@ -119,7 +119,7 @@ class ScannedLoop:
         fallback: Callable[[], None],
         scope: frozenset[Sym] = frozenset(),
     ) -> None:
-        from timerl.runtime.interpreter import compile_expr, compile_exprs
+        from timerl.symbolic.compile import compile_expr, compile_exprs
 
         self.ex, self.loop, self.body, self.fallback = ex, loop, body, fallback
         self.var = loop.var
@@ -431,7 +431,7 @@ class ScannedLoop:
         ``take`` of those rows; anything else is gathered per iteration and stacked."""
         import jax.numpy as jnp
 
-        from timerl.runtime.layout import input_layout
+        from timerl.plan.layout import input_layout
         from timerl.symbolic import evaluate
 
         e = m.edges[j]

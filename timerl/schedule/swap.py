@@ -66,7 +66,7 @@ def swappable(pdg: PDG, threshold: int, exclude: frozenset[int] = frozenset()) -
     ``threshold`` bytes per point (all outputs; dynamic bounds at 1), not in ``exclude``, and
     not a node of several outputs whose large ones only ``MERGE``s read, or reads of one point
     of the innermost dim (freed per output)."""
-    from timerl.schedule.budget import output_bytes
+    from timerl.pdg.sizes import output_bytes
 
     # readers of each output other than MERGEs and reads of one point of the innermost dim
     readers: dict[tuple[int, int], bool] = {}

@@ -113,7 +113,7 @@ def parse_threshold(value: str | int) -> int:
     """The threshold in bytes (``"64MiB"``, ``"1GB"`` or an int), as ``memory_budget`` takes it;
     :class:`~timerl.errors.TimeRLError` naming the option otherwise."""
     from timerl.errors import MemoryBudgetError, TimeRLError
-    from timerl.schedule.budget import parse_bytes
+    from timerl.units import parse_bytes
 
     try:
         return parse_bytes(value)

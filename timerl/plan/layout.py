@@ -30,24 +30,8 @@ import numpy as np
 
 from timerl.errors import RuntimeExecutionError
 from timerl.pdg.ir import Edge, Node
+from timerl.pdg.sizes import is_padded, resolve_batch
 from timerl.symbolic import Slice, Sym, evaluate
-
-
-def bucket(n: int) -> int:
-    """The padded length of a batch axis whose dynamic bound has the value ``n``: the
-    smallest power of two ``>= n`` (compiled code is then reused across lengths)."""
-    return 1 << (max(int(n), 1) - 1).bit_length()
-
-
-def is_padded(batch: tuple[Any, ...]) -> bool:
-    """Whether a node's ``batch`` has an axis padded to a bucket of a dynamic bound."""
-    return any(isinstance(x, Sym) for x in batch)
-
-
-def resolve_batch(batch: tuple[Any, ...], env: Mapping[Sym, int]) -> tuple[int, ...]:
-    """A node's ``batch`` with each dynamic bound ``T`` replaced by ``bucket(T)`` (``env``
-    holds the node's episode's ``T``)."""
-    return tuple(bucket(env[x]) if isinstance(x, Sym) else int(x) for x in batch)
 
 
 def pads_to_bucket(node: Node, e: Edge) -> bool:

@@ -29,58 +29,22 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from timerl.errors import MemoryBudgetError
 from timerl.pdg.ir import PDG
-from timerl.runtime.regions import FusedExec
+from timerl.pdg.sizes import output_bytes, point_bytes
+from timerl.plan.regions import FusedExec
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
 from timerl.symbolic import Slice, Sym
+from timerl.units import fmt_bytes
 
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 2_000_000
 """Statement instances :func:`estimate_peak` walks at most."""
-
-_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}  # fmt: skip
-
-
-def parse_bytes(value: str | int | float) -> int:
-    """``"2GB"`` (10^9), ``"512MiB"`` / ``"512M"`` (2^20), ``"1.5GB"``, or a number of bytes."""
-    if isinstance(value, bool):
-        raise MemoryBudgetError(
-            f"memory_budget={value!r}: give bytes (int) or a size such as '2GB' or '512MiB'"
-        )
-    if isinstance(value, (int, float)):
-        n = value
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-        unit = m.group(2).lower() if m else None
-        if m is None or unit not in _UNITS:
-            raise MemoryBudgetError(
-                f"memory_budget={value!r} is not a size: give bytes (int) or a number with a unit "
-                f"({', '.join(u for u in ('KB', 'MB', 'GB', 'KiB', 'MiB', 'GiB'))}), e.g. '2GB'"
-            )
-        n = float(m.group(1)) * _UNITS[unit]
-    if not n > 0:
-        raise MemoryBudgetError(f"memory_budget={value!r} must be positive")
-    return int(n)
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 @dataclass(frozen=True)
@@ -106,37 +70,6 @@ class PeakEstimate:
     steps: int
 
 
-def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
-    """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
-    static bounds, every dynamic bound at ``dynamic_value`` and the node's own dims at
-    their last value."""
-    return {nid: sum(b) for nid, b in output_bytes(pdg, dynamic_value).items()}
-
-
-def output_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, tuple[int, ...]]:
-    """:func:`point_bytes` per output of each node."""
-    from timerl.runtime.interpreter import compile_expr
-    from timerl.runtime.layout import resolve_batch
-
-    env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
-    env.update({s: dynamic_value for s in pdg.dynamic_bounds})
-    # shapes that vary per point (``T - t``, an incrementalized block ``min(bs, N - bs*di)``)
-    # are taken at index 0, where they are longest
-    env.update({s: 0 for s, _ in pdg.dims})
-    out = {}
-    for n in pdg:
-        sizes = []
-        # a shape over the node's dims (a window ``x[t - 1:t + 1]``): at the last point
-        at = {**env, **{d: max(0, env.get(pdg.bound_of(d), 1) - 1) for d in n.domain}}
-        for spec in n.outputs:
-            dims = [d if isinstance(d, int) else int(compile_expr(d)(at)) for d in spec.shape]
-            sizes.append(
-                math.prod(resolve_batch(tuple(n.batch), env)) * math.prod(dims) * spec.dtype.numpy.itemsize
-            )
-        out[n.id] = tuple(sizes)
-    return out
-
-
 class _Walk:
     def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int, fuse: bool) -> None:
         self.pdg = pdg
@@ -155,13 +88,13 @@ class _Walk:
         self.env.update({s: 1 for s in pdg.dynamic_bounds})
 
     def compile(self, node: AstNode) -> Callable[[], None]:
-        from timerl.runtime.interpreter import compile_expr, compile_exprs
+        from timerl.symbolic.compile import compile_expr, compile_exprs
 
         env = self.env
         if isinstance(node, Seq):
             children = list(node.children)
             if self.fuse:  # as the runtime: members read only inside their region are not stored
-                from timerl.runtime.regions import plan_regions
+                from timerl.plan.regions import plan_regions
 
                 children = plan_regions(children, self.pdg, frozenset(self.pdg.dynamic_bounds))
             fns = [self.compile(c) for c in children]
@@ -197,7 +130,7 @@ class _Walk:
             return branch
         pt = compile_exprs(node.point)
         if isinstance(node, FusedExec):
-            from timerl.runtime.fusion import stored_members
+            from timerl.plan.fusable import stored_members
 
             nodes = [self.pdg.nodes[m] for m in node.members]
             adds = [self._adder(nodes[k].id, pt) for k in stored_members(nodes, self.pdg)]

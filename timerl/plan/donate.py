@@ -45,8 +45,8 @@ from collections.abc import Sequence
 
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
 from timerl.pdg.ops import OpKind
-from timerl.runtime.fusion import fusable, static_signature, stored_members
-from timerl.runtime.regions import FusedExec, may_read
+from timerl.plan.fusable import fusable, static_signature, stored_members
+from timerl.plan.regions import FusedExec, may_read
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
 from timerl.symbolic import TRUE, Expr, Slice, free_symbols, substitute
 from timerl.symbolic.simplify import affine_difference

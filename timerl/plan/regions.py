@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from timerl.pdg.ir import PDG, Edge, Node, edges_by_sink
 from timerl.pdg.ops import OpKind
-from timerl.runtime.fusion import fusable, internal_read
+from timerl.plan.fusable import fusable, internal_read
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, Offload, inline_seqs
 from timerl.symbolic import Expr, Slice, Sym, free_symbols, substitute
 from timerl.symbolic.expr import same

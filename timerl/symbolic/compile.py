@@ -1,0 +1,82 @@
+"""Symbolic expressions compiled into Python functions ``f(env)`` (``env``: symbol values).
+
+Every layer that evaluates index expressions many times (the runtime at every point, the
+plan's peak estimate at every statement instance) compiles them once here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from timerl.symbolic.expr import (
+    Add,
+    And,
+    Const,
+    Eq,
+    Expr,
+    FloorDiv,
+    Le,
+    Lt,
+    Max,
+    Min,
+    Mod,
+    Mul,
+    Not,
+    Or,
+    Slice,
+    Sym,
+    free_symbols,
+)
+
+_BINOPS: dict[type, str] = {Add: "+", Mul: "*", FloorDiv: "//", Mod: "%", Lt: "<", Le: "<=", Eq: "=="}
+
+
+def _expr_src(e: Expr | Slice, names: dict[Sym, str]) -> str:
+    if isinstance(e, Slice):
+        return f"range({_expr_src(e.start, names)}, {_expr_src(e.stop, names)})"
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Sym):
+        if e not in names:
+            names[e] = f"_s{len(names)}"
+        return f"v[{names[e]}]"
+    k = type(e)
+    a = [_expr_src(x, names) for x in e.args]
+    if k is Not:
+        return f"(not {a[0]})"
+    if k is And:
+        return f"(bool({a[0]}) and bool({a[1]}))"
+    if k is Or:
+        return f"(bool({a[0]}) or bool({a[1]}))"
+    if k is Min:
+        return f"min({a[0]}, {a[1]})"
+    if k is Max:
+        return f"max({a[0]}, {a[1]})"
+    return f"({a[0]} {_BINOPS[k]} {a[1]})"
+
+
+def compile_exprs(es: Sequence[Expr | Slice], as_tuple: bool = True) -> Callable[[Mapping[Sym, int]], Any]:
+    """Compile expressions into ``f(env)``: a tuple of values (slices give ``range`` objects).
+
+    With ``as_tuple=False`` (one expression) ``f`` returns the bare value.
+    """
+    names: dict[Sym, str] = {}
+    parts = [_expr_src(e, names) for e in es]
+    body = f"({', '.join(parts)},)" if as_tuple else parts[0]
+    if as_tuple and not parts:
+        body = "()"
+    scope: dict[str, Any] = {"__builtins__": {}, "min": min, "max": max, "range": range, "bool": bool}
+    scope.update({n: s for s, n in names.items()})
+    return eval(f"lambda v: {body}", scope)  # noqa: S307 - generated from our own Expr trees
+
+
+def compile_expr(e: Expr | Slice) -> Callable[[Mapping[Sym, int]], Any]:
+    """Compile one expression into ``f(env) -> value``."""
+    return compile_exprs((e,), as_tuple=False)
+
+
+def symbols_of(es: Sequence[Expr | Slice]) -> frozenset[Sym]:
+    out: frozenset[Sym] = frozenset()
+    for e in es:
+        out |= free_symbols(e)
+    return out
