@@ -60,7 +60,6 @@ def main() -> None:
     from memory_swap import register_env  # noqa: PLC0415
     from ppo import Args, build_fixed  # noqa: PLC0415
 
-    from timerl.plan.peak import estimate_peak
     from timerl.units import parse_bytes  # noqa: PLC0415
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -88,7 +87,7 @@ def main() -> None:
         t0 = time.perf_counter()
         ex = build_fixed(args, lambda v, pt, s=sunk: s.append(np.asarray(v).copy()), **options(setting, a))
         compile_s = time.perf_counter() - t0
-        est = estimate_peak(ex.pdg, ex.schedule.ast, fuse=ex.options.fuse).peak_bytes
+        est = ex.plan.peak.peak_bytes
         if a.estimate_only:
             print(
                 f"{setting:20} estimated device peak {est / MIB:9.2f} MiB (not run)  compile {compile_s:6.1f} s"

@@ -74,57 +74,43 @@ class CompileOptions:
 
 
 class Executor:
-    """A compiled program. ``execute()`` runs it once over all its points."""
+    """A compiled program. ``execute()`` runs it once over all its points.
+
+    ``plan`` is what runs (:class:`~timerl.plan.plan.Plan`: regions, donations, store kinds,
+    scanned loops, the peak estimate); ``plan.pretty()`` lists it."""
 
     def __init__(
-        self, pdg: PDG, schedule: Any, backend: Any, options: CompileOptions, resume: Any = None
+        self,
+        pdg: PDG,
+        schedule: Any,
+        backend: Any,
+        options: CompileOptions,
+        resume: Any = None,
+        plan: Any = None,
     ) -> None:
-        from timerl.rt.checkpoint import CheckpointSink
+        from timerl.plan.iterations import checkpoint_sinks
         from timerl.runtime.interpreter import Executor as _Interp
 
         self.pdg = pdg
         self.schedule = schedule
         self.backend = backend
         self.options = options
-        ckpt = any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg)
-        donate = options.donate and options.dealloc and options.fuse
-        moves: frozenset[tuple[int, int]] = frozenset()
-        if donate and getattr(backend, "donates", False):
-            from timerl.plan.donate import merge_moves
-
-            moves = merge_moves(pdg, _kept_values(pdg))
-        if ckpt or resume is not None:
+        self.plan = plan if plan is not None else make_plan_for(pdg, schedule, options, backend, resume)
+        if checkpoint_sinks(pdg) or resume is not None:
             from timerl.runtime.checkpoint import CheckpointingExecutor
 
             config = {"options": {f.name: getattr(options, f.name) for f in fields(options)}}
             self._interp: Any = CheckpointingExecutor(
-                pdg,
-                schedule.ast,
+                self.plan,
                 backend,
                 seed=options.seed,
-                fuse=options.fuse,
-                free_iterations=options.free_iterations,
-                block_store=options.block_store,
-                scan_loops=options.scan_loops,
-                donate=donate,
-                merge_moves=moves,
                 memory_timeline=options.memory_timeline,
                 resume=resume,
                 config=config,
             )
         else:
             self._interp = _Interp(
-                pdg,
-                schedule.ast,
-                backend,
-                seed=options.seed,
-                fuse=options.fuse,
-                free_iterations=options.free_iterations,
-                block_store=options.block_store,
-                scan_loops=options.scan_loops,
-                donate=donate,
-                merge_moves=moves,
-                memory_timeline=options.memory_timeline,
+                self.plan, backend, seed=options.seed, memory_timeline=options.memory_timeline
             )
 
     def execute(self) -> None:
@@ -250,17 +236,38 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     return pdg
 
 
+def plan_options(options: CompileOptions) -> Any:
+    """The :class:`~timerl.plan.plan.PlanOptions` of ``options`` (donation needs the frees)."""
+    from timerl.plan.plan import PlanOptions
+
+    return PlanOptions(
+        fuse=options.fuse,
+        donate=options.donate and options.dealloc,
+        scan_loops=options.scan_loops,
+        free_iterations=options.free_iterations,
+        block_store=options.block_store,
+    )
+
+
+def make_plan_for(pdg: PDG, schedule: Any, options: CompileOptions, backend: Any, resume: Any = None) -> Any:
+    """The Plan that runs ``schedule`` over ``pdg`` on ``backend`` with ``options``."""
+    from timerl.plan.iterations import kept_values
+    from timerl.plan.plan import Target, make_plan
+
+    return make_plan(
+        pdg,
+        schedule.ast,
+        plan_options(options),
+        Target.of(backend),
+        keep=kept_values(pdg),
+        resume_after=None if resume is None else resume.iteration,
+    )
+
+
 def _kept_values(pdg: PDG) -> frozenset[int]:
-    """Nodes that ``dealloc`` must not free: with checkpoint sinks, the values a checkpoint
-    saves (it reads them from the store, outside the PDG's edges, up to after the run)."""
-    from timerl.rt.checkpoint import CheckpointSink
+    from timerl.plan.iterations import kept_values
 
-    if not any(n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink) for n in pdg):
-        return frozenset()
-    from timerl.plan.iterations import carried_values, iteration_dim
-
-    i = iteration_dim(pdg)
-    return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()
+    return kept_values(pdg)
 
 
 def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) -> frozenset[int]:
@@ -291,7 +298,12 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
 
 
 def _fit_budget(
-    pdg: PDG, sched: Any, options: CompileOptions, budget: int, rebuild: Callable[[int], PDG] | None = None
+    pdg: PDG,
+    sched: Any,
+    options: CompileOptions,
+    budget: int,
+    backend: Any,
+    rebuild: Callable[[int], PDG] | None = None,
 ) -> tuple[PDG, Any, CompileOptions]:
     """The PDG, schedule and options to run within ``budget`` bytes, trying in order: as
     given; with frees (``dealloc``); with frees and incrementalized reductions, unless
@@ -300,11 +312,11 @@ def _fit_budget(
     together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
     :class:`MemoryBudgetError` naming the largest tensors (``timerl/schedule/budget.py``)."""
     from timerl.errors import MemoryBudgetError
-    from timerl.plan.peak import estimate_peak, fit_by_incrementalizing
+    from timerl.plan.peak import fit_by_incrementalizing
     from timerl.schedule.scheduler import schedule_pdg
     from timerl.units import fmt_bytes
 
-    est = estimate_peak(pdg, sched.ast, fuse=options.fuse)
+    est = make_plan_for(pdg, sched, options, backend).peak
     if est.peak_bytes <= budget:
         return pdg, sched, options
     if not options.dealloc:  # without frees (and without free_iterations: an upper side)
@@ -317,14 +329,14 @@ def _fit_budget(
             fmt_bytes(est.peak_bytes),
         )
         sched, options = freed, replace(options, dealloc=True)
-        if estimate_peak(pdg, sched.ast, fuse=options.fuse).peak_bytes <= budget:
+        if make_plan_for(pdg, sched, options, backend).peak.peak_bytes <= budget:
             return pdg, sched, options
     if options.incrementalize is None:
         got = fit_by_incrementalizing(
             pdg,
             budget,
             lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p), swap=_swapped(p, options)),
-            fuse=options.fuse,
+            lambda p, s: make_plan_for(p, s, replace(options, dealloc=True), backend),
             rebuild=rebuild,
         )
         if got is not None:
@@ -337,12 +349,12 @@ def _fit_budget(
             )
             return inc, isched, replace(options, incrementalize=thr, dealloc=True)
     try:
-        return (pdg, *_fit_swapping(pdg, sched, options, budget))
+        return (pdg, *_fit_swapping(pdg, sched, options, budget, backend))
     except MemoryBudgetError as exc:
         if options.incrementalize is not None:
             raise
         if rebuild is not None:
-            got = _fit_both(options, budget, rebuild)
+            got = _fit_both(options, budget, rebuild, backend)
             if got is not None:
                 return got
         raise MemoryBudgetError(
@@ -352,7 +364,7 @@ def _fit_budget(
 
 
 def _fit_both(
-    options: CompileOptions, budget: int, rebuild: Callable[[int], PDG], tries: int = 3
+    options: CompileOptions, budget: int, rebuild: Callable[[int], PDG], backend: Any, tries: int = 3
 ) -> tuple[PDG, Any, CompileOptions] | None:
     """Incrementalization and swapping together: the program rebuilt with the thresholds of
     ``fit_by_incrementalizing`` (``budget // 4``, then 4x smaller), each with
@@ -371,7 +383,7 @@ def _fit_both(
         opts = replace(options, incrementalize=thr, dealloc=True)
         isched = schedule_pdg(inc, dealloc=True, keep=_kept_values(inc), swap=_swapped(inc, opts))
         try:
-            isched, opts = _fit_swapping(inc, isched, opts, budget)
+            isched, opts = _fit_swapping(inc, isched, opts, budget, backend)
         except MemoryBudgetError as exc:
             log.info("memory_budget %s: incrementalized over %s and swapped: %s", fmt_bytes(budget),
                      fmt_bytes(thr), str(exc).splitlines()[0])  # fmt: skip
@@ -387,29 +399,32 @@ MAX_SWAP_TRIES = 3
 """Swap thresholds the budget tries (largest first) after swapping every eligible tensor fits."""
 
 
-def _fit_swapping(pdg: PDG, sched: Any, options: CompileOptions, budget: int) -> tuple[Any, CompileOptions]:
+def _fit_swapping(
+    pdg: PDG, sched: Any, options: CompileOptions, budget: int, backend: Any
+) -> tuple[Any, CompileOptions]:
     """Swapping chosen by the budget: every eligible tensor swapped (the smallest threshold)
     must fit, else :class:`MemoryBudgetError`; then the largest of a few thresholds (the
     eligible tensors' point sizes, largest first) that still fits, so that no more tensors
     move than needed."""
     from timerl.pdg.sizes import point_bytes
-    from timerl.plan.peak import check_budget, estimate_peak
+    from timerl.plan.peak import check_budget
     from timerl.schedule.scheduler import schedule_pdg
     from timerl.units import fmt_bytes
 
     eligible = _swapped(pdg, options, threshold=0)
     if not eligible or (options.swap and _swapped(pdg, options) == eligible):
-        check_budget(pdg, sched.ast, budget, "with deallocation", fuse=options.fuse)  # raises
+        check_budget(make_plan_for(pdg, sched, options, backend), budget, "with deallocation")  # raises
     keep = _kept_values(pdg)
     sizes = point_bytes(pdg)
     every = schedule_pdg(pdg, dealloc=True, keep=keep, swap=eligible)
-    check_budget(pdg, every.ast, budget, "with deallocation and swapping", fuse=options.fuse)
+    swapping = replace(options, swap=True)
+    check_budget(make_plan_for(pdg, every, swapping, backend), budget, "with deallocation and swapping")
     chosen, threshold = every, min(sizes[n] for n in eligible)
     for size in sorted({sizes[n] for n in eligible}, reverse=True)[:MAX_SWAP_TRIES]:
         if size <= threshold:
             break
         tried = schedule_pdg(pdg, dealloc=True, keep=keep, swap=_swapped(pdg, options, threshold=size))
-        if estimate_peak(pdg, tried.ast, fuse=options.fuse).peak_bytes <= budget:
+        if make_plan_for(pdg, tried, swapping, backend).peak.peak_bytes <= budget:
             chosen, threshold = tried, size
             break
     log.warning(
@@ -448,7 +463,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
         def rebuild(thr: int, opts: CompileOptions = options) -> PDG:
             return build_pdg(ctx, bounds, replace(opts, incrementalize=thr))
 
-        pdg, sched, options = _fit_budget(pdg, sched, options, budget, rebuild)
+        pdg, sched, options = _fit_budget(pdg, sched, options, budget, be, rebuild)
     if options.peel:
         from timerl.schedule.peel import peel_ifs
 

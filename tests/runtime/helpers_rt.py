@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from timerl.pdg.ir import PDG
+from timerl.plan.plan import PlanOptions, Target, make_plan
 from timerl.runtime.interpreter import Executor
+from timerl.schedule.ast import AstNode
+
+
+def interpret(pdg: PDG, ast: AstNode, backend: Any, seed: int = 0, **flags: Any) -> Executor:
+    """The runtime executor of ``ast`` over ``pdg``: its Plan made with ``flags``
+    (:class:`~timerl.plan.plan.PlanOptions`) for ``backend``."""
+    return Executor(make_plan(pdg, ast, PlanOptions(**flags), Target.of(backend)), backend, seed=seed)
 
 
 def assert_matches_reference(ex: Executor, ref: dict, pdg: PDG, min_points: int = 1) -> int:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers_rt import assert_matches_reference
+from helpers_rt import assert_matches_reference, interpret
 from runtime_pdgs import (
     Program,
     T,
@@ -37,7 +37,7 @@ from timerl.symbolic import ZERO, Slice, Sym, lift, smin
 
 
 def run(prog: Program, backend: AbstractBackend, block_store: bool, **kw) -> Executor:
-    e = Executor(prog.pdg, prog.ast, backend, block_store=block_store, **kw)
+    e = interpret(prog.pdg, prog.ast, backend, block_store=block_store, **kw)
     e.execute()
     return e
 

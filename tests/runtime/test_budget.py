@@ -9,7 +9,6 @@ from test_dealloc import nstep_program
 from test_donate import N, momentum_program
 
 from timerl.errors import MemoryBudgetError, TimeRLError
-from timerl.plan.peak import estimate_peak
 from timerl.units import parse_bytes
 
 
@@ -31,7 +30,7 @@ def test_estimate_is_a_lower_bound_with_frees(backend: str, dealloc: bool) -> No
     region taking its donated input out of the store early lowers the peak by that input."""
     ctx, bounds = momentum_program(lambda k, v: None, iters=30)
     ex = ctx.compile(bounds, backend=backend, dealloc=dealloc, free_iterations=False, donate=False)
-    est = estimate_peak(ex.pdg, ex.schedule.ast)
+    est = ex.plan.peak
     ex.execute()
     peak = ex.memory_stats().peak_bytes
     assert est.complete and est.peak_bytes > 0
@@ -70,6 +69,6 @@ def test_dynamic_bounds_are_estimated_at_their_smallest() -> None:
     """The n-step program's episodes (dynamic T) are walked with T = 1: a lower bound."""
     ctx, bounds = nstep_program(50, 8, lambda v, p: None)
     ex = ctx.compile(bounds, backend="torch")
-    est = estimate_peak(ex.pdg, ex.schedule.ast)
+    est = ex.plan.peak
     ex.execute()
     assert 0 < est.peak_bytes <= ex.memory_stats().peak_bytes

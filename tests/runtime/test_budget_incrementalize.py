@@ -10,7 +10,6 @@ import pytest
 
 import timerl as trl
 from timerl.errors import MemoryBudgetError
-from timerl.plan.peak import estimate_peak
 
 N = 4000  # rows: each (N, 16) float32 tensor is 256,000 bytes
 
@@ -35,14 +34,14 @@ def _program() -> tuple[trl.Context, dict, list]:
 def test_budget_chooses_incrementalization_when_frees_do_not_fit() -> None:
     ctx, bounds, base = _program()
     plain = ctx.compile(bounds, backend="torch", fuse=False)
-    assert estimate_peak(plain.pdg, plain.schedule.ast, fuse=False).peak_bytes > 10**6
+    assert plain.plan.peak.peak_bytes > 10**6
     plain.execute()
     ctx, bounds, out = _program()
     ex = ctx.compile(bounds, backend="torch", fuse=False, memory_budget="1MB")
     # budget // 4 = 250,000 B gives two blocks of the rows, not enough; 62,500 B fits
     assert ex.options.incrementalize == 62_500 and ex.options.dealloc
     assert any(d.name.startswith("di") for d, _ in ex.pdg.dims)
-    assert estimate_peak(ex.pdg, ex.schedule.ast, fuse=False).peak_bytes <= 10**6
+    assert ex.plan.peak.peak_bytes <= 10**6
     ex.execute()
     assert ex.memory_stats().peak_bytes <= 10**6
     assert len(out) == len(base) == 4

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers_rt import assert_matches_reference
+from helpers_rt import assert_matches_reference, interpret
 from runtime_pdgs import (
     Builder,
     I,
@@ -36,7 +36,7 @@ from timerl.symbolic import TRUE, Sym
 
 
 def run(prog: Program, backend: AbstractBackend, seed: int = 0, block_store: bool = True) -> Executor:
-    e = Executor(prog.pdg, prog.ast, backend, seed=seed, block_store=block_store)
+    e = interpret(prog.pdg, prog.ast, backend, seed=seed, block_store=block_store)
     e.execute()
     return e
 
@@ -176,7 +176,7 @@ def test_loop_on_unknown_bound_without_its_setter(backend: AbstractBackend) -> N
 
 def test_bound_resets_per_episode_and_rerun(backend: AbstractBackend) -> None:
     prog = episode_program((2, 6), "nstep")
-    e = Executor(prog.pdg, prog.ast, backend)
+    e = interpret(prog.pdg, prog.ast, backend)
     e.execute()
     first = e.bound_values(T)
     e.execute()  # a second run starts from fresh stores and bounds
@@ -208,7 +208,7 @@ def test_read_before_write_is_reported(backend: AbstractBackend) -> None:
     ids = prog.ids
     ast = Seq((ex(ids["c"]), ex(ids["one"]), ex(ids["y"], 0)))
     with pytest.raises(RuntimeExecutionError, match="'y'.*reads 'x' at \\(0,\\).*not computed"):
-        Executor(prog.pdg, ast, backend).execute()
+        interpret(prog.pdg, ast, backend).execute()
 
 
 def test_merge_without_branch(backend: AbstractBackend) -> None:
@@ -216,13 +216,13 @@ def test_merge_without_branch(backend: AbstractBackend) -> None:
     ids = prog.ids
     ast = Seq((ex(ids["c"]), ex(ids["one"]), ex(ids["x"], -1)))
     with pytest.raises(RuntimeExecutionError, match="'x'.*no branch"):
-        Executor(prog.pdg, ast, backend).execute()
+        interpret(prog.pdg, ast, backend).execute()
 
 
 def test_loop_guard(backend: AbstractBackend) -> None:
     prog = cumsum_program(3)
     ast = Seq((ex(prog.ids["c"]), loop(c0, 0, TRUE, ex(prog.ids["c"]))))
-    e = Executor(prog.pdg, ast, backend)
+    e = interpret(prog.pdg, ast, backend)
     e.max_loop_iterations = 50
     with pytest.raises(RuntimeExecutionError, match="more than 50 iterations"):
         e.execute()
@@ -231,11 +231,11 @@ def test_loop_guard(backend: AbstractBackend) -> None:
 def test_bad_schedules_are_rejected_early(backend: AbstractBackend) -> None:
     prog = cumsum_program(3)
     with pytest.raises(ScheduleError, match="unknown symbol"):
-        Executor(prog.pdg, ex(prog.ids["x"], Sym("_c9")), backend)
+        interpret(prog.pdg, ex(prog.ids["x"], Sym("_c9")), backend)
     with pytest.raises(ScheduleError, match="2 coordinates"):
-        Executor(prog.pdg, ex(prog.ids["x"], 0, 0), backend)
+        interpret(prog.pdg, ex(prog.ids["x"], 0, 0), backend)
     with pytest.raises(ScheduleError, match="not in the PDG"):
-        Executor(prog.pdg, ex(99), backend)
+        interpret(prog.pdg, ex(99), backend)
 
 
 def test_dynamic_bound_without_setter(backend: AbstractBackend) -> None:
@@ -243,14 +243,14 @@ def test_dynamic_bound_without_setter(backend: AbstractBackend) -> None:
     b.add(OpKind.EVAL_SYMBOL, (t,), name="e", expr=t, dtype=DType.float32)
     pdg = b.pdg(((t, T),), {}, frozenset({T}))
     with pytest.raises(BoundError, match="no SET_SYMBOL"):
-        Executor(pdg, ex(0, 0), backend)
+        interpret(pdg, ex(0, 0), backend)
 
 
 # -- speed --------------------------------------------------------------------------------------
 def test_hot_path_speed(backend: AbstractBackend) -> None:
     """~10^5 execs per minute are needed for REINFORCE on CartPole; we check a generous floor."""
     prog = chain_program(3000)
-    e = Executor(prog.pdg, prog.ast, backend)
+    e = interpret(prog.pdg, prog.ast, backend)
     t0 = time.perf_counter()
     e.execute()
     dt = time.perf_counter() - t0
@@ -274,7 +274,7 @@ def test_schedules_from_the_scheduler(backend: AbstractBackend, which: str) -> N
         "episode": lambda: episode_program((5, 3, 1, 4)),
     }[which]()
     sched = scheduler.schedule_pdg(prog.pdg)
-    e = Executor(prog.pdg, sched.ast, backend)
+    e = interpret(prog.pdg, sched.ast, backend)
     e.execute()
     calls = list(prog.calls)
     prog.calls.clear()

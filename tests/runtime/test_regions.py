@@ -11,7 +11,7 @@ import timerl as trl
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import Op, OpKind
 from timerl.plan.regions import FusedExec, may_read
-from timerl.schedule.ast import Exec, Loop, Seq, walk
+from timerl.schedule.ast import Exec, Seq, walk
 from timerl.symbolic import Slice, Sym
 from timerl.symbolic.expr import lift
 
@@ -60,20 +60,7 @@ def _program(out: list):
 
 
 def _regions(prog) -> list[FusedExec]:
-    ex = prog._interp
-    found: list[FusedExec] = []
-
-    def visit(children) -> None:
-        for s in ex._fuse_runs(children):
-            if isinstance(s, FusedExec):
-                found.append(s)
-            elif isinstance(s, Seq):
-                visit(s.children)
-            elif isinstance(s, Loop):
-                visit(s.body.children if isinstance(s.body, Seq) else [s.body])
-
-    visit(prog.schedule.ast.children if isinstance(prog.schedule.ast, Seq) else [prog.schedule.ast])
-    return found
+    return prog.plan.regions()
 
 
 def _consecutive_runs(prog) -> list[int]:

@@ -86,15 +86,14 @@ def _countdown_program(n: int = 6):
 def test_a_loop_counting_down_is_scanned_and_read_whole() -> None:
     """The scan flips the rows of a loop that counts its points down, so the stacked array a
     slice read takes ascends like a stack of the points (peeled base case at the end)."""
-    from helpers_rt import assert_matches_reference
+    from helpers_rt import assert_matches_reference, interpret
 
-    from timerl.runtime.interpreter import Executor
 
     prog = _countdown_program()
     be = get_backend("jax")
     runs = {}
     for scan in (False, True):
-        e = Executor(prog.pdg, prog.ast, be, scan_loops=scan)
+        e = interpret(prog.pdg, prog.ast, be, scan_loops=scan)
         e.execute()
         runs[scan] = e
     assert runs[False].scanned_entries == 0 and runs[True].scanned_entries == 1

@@ -239,13 +239,12 @@ def _static(length: int, sink: Any, d: int = D) -> tuple[trl.Context, dict]:
 def test_budget_turns_swapping_on_when_frees_do_not_fit() -> None:
     """A device budget between the estimated peaks with and without swapping: the budget
     turns swapping on (same values); below the peak with swapping: the error says so."""
-    from timerl.plan.peak import estimate_peak
 
     nv = {"vectorize_time": False}  # learning per step (vectorized, it reads every observation at once)
     plain, ex0 = _run(_static, 40, "torch", **nv)
     _, exs = _run(_static, 40, "torch", **nv, **SWAP)
-    e0 = estimate_peak(ex0.pdg, ex0.schedule.ast).peak_bytes
-    e1 = estimate_peak(exs.pdg, exs.schedule.ast).peak_bytes
+    e0 = ex0.plan.peak.peak_bytes
+    e1 = exs.plan.peak.peak_bytes
     assert e1 < e0
     got, ex = _run(_static, 40, "torch", memory_budget=(e0 + e1) // 2, **nv)
     assert ex.options.swap and got == plain

@@ -196,3 +196,24 @@ def carried_values(pdg: PDG, i: Sym) -> list[Carried]:
             Carried(nm, nid, oid, lags[(nid, oid)], shape, spec.dtype.name, tuple(pdg.nodes[nid].batch))
         )
     return out
+
+
+def checkpoint_sinks(pdg: PDG) -> list[Any]:
+    """The functions of the program's checkpoint sinks (``x.checkpoint(path)``: sink
+    functions with ``serves_checkpoints = True``), served at the iteration loop's ends."""
+    from timerl.pdg.ops import OpKind
+
+    return [
+        n.op.attr("fn")
+        for n in pdg
+        if n.op.kind is OpKind.SINK and getattr(n.op.attr("fn"), "serves_checkpoints", False)
+    ]
+
+
+def kept_values(pdg: PDG) -> frozenset[int]:
+    """Nodes that frees and merge moves must leave alone: with checkpoint sinks, the values a
+    checkpoint saves (read from the store, outside the PDG's edges, up to after the run)."""
+    if not checkpoint_sinks(pdg):
+        return frozenset()
+    i = iteration_dim(pdg)
+    return frozenset(c.nid for c in carried_values(pdg, i)) if i is not None else frozenset()

@@ -1,6 +1,6 @@
-"""Memory budget (``ctx.compile(..., memory_budget="2GB")``, issue 11 deliverable 7, partly).
+"""The peak-memory estimate of a Plan, and the budget checks built on it.
 
-Before anything runs, :func:`estimate_peak` walks the frozen schedule's AST (loops,
+Before anything runs, :func:`estimate_peak` walks the Plan's AST (loops,
 ``If``\\ s, ``Exec``\\ s and ``Dealloc``\\ s, with the static bounds' values and every
 dynamic bound at 1) keeping the set of live points with their sizes, and returns the most
 bytes live at once and, per node, the most bytes it held. A point's size is that of its
@@ -36,6 +36,7 @@ from typing import Any
 from timerl.errors import MemoryBudgetError
 from timerl.pdg.ir import PDG
 from timerl.pdg.sizes import output_bytes, point_bytes
+from timerl.plan.plan import Plan
 from timerl.plan.regions import FusedExec
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
 from timerl.symbolic import Slice, Sym
@@ -71,9 +72,8 @@ class PeakEstimate:
 
 
 class _Walk:
-    def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int, fuse: bool) -> None:
+    def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int) -> None:
         self.pdg = pdg
-        self.fuse = fuse
         self.sizes = sizes
         self.max_steps = max_steps
         self.steps = 0
@@ -92,12 +92,7 @@ class _Walk:
 
         env = self.env
         if isinstance(node, Seq):
-            children = list(node.children)
-            if self.fuse:  # as the runtime: members read only inside their region are not stored
-                from timerl.plan.regions import plan_regions
-
-                children = plan_regions(children, self.pdg, frozenset(self.pdg.dynamic_bounds))
-            fns = [self.compile(c) for c in children]
+            fns = [self.compile(c) for c in node.children]
 
             def seq() -> None:
                 for f in fns:
@@ -248,17 +243,16 @@ class _Stop(Exception):
     pass
 
 
-def estimate_peak(
-    pdg: PDG, ast: AstNode, max_steps: int = MAX_STEPS, top: int = 5, fuse: bool = True
-) -> PeakEstimate:
-    """An estimate of the store's peak bytes for the schedule ``ast`` (see the module doc);
-    ``fuse``: the runtime fuses regions (their members read only inside are not stored)."""
+def estimate_peak(plan: Plan, max_steps: int = MAX_STEPS, top: int = 5) -> PeakEstimate:
+    """An estimate of the store's peak bytes when ``plan`` runs (see the module doc): its
+    regions store only the members read outside them, its frees are where it runs them."""
+    pdg = plan.pdg
     read = {e.src for e in pdg.edges if not e.order_only}
     sizes = {nid: b for nid, b in point_bytes(pdg).items() if nid in read}
-    w = _Walk(pdg, sizes, max_steps, fuse)
+    w = _Walk(pdg, sizes, max_steps)
     complete = True
     try:
-        w.compile(ast)()
+        w.compile(plan.ast)()
     except _Stop:
         complete = False
     ranked = sorted(w.node_live.items(), key=lambda kv: (-kv[1][2], kv[0]))[:top]
@@ -270,9 +264,10 @@ def estimate_peak(
     return PeakEstimate(w.peak, tensors, complete, w.steps)
 
 
-def check_budget(pdg: PDG, ast: AstNode, budget: int, what: str = "", fuse: bool = True) -> PeakEstimate:
-    """The estimate of ``ast``'s peak; :class:`MemoryBudgetError` when it exceeds ``budget``."""
-    est = estimate_peak(pdg, ast, fuse=fuse)
+def check_budget(plan: Plan, budget: int, what: str = "") -> PeakEstimate:
+    """The estimate of ``plan``'s peak; :class:`MemoryBudgetError` when it exceeds ``budget``."""
+    pdg = plan.pdg
+    est = plan.peak
     log.info(
         "memory_budget %s: estimated peak %s (%s, %d statement instances)%s",
         fmt_bytes(budget), fmt_bytes(est.peak_bytes), "whole schedule" if est.complete else "partial walk",
@@ -298,7 +293,7 @@ def fit_by_incrementalizing(
     pdg: PDG,
     budget: int,
     schedule: Callable[[PDG], Any],
-    fuse: bool = True,
+    plan_of: Callable[[PDG, Any], Plan],
     tries: int = 3,
     rebuild: Callable[[int], PDG] | None = None,
 ) -> tuple[PDG, Any, int, PeakEstimate] | None:
@@ -323,7 +318,7 @@ def fit_by_incrementalizing(
             if inc is not pdg and (len(inc.nodes), inc.dims) != (len(pdg.nodes), pdg.dims):
                 verify_pdg(inc)
                 sched = schedule(inc)
-                est = estimate_peak(inc, sched.ast, fuse=fuse)
+                est = plan_of(inc, sched).peak
                 log.info(
                     "memory_budget %s: incrementalized over %s, estimated peak %s",
                     fmt_bytes(budget), fmt_bytes(thr), fmt_bytes(est.peak_bytes),

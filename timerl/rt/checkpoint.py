@@ -18,6 +18,8 @@ import numpy as np
 class CheckpointSink:
     """A sink that records ``(point)`` requests for a checkpoint into ``path``."""
 
+    serves_checkpoints = True  # the marker the plan and runtime find checkpoint sinks by
+
     def __init__(self, path: str, name: str, config: dict[str, Any] | None = None) -> None:
         self.path = path
         self.config = dict(config or {})

@@ -23,7 +23,7 @@ seed) and a config (compile options and the user's ``config=``).
 directory, or the given file), checks the fingerprint against the program being
 compiled (:class:`~timerl.errors.TimeRLError` naming every difference; nothing is
 written), and :class:`CheckpointingExecutor` puts the saved points into the store before
-running and starts the loop over ``i`` at ``k + 1`` (:func:`skip_iterations`). RNG ops and
+running and starts the loop over ``i`` at ``k + 1`` (the plan, ``make_plan(resume_after=k)``). RNG ops and
 env resets are seeded per point, so a resumed run is bit-identical to an uninterrupted one.
 """
 
@@ -34,20 +34,19 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from timerl.errors import TimeRLError
 from timerl.pdg.ir import PDG
-from timerl.pdg.ops import OpKind
-from timerl.plan.iterations import carried_values, iteration_dim, iteration_loop, loop_offset
-from timerl.rt.checkpoint import CheckpointSink
+from timerl.plan.iterations import carried_values, checkpoint_sinks, iteration_dim
+from timerl.plan.plan import Plan
 from timerl.runtime.interpreter import Executor as _Interpreter
 from timerl.runtime.store import Point
-from timerl.schedule.ast import AstNode, Exec, If, Loop, Seq
-from timerl.symbolic import Sym, free_symbols, smax
+from timerl.schedule.ast import AstNode, Exec, Loop
+from timerl.symbolic import Sym, free_symbols
 from timerl.symbolic.compile import compile_expr
 
 log = logging.getLogger(__name__)
@@ -180,30 +179,6 @@ def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
     return Checkpoint(jpath, k, values, dynamic)
 
 
-# -- skipping iterations ------------------------------------------------------------------------
-
-
-def skip_iterations(ast: AstNode, pdg: PDG, i: Sym, k: int) -> AstNode:
-    """``ast`` with every loop that runs only iteration ``counter + c`` starting at ``k + 1``.
-
-    Other execs of points with ``i <= k`` are skipped at runtime by the executor's guard.
-    """
-
-    def rec(node: AstNode) -> AstNode:
-        if isinstance(node, Seq):
-            return Seq(tuple(rec(c) for c in node.children))
-        if isinstance(node, Loop):
-            c = loop_offset(node, pdg, i)
-            if c is None:
-                return replace(node, body=rec(node.body))
-            return replace(node, init=smax(node.init, k + 1 - c))
-        if isinstance(node, If):
-            return If(node.cond, rec(node.then), None if node.else_ is None else rec(node.else_))
-        return node
-
-    return rec(ast)
-
-
 # -- the executor ---------------------------------------------------------------------------------
 
 
@@ -212,40 +187,36 @@ class CheckpointingExecutor(_Interpreter):
 
     def __init__(
         self,
-        pdg: PDG,
-        ast: AstNode,
+        plan: Plan,
         backend: Any,
         seed: int = 0,
-        fuse: bool = True,
         resume: Checkpoint | None = None,
         config: dict[str, Any] | None = None,
-        **kwargs: Any,
+        memory_timeline: bool = False,
     ) -> None:
-        self.iter_dim = iteration_dim(pdg)
+        pdg = plan.pdg
+        self.iter_dim = plan.iter_dim
         self.config = dict(config or {})
         self.resume_from = resume
-        self._sinks = [
-            n.op.attr("fn")
-            for n in pdg
-            if n.op.kind is OpKind.SINK and isinstance(n.op.attr("fn"), CheckpointSink)
-        ]
+        self._sinks = checkpoint_sinks(pdg)
         self._bodies: dict[int, tuple[Sym, int]] = {}
         i = self.iter_dim
         if (self._sinks or resume is not None) and i is None:
             raise TimeRLError(
                 "checkpoint/resume: this program has no iteration dim (no dim with a static bound)"
             )
+        if resume is not None and plan.resume_after != resume.iteration:
+            raise TimeRLError(
+                f"resume: the plan skips iterations up to {plan.resume_after}, the checkpoint "
+                f"{resume.path} ends at {resume.iteration}: make the plan with resume_after={resume.iteration}"
+            )
         self._plain: tuple[Loop, int] | None = None
         if i is not None:
-            if resume is not None:
-                ast = skip_iterations(ast, pdg, i, resume.iteration)
-            if self._sinks:
-                self._plain = iteration_loop(ast, pdg, i)
-                if self._plain is not None:
-                    lp, c = self._plain
-                    self._bodies[id(lp.body)] = (lp.var, c)
+            if self._sinks and plan.iter_loop is not None:
+                self._plain = (plan.iter_loop, plan.iter_offset)
+                self._bodies[id(plan.iter_loop.body)] = (plan.iter_loop.var, plan.iter_offset)
             self._carried = carried_values(pdg, i)
-        super().__init__(pdg, ast, backend, seed=seed, fuse=fuse, **kwargs)  # e.g. free_iterations
+        super().__init__(plan, backend, seed=seed, memory_timeline=memory_timeline)
         run = self._run
 
         def run_resumed() -> None:

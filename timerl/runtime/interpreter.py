@@ -1,4 +1,7 @@
-"""The AST interpreter: runs a scheduled PDG on a backend.
+"""The AST interpreter: runs a :class:`~timerl.plan.plan.Plan` on a backend.
+
+The Plan holds every decision (regions, donations, store kinds, the iteration loop, scanned
+loops); the interpreter executes it and decides nothing.
 
 The style follows jax's ``eval_jaxpr``: an environment (``self._env``: loop counters and
 bound values) and a store (:class:`~timerl.runtime.store.PointStore`) with read/write
@@ -15,7 +18,7 @@ before stacking. ``order_only`` edges carry no data and are ignored here. A ``ME
 outputs the input of its first in-edge (by ``iid``) whose ``cond`` holds at ``q``.
 
 **Storage.** Outputs that slices re-read (``r[i, t:T]`` at every ``t``) are kept in a block
-store (:mod:`~timerl.runtime.block_store`, chosen from the PDG; ``block_store=False``
+store (:mod:`~timerl.runtime.block_store`, chosen by the plan; ``block_store=False``
 keeps every output in the point store): a slice read along the block dim is one read of
 the buffer's rows instead of a stack of points, with the same values and layout.
 
@@ -71,11 +74,10 @@ from timerl.errors import BackendError, BoundError, RuntimeExecutionError, Sched
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.pdg.sizes import is_padded, resolve_batch
-from timerl.plan.fusable import internal_read
-from timerl.plan.iterations import iteration_dim, iteration_loop
 from timerl.plan.layout import input_layout, pads_to_bucket
-from timerl.plan.regions import FusedExec, plan_regions
-from timerl.plan.storage import BlockSpec, plan_block_storage, slice_axis
+from timerl.plan.plan import Plan, Target
+from timerl.plan.regions import FusedExec
+from timerl.plan.storage import BlockSpec, slice_axis
 from timerl.runtime.block_store import BlockTable
 from timerl.runtime.common import (
     draw_points,
@@ -161,7 +163,7 @@ class _Site:
 
 
 class Executor:
-    """Interprets ``ast`` over ``pdg`` on ``backend``; ``execute()`` runs the whole program.
+    """Interprets ``plan`` on ``backend``; ``execute()`` runs the whole program.
 
     After a run, :meth:`value` reads stored (not freed) values and :meth:`memory_stats`
     reports live and peak bytes of the point stores.
@@ -171,48 +173,40 @@ class Executor:
 
     def __init__(
         self,
-        pdg: PDG,
-        ast: AstNode,
+        plan: Plan,
         backend: AbstractBackend,
         seed: int = 0,
-        fuse: bool = True,
-        free_iterations: bool = False,
-        block_store: bool = True,
-        scan_loops: bool = False,
-        donate: bool = False,
-        merge_moves: frozenset[tuple[int, int]] = frozenset(),
         memory_timeline: bool = False,
     ) -> None:
+        pdg, ast = plan.pdg, plan.ast
+        have = Target.of(backend)
+        if (plan.target.donates and not have.donates) or (plan.target.scans and not have.scans):
+            raise ScheduleError(
+                f"this plan was made for the {plan.target.name} backend (donation={plan.target.donates}, "
+                f"scans={plan.target.scans}); {have.name} cannot run it: make the plan for Target.of(backend)"
+            )
+        self.plan = plan
         self.pdg = pdg
         self.record_timeline = memory_timeline  # sample live bytes per pool (store.MemoryTimeline)
-        self.fuse = fuse
-        # regions reuse the buffers of inputs they read last (schedule/donate.py); only
-        # where the backend's compiled regions can write into a donated buffer
-        self.donate = donate and fuse and bool(getattr(backend, "donates", False))
+        self.fuse = plan.options.fuse
+        # regions reuse the buffers of inputs they read last (plan/donate.py)
+        self.donate = plan.options.donate
         # (merge, input id): the merge is the only reader of that input's point and frees it
-        # once it stored the tensor (schedule/donate.merge_moves), so donation finds it unshared
-        self.merge_moves = merge_moves if self.donate else frozenset()
-        # source node -> nodes reading it from the store (not inside a region), filled while
-        # the AST is compiled: a merge moves its source only when it is the only such reader
-        self._store_readers: dict[int, set[int]] = {}
+        # once it stored the tensor (plan/donate.merge_moves), so donation finds it unshared
+        self.merge_moves = plan.merge_moves
         # [inputs donated, inputs not donated because something else held the tensor,
         #  bytes donated]
         self.donation_stats = [0, 0, 0]
-        self.scan_loops = scan_loops and fuse
-        # slice-read outputs kept in preallocated buffers (see runtime/block_store.py)
-        self.block_plan: dict[tuple[int, int], BlockSpec] = plan_block_storage(pdg) if block_store else {}
-        # free whole iterations no longer read (see runtime/gc.py) when the schedule allows
+        # slice-read outputs kept in preallocated buffers (plan/storage.py, runtime/block_store.py)
+        self.block_plan: dict[tuple[int, int], BlockSpec] = dict(plan.blocks)
+        # free whole iterations no longer read (see runtime/gc.py) at the plan's iteration loop
         self._collector: IterationCollector | None = None
-        self._gc_loop: Loop | None = None
-        self._gc_offset = 0
-        dim = iteration_dim(pdg) if free_iterations else None
-        if dim is not None:
-            found = iteration_loop(ast, pdg, dim)
-            if found is not None:
-                self._gc_loop, self._gc_offset = found
-                self._collector = IterationCollector(pdg, dim)
-            else:
-                log.debug("not freeing iterations: the schedule is not iteration-major over %s", dim)
+        self._gc_loop: Loop | None = plan.gc_loop
+        self._gc_offset = plan.iter_offset
+        if self._gc_loop is not None and plan.iter_dim is not None:
+            self._collector = IterationCollector(pdg, plan.iter_dim)
+        elif plan.options.free_iterations:
+            log.debug("not freeing iterations: the schedule is not iteration-major")
         self._fused: dict[Any, Callable[[Point], None]] = {}
         self._fused_fns: dict[Any, Callable[..., Any]] = {}  # kept across runs
         self.ast = ast
@@ -231,7 +225,6 @@ class Executor:
         # stacked for slice reads (runtime/scan.py)
         self.stack_hints: dict[tuple[int, int], dict[Any, tuple[int, int, Any]]] = {}
         self._thunks: dict[int, Callable[[Point], None]] = {}
-        self._check_ast(ast)
         self._run = self._compile(ast, frozenset())
 
     # -- public API ---------------------------------------------------------------------
@@ -298,43 +291,6 @@ class Executor:
         return dict(self._dyn[bound].known)
 
     # -- AST checks and compilation -----------------------------------------------------
-    def _check_ast(self, ast: AstNode) -> None:
-        known = set(self._static) | set(self._dyn)
-
-        def check(node: AstNode, scope: frozenset[Sym]) -> None:
-            if isinstance(node, Seq):
-                for c in node.children:
-                    check(c, scope)
-                return
-            if isinstance(node, Loop):
-                bad = symbols_of((node.init,)) - scope - known
-                inner = scope | {node.var}
-                bad |= symbols_of((node.cond,)) - inner - known
-                if not isinstance(node.inc, int) or node.inc == 0:
-                    raise ScheduleError(f"loop over {node.var} has a bad increment {node.inc!r}")
-                check(node.body, inner)
-            elif isinstance(node, If):
-                bad = symbols_of((node.cond,)) - scope - known
-                check(node.then, scope)
-                if node.else_ is not None:
-                    check(node.else_, scope)
-            else:
-                bad = symbols_of(node.point) - scope - known
-                n = self.pdg.nodes.get(node.node)
-                if n is None:
-                    raise ScheduleError(f"the schedule runs %{node.node}, which is not in the PDG")
-                if len(node.point) != len(n.domain):
-                    raise ScheduleError(
-                        f"the schedule gives {len(node.point)} coordinates for {n.label} "
-                        f"whose domain has {len(n.domain)} dims"
-                    )
-            if bad:
-                raise ScheduleError(
-                    f"schedule expression uses unknown symbol(s) {sorted(s.name for s in bad)}"
-                )
-
-        check(ast, frozenset())
-
     def _site(self, dyn: frozenset[Sym], sub: AstNode, scope: frozenset[Sym]) -> _Site | None:
         """How an AST expression site finds the values of the dynamic bounds it uses.
 
@@ -400,7 +356,7 @@ class Executor:
         env = self._env
         dynamic = self._dyn
         if isinstance(node, Seq):
-            fns = tuple(self._compile(c, scope) for c in self._fuse_runs(node.children))
+            fns = tuple(self._compile(c, scope) for c in node.children)
 
             def run_seq() -> None:
                 for f in fns:
@@ -427,7 +383,6 @@ class Executor:
         site = self._site(symbols_of(node.point) & dynamic.keys(), node, scope)
         nid = node.node
         if isinstance(node, FusedExec):
-            self._note_store_reads(node.members)
             fused, members, donate = self._fused, node.members, node.donate
             key: Any = (members, donate) if donate else members
             labels = ", ".join(self.pdg.nodes[m].label for m in members)
@@ -443,7 +398,6 @@ class Executor:
 
             return run_fused
         if isinstance(node, Exec):
-            self._note_store_reads((nid,))
             thunks = self._thunks
             label = self.pdg.nodes[nid].label
 
@@ -502,19 +456,6 @@ class Executor:
 
         return run_mem
 
-    def _fuse_runs(self, children: Sequence[AstNode]) -> list[AstNode]:
-        """The statements of a ``Seq`` with pure ``Exec``s at one point grouped into
-        :class:`FusedExec` regions (reordered where dependences allow, see
-        :mod:`~timerl.runtime.regions`)."""
-        if not self.fuse:
-            return list(children)
-        planned = plan_regions(children, self.pdg, frozenset(self._dyn))
-        if self.donate:
-            from timerl.plan.donate import plan_donations
-
-            planned = plan_donations(planned, self.pdg)
-        return planned
-
     def _compile_loop(self, node: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
         env = self._env
         dynamic = self._dyn
@@ -562,7 +503,7 @@ class Executor:
                     )
             del env[var]
 
-        if self.scan_loops and self.backend.name == "jax" and collector is None:
+        if collector is None and self.plan.scans:
             from timerl.runtime.scan import scanned_loop
 
             scanned = scanned_loop(self, node, body, run_loop, scope)
@@ -794,26 +735,11 @@ class Executor:
 
         return thunk
 
-    def _note_store_reads(self, members: Sequence[int]) -> None:
-        """Record which sources the statement running ``members`` (one region, or one node)
-        reads from the store: all its inputs but the reads of earlier members inside it."""
-        if not self.merge_moves:
-            return
-        pos = {m: k for k, m in enumerate(members)}
-        for k, m in enumerate(members):
-            for e in self.pdg.data_in_edges(m):
-                inside = len(members) > 1 and pos.get(e.src, k) < k and internal_read(e, self.pdg) is not None
-                if not inside:
-                    self._store_readers.setdefault(e.src, set()).add(m)
-
     def _mover(self, node: Node, e: Edge) -> Callable[[Env], None] | None:
-        """For a merge branch in ``merge_moves``: free the point the branch read, where the
-        merge is the only node reading its source from the store (``_note_store_reads``; the
-        merge reads each source point once, checked with isl) and the source is kept in a
-        plain dict table."""
+        """For a merge branch in the plan's ``merge_moves`` (the merge is the only statement
+        reading its source from the store, and reads each source point once): free the point
+        the branch read, where the source is kept in a plain dict table."""
         if (node.id, e.iid) not in self.merge_moves or type(self.store.table(e.src, e.oid)) is not dict:
-            return None
-        if self._store_readers.get(e.src, set()) - {node.id}:
             return None
         phi, free, src = self._node_expr(e.phi, node), self.store.free, e.src
 

@@ -11,7 +11,7 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
   take: no symbolic attributes), ``MERGE`` nodes, and UDFs that offer a pure form
   (``fn.pure_step()``, see :class:`PureStep`: the environment's state threaded through
   the scan's carry). A body with a sink, an RNG draw, a dynamic bound, a nested loop or an
-  ``If`` is not scanned (``log.debug`` says why) and runs as before. The body's frees
+  ``If`` is not scanned (the plan says why: ``plan/scans.py``, logged at INFO) and runs as before. The body's frees
   (``Dealloc``) run after the scan, for every scanned iteration in order.
 * **Inputs** of a member are, per edge: an earlier member at the same point (a value
   inside the step), a member at the previous iteration (the scan's carry, e.g.
@@ -44,7 +44,8 @@ from timerl.errors import TimeRLError
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
-from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
+from timerl.plan.scans import flat, frees_only, scan_members
+from timerl.schedule.ast import Exec, Loop
 from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
 
 if TYPE_CHECKING:
@@ -74,37 +75,6 @@ class _Member:
     moving: set[Sym]
     pure: PureStep | None = None
     branch_conds: list[Callable[[dict[Sym, int]], Any]] | None = None
-
-
-def _why_not(ex: Executor, loop: Loop) -> tuple[str, list[Exec]]:
-    """Why ``loop`` cannot be scanned ('' if it can) and its body's statements."""
-    children = _flat(loop.body)
-    execs: list[Exec] = []
-    for c in children:
-        if _frees_only(c):
-            continue  # frees run after the scan, for every scanned iteration
-        if type(c) is not Exec:
-            return f"its body holds a {type(c).__name__}", []
-        execs.append(c)
-    if not execs:
-        return "its body has no statement", []
-    if (free_symbols(loop.init) | free_symbols(loop.cond)) & ex._dyn.keys():
-        return "its bounds are dynamic", []
-    for c in execs:
-        n = ex.pdg.nodes[c.node]
-        if any(set(db.enclosing) <= set(n.domain) or db.setter == n.id for db in ex._dyn.values()):
-            return f"{n.label} takes part in a dynamic bound", []
-        k = n.op.kind
-        if k is OpKind.MERGE:
-            continue
-        if k is OpKind.UDF:
-            pure = getattr(n.op.attr("fn"), "pure_step", None)
-            if pure is None or pure() is None:
-                return f"the UDF {n.label} has no pure form", []
-            continue
-        if not fusable(n):
-            return f"{n.label} ({k.name}) is not a pure op without symbolic attributes", []
-    return "", execs
 
 
 class ScannedLoop:
@@ -150,9 +120,9 @@ class ScannedLoop:
             for e in ex.pdg.out_edges(n.id):  # slice reads take the stacked rows (``_hint``),
                 if e.select is None and any(isinstance(c, Slice) for c in e.phi):  # first entry too
                     ex.stack_hints.setdefault((n.id, e.oid), {})
-        body_nodes = _flat(loop.body)
+        body_nodes = flat(loop.body)
         inner = scope | {loop.var}
-        self.frees = [ex._compile(c, inner) for c in body_nodes if _frees_only(c)]
+        self.frees = [ex._compile(c, inner) for c in body_nodes if frees_only(c)]
         self._compiled: dict[Any, Callable[..., Any]] = {}
         self._warned = False
         self._broken: str | None = None
@@ -568,19 +538,6 @@ def _edge_varies(e: Edge, moving: set[Sym]) -> bool:
     return bool(syms & moving)
 
 
-def _flat(node: AstNode) -> list[AstNode]:
-    """The statements of a body with nested ``Seq``s inlined, in order."""
-    if isinstance(node, Seq):
-        return [x for c in node.children for x in _flat(c)]
-    return [node]
-
-
-def _frees_only(node: AstNode) -> bool:
-    """A ``Dealloc``, or ``If``/``Seq`` statements holding nothing but frees."""
-    leaves = [n for n in walk(node) if not isinstance(n, (Seq, If))]
-    return bool(leaves) and all(isinstance(n, Dealloc) for n in leaves)
-
-
 def scanned_loop(
     ex: Executor,
     loop: Loop,
@@ -588,9 +545,7 @@ def scanned_loop(
     fallback: Callable[[], None],
     scope: frozenset[Sym] = frozenset(),
 ) -> Callable[[], None] | None:
-    """A runner for ``loop`` as a scan, or None when its statements rule it out."""
-    why, execs = _why_not(ex, loop)
-    if why:
-        log.debug("loop over %s is not scanned: %s", loop.var, why)
+    """A runner for ``loop`` as a scan where the plan scans it (``plan/scans.py``), else None."""
+    if not ex.plan.scanned(loop):
         return None
-    return ScannedLoop(ex, loop, execs, body, fallback, scope)
+    return ScannedLoop(ex, loop, scan_members(loop), body, fallback, scope)
