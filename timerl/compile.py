@@ -136,11 +136,16 @@ class Executor:
         """A picture of the schedule: ``<path>.txt`` holds the loop nest (each loop named by
         the dim it walks) with the statements it runs in order, summarised by the source
         lines that defined them, then the full listing with every statement named;
-        ``<path>.png`` draws the loop nest as nested boxes. Returns both paths
+        ``<path>.png`` draws the loop nest as nested boxes; the text ends with the Plan's
+        listing (regions, donations, which loops compile as one scan and why the others do
+        not, block-stored outputs). Returns both paths
         (:mod:`timerl.schedule.picture`)."""
         from timerl.schedule.picture import write_picture
 
-        return write_picture(self.pdg, self.schedule.ast, path)
+        txt, png = write_picture(self.pdg, self.schedule.ast, path)
+        with open(txt, "a") as f:  # what runs: regions, donations, scanned loops and why not
+            f.write("\n\n" + self.plan.pretty() + "\n")
+        return txt, png
 
 
 def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) -> PDG:

@@ -88,7 +88,6 @@ def test_a_loop_counting_down_is_scanned_and_read_whole() -> None:
     slice read takes ascends like a stack of the points (peeled base case at the end)."""
     from helpers_rt import assert_matches_reference, interpret
 
-
     prog = _countdown_program()
     be = get_backend("jax")
     runs = {}
@@ -187,3 +186,45 @@ def test_a_loop_with_nothing_read_per_iteration_from_outside_is_scanned(caplog) 
         wv = wv - 0.1 * (sum(xs) + wv * (1 + 0.5 + 0.25 + 0.125))  # d/dw of sum_t x[t] * w
     for k in range(3):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+
+
+def test_scans_plan_and_free_every_iteration_at_once(monkeypatch) -> None:
+    """The branch choices and the body's frees of a scanned loop, evaluated elementwise over
+    all its iterations (NumPy), against the same run replaying them iteration by iteration:
+    the same rollouts, the same points left in the store, the same peak bytes."""
+    from timerl.runtime import scan
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import ppo
+
+    def run() -> tuple[list, dict, int, int, list]:
+        args = ppo.Args(
+            env_id="gymnax.CartPole-v1", backend="jax", num_envs=4, num_steps=12, iterations=3, seed=2
+        )
+        log: list = []
+        made: list = []
+        real = scan.ScannedLoop.__init__
+
+        def spy(self, *a, **k) -> None:
+            real(self, *a, **k)
+            made.append(self)
+
+        monkeypatch.setattr(scan.ScannedLoop, "__init__", spy)
+        ex = ppo.build_fixed(args, lambda v, p, log=log: log.append((p["i"], v.copy())), scan_loops=True)
+        ex.execute()
+        monkeypatch.setattr(scan.ScannedLoop, "__init__", real)
+        interp = ex._interp
+        left = {n.id: sorted(interp.points(n.id, k)) for n in ex.pdg for k in range(len(n.outputs))}
+        return log, left, interp.memory_stats().peak_bytes, interp.scanned_entries, made
+
+    log1, left1, peak1, n1, made = run()
+    assert n1 >= 3
+    assert any(s.frees for s in made) and all(s.range_frees is not None for s in made if s.frees)
+    assert any(m.vconds is not None for s in made for m in s.members)
+    monkeypatch.setattr(scan, "_range_frees", lambda stmts, ex: None)
+    monkeypatch.setattr(scan.ScannedLoop, "_vector_start", lambda self, vals: None)
+    log0, left0, peak0, n0, _ = run()
+    assert n0 == n1 and left0 == left1 and peak0 == peak1
+    assert [k for k, _ in log0] == [k for k, _ in log1] == [0, 1, 2]
+    for (_, a), (_, b) in zip(log0, log1, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -30,6 +30,7 @@ Glossary (see ``docs/glossary.md``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -136,14 +137,22 @@ class PDG:
                 return b
         raise KeyError(sym)
 
+    @functools.cached_property
+    def _edge_index(self) -> tuple[dict[int, list[Edge]], dict[int, list[Edge]], dict[int, list[Edge]]]:
+        """``(in-edges, out-edges, data in-edges by iid)`` per node, built once per PDG value
+        (the queries below were linear scans of every edge)."""
+        ins = edges_by_sink(self)
+        data = {k: sorted((e for e in v if not e.order_only), key=lambda e: e.iid) for k, v in ins.items()}
+        return ins, edges_by_src(self), data
+
     def in_edges(self, nid: int) -> list[Edge]:
-        return [e for e in self.edges if e.sink == nid]
+        return list(self._edge_index[0].get(nid, ()))
 
     def out_edges(self, nid: int) -> list[Edge]:
-        return [e for e in self.edges if e.src == nid]
+        return list(self._edge_index[1].get(nid, ()))
 
     def data_in_edges(self, nid: int) -> list[Edge]:
-        return sorted((e for e in self.edges if e.sink == nid and not e.order_only), key=lambda e: e.iid)
+        return list(self._edge_index[2].get(nid, ()))
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes[k] for k in sorted(self.nodes))

@@ -216,6 +216,9 @@ def make_plan(
         scans = MappingProxyType(
             scan_verdicts(planned, pdg, found[0] if found and options.free_iterations else None)
         )
+    elif options.scan_loops and options.fuse:
+        why = f"the {target.name} backend runs loops statement by statement"
+        scans = MappingProxyType({id(s): why for s in walk(planned) if isinstance(s, Loop)})
     plan = Plan(
         pdg=pdg,
         ast=planned,
@@ -230,10 +233,11 @@ def make_plan(
         scans=scans,
     )
     verify_plan(plan)
-    for lp in (s for s in walk(planned) if isinstance(s, Loop)):
-        why = plan.why_not_scanned(lp)
-        if why and options.scan_loops and target.scans:
-            log.info("loop over %s is not scanned: %s", lp.var, why)
+    if options.scan_loops and options.fuse:  # every loop that does not compile, by name
+        for lp in (s for s in walk(planned) if isinstance(s, Loop)):
+            why = plan.why_not_scanned(lp)
+            if why:
+                log.info("loop over %s is not compiled as one scan: %s", lp.var, why)
     log.debug("%s", plan.summary())
     return plan
 
@@ -272,9 +276,7 @@ def check_ast(pdg: PDG, ast: AstNode) -> None:
                     f"whose domain has {len(n.domain)} dims"
                 )
         if bad:
-            raise ScheduleError(
-                f"schedule expression uses unknown symbol(s) {sorted(s.name for s in bad)}"
-            )
+            raise ScheduleError(f"schedule expression uses unknown symbol(s) {sorted(s.name for s in bad)}")
 
     check(ast, frozenset())
 

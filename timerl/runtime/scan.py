@@ -40,13 +40,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from timerl.errors import TimeRLError
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
-from timerl.schedule.ast import Exec, Loop
+from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
+from timerl.symbolic.compile import compile_exprs_elementwise
+from timerl.symbolic.expr import Not
 
 if TYPE_CHECKING:
     from timerl.runtime.interpreter import Executor
@@ -75,6 +79,10 @@ class _Member:
     moving: set[Sym]
     pure: PureStep | None = None
     branch_conds: list[Callable[[dict[Sym, int]], Any]] | None = None
+    # the point (and a MERGE's branch conditions) for every iteration at once (NumPy arrays of
+    # the loop variable); None where a condition needs a dynamic bound
+    vpoint: Callable[[dict[Sym, Any]], tuple[Any, ...]] | None = None
+    vconds: Callable[[dict[Sym, Any]], tuple[Any, ...]] | None = None
 
 
 class ScannedLoop:
@@ -115,6 +123,10 @@ class ScannedLoop:
                 m.pure = n.op.attr("fn").pure_step()
             if n.op.kind is OpKind.MERGE:
                 m.branch_conds = [ex._node_expr((e.cond,), n, False) for e in edges]
+                if not any(free_symbols(e.cond) & ex._dyn.keys() for e in edges):
+                    m.vconds = compile_exprs_elementwise([e.cond for e in edges])
+            if not any(isinstance(x, Slice) or free_symbols(x) & ex._dyn.keys() for x in pt_exprs):
+                m.vpoint = compile_exprs_elementwise(pt_exprs)
             self.members.append(m)
             ex.row_outputs.update((n.id, oid) for oid in range(len(n.outputs)))
             for e in ex.pdg.out_edges(n.id):  # slice reads take the stacked rows (``_hint``),
@@ -123,6 +135,9 @@ class ScannedLoop:
         body_nodes = flat(loop.body)
         inner = scope | {loop.var}
         self.frees = [ex._compile(c, inner) for c in body_nodes if frees_only(c)]
+        # the same frees for every scanned iteration at once, where their points and
+        # conditions evaluate elementwise (else None: replayed per iteration)
+        self.range_frees = _range_frees([c for c in body_nodes if frees_only(c)], ex)
         self._compiled: dict[Any, Callable[..., Any]] = {}
         self._warned = False
         self._broken: str | None = None
@@ -197,6 +212,9 @@ class ScannedLoop:
             ):
                 return f"the per-point shape of {m.node.label} varies along the loop"
         # branch choices per iteration; the scan starts where they stop changing
+        start = self._vector_start(vals)
+        if start is not None:
+            return self._kinds(vals, start)
         choices: list[list[int | None]] = []
         for v in vals:
             row: list[int | None] = []
@@ -210,9 +228,44 @@ class ScannedLoop:
         start = len(vals) - 1
         while start > 0 and choices[start - 1] == choices[-1]:
             start -= 1
+        return self._kinds(vals, start, choices[-1])
+
+    def _vector_start(self, vals: list[int]) -> int | None:
+        """The first iteration from which every ``MERGE`` member takes the branch it takes at
+        the last one, from the branch conditions evaluated for all iterations at once; None
+        when some condition cannot be (it needs a dynamic bound)."""
+        if any(m.branch_conds is not None and (m.vconds is None or m.vpoint is None) for m in self.members):
+            return None
+        n = len(vals)
+        arr = np.arange(vals[0], vals[0] + self.inc * n, self.inc, dtype=np.int64)
+        env = {**self.ex._env, self.var: arr}
+        same = np.ones(n, dtype=bool)
+        for m in self.members:
+            if m.vconds is None or m.vpoint is None:
+                continue
+            penv = {**self.ex._static, **dict(zip(m.node.domain, m.vpoint(env), strict=True))}
+            taken = np.full(n, -1, dtype=np.int64)
+            for k, c in reversed(list(enumerate(m.vconds(penv)))):  # the first branch that holds
+                taken = np.where(np.broadcast_to(np.asarray(c, dtype=bool), (n,)), k, taken)
+            same &= taken == taken[-1]
+        bad = np.flatnonzero(~same)
+        return int(bad[-1]) + 1 if bad.size else 0
+
+    def _kinds(
+        self, vals: list[int], start: int, choice: list[int | None] | None = None
+    ) -> str | tuple[int, list[int | None], list[list[str]]]:
+        """The scan's plan from its first scanned iteration: the branch per member (taken
+        at the last iteration) and the kind of every member edge; or why not."""
         if len(vals) - start < 2:
             return "the branches taken change up to the last iterations"
-        choice = choices[-1]
+        if choice is None:
+            choice = []
+            for m in self.members:
+                if m.branch_conds is None:
+                    choice.append(None)
+                    continue
+                _, penv = self._point_env(m, vals[-1])
+                choice.append(next((k for k, c in enumerate(m.branch_conds) if c(penv)), -1))
         if any(c == -1 for c in choice):
             return "a branching definition has no branch at the loop's last point"
         first, second, last = vals[start], vals[start + 1], vals[-1]
@@ -351,19 +404,32 @@ class ScannedLoop:
         for (k, oid), y, flip in zip(stored, ys, flips, strict=True):
             m = self.members[k]
             axis = len(m.node.batch)  # the scan's rows come after the batch dims
-            pts = [self._point_env(m, v)[0] for v in (reversed(vals) if flip else vals)]
+            pts = self._points(m, list(reversed(vals)) if flip else vals)
             if not store.put_rows(m.node.id, oid, pts, y, axis):
                 for p, row in zip(pts, self.ex.backend.unstack(y, axis), strict=True):
                     store.put(m.node.id, oid, p, row)
             self._hint(m, oid, peeled, vals, y, flip)
         ex.exec_count += n * len(self.members)
-        if self.frees:  # the body's frees (and their conditions), per iteration, after the scan
+        if self.range_frees is not None:  # the body's frees, for every scanned iteration at once
+            arr = np.asarray(vals, dtype=np.int64)
+            env = {**ex._env, self.var: arr}
+            for free in self.range_frees:
+                free(store, env, len(vals))
+        elif self.frees:  # the body's frees (and their conditions), per iteration, after the scan
             env = ex._env
             for v in vals:
                 env[self.var] = v
                 for free in self.frees:
                     free()
             env.pop(self.var, None)
+
+    def _points(self, m: _Member, vals: list[int]) -> list[tuple[int, ...]]:
+        """``m``'s point at each of ``vals`` (elementwise where its point expressions allow)."""
+        if m.vpoint is None:
+            return [self._point_env(m, v)[0] for v in vals]
+        n = len(vals)
+        cols = m.vpoint({**self.ex._env, self.var: np.asarray(vals, dtype=np.int64)})
+        return list(zip(*(np.broadcast_to(c, (n,)).tolist() for c in cols), strict=True))
 
     def _descends(self, m: _Member, vals: list[int]) -> bool:
         """Whether one coordinate of ``m``'s points counts down by one as the loop goes on."""
@@ -525,6 +591,59 @@ class _Joined:
                 self._full = jnp.concatenate(parts, axis=ax)
             self.before, self.tail, self.after = [], None, []
         return self._full
+
+
+def _range_frees(
+    stmts: list[AstNode], ex: Executor
+) -> list[Callable[[Any, dict[Sym, Any], int], None]] | None:
+    """The frees of a scanned body (``Dealloc``s, under ``If``s) as functions ``(store, env,
+    n)`` freeing their points for the ``n`` iterations whose loop variable ``env`` maps to an
+    array: conditions and points evaluated elementwise, one batched store call per free.
+    None when some free cannot be (a batched free, or a point or condition that needs a
+    dynamic bound): the frees are then replayed per iteration."""
+    out: list[Callable[[Any, dict[Sym, Any], int], None]] = []
+    dyn = ex._dyn.keys()
+
+    def leaves(node: AstNode, conds: tuple[Expr, ...]) -> bool:
+        if isinstance(node, Seq):
+            return all(leaves(c, conds) for c in node.children)
+        if isinstance(node, If):
+            if free_symbols(node.cond) & dyn:
+                return False
+            ok = leaves(node.then, conds + (node.cond,))
+            return ok and (node.else_ is None or leaves(node.else_, conds + (Not(node.cond),)))
+        if not isinstance(node, Dealloc) or any(
+            isinstance(c, Slice) or free_symbols(c) & dyn for c in node.point
+        ):
+            return False
+        out.append(_range_free(node, conds))
+        return True
+
+    if not all(leaves(s, ()) for s in stmts):
+        return None
+    return out
+
+
+def _range_free(node: Dealloc, conds: tuple[Expr, ...]) -> Callable[[Any, dict[Sym, Any], int], None]:
+
+    f = compile_exprs_elementwise(list(node.point) + list(conds))
+    k, nid, outs = len(node.point), node.node, node.outputs
+
+    def free(store: Any, env: dict[Sym, Any], n: int) -> None:
+        vals = f(env)
+        cols = [np.broadcast_to(c, (n,)) for c in vals[:k]]
+        mask = np.ones(n, dtype=bool)
+        for c in vals[k:]:
+            mask &= np.broadcast_to(np.asarray(c, dtype=bool), (n,))
+        if not mask.any():
+            return
+        pts = zip(*(c[mask].tolist() for c in cols), strict=True) if k else [()] * int(mask.sum())
+        if outs:
+            store.free_points(nid, pts, outs)
+        else:
+            store.free_points(nid, pts)
+
+    return free
 
 
 def _edge_varies(e: Edge, moving: set[Sym]) -> bool:

@@ -80,3 +80,45 @@ def symbols_of(es: Sequence[Expr | Slice]) -> frozenset[Sym]:
     for e in es:
         out |= free_symbols(e)
     return out
+
+
+_NP_CALLS = {Not: "_not", And: "_and", Or: "_or", Min: "_min", Max: "_max"}
+
+
+def _vec_src(e: Expr, names: dict[Sym, str]) -> str:
+    if isinstance(e, Slice):
+        raise TypeError("slices are not evaluated elementwise")
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Sym):
+        if e not in names:
+            names[e] = f"_s{len(names)}"
+        return f"v[{names[e]}]"
+    k = type(e)
+    a = [_vec_src(x, names) for x in e.args]
+    if k in _NP_CALLS:
+        return f"{_NP_CALLS[k]}({', '.join(a)})"
+    return f"({a[0]} {_BINOPS[k]} {a[1]})"
+
+
+def compile_exprs_elementwise(es: Sequence[Expr]) -> Callable[[Mapping[Sym, Any]], tuple[Any, ...]]:
+    """Compile expressions into ``f(env) -> tuple``, evaluated elementwise when ``env`` maps
+    some symbols to NumPy integer arrays (one evaluation for every iteration of a loop):
+    ``+ * // % < <= ==`` act elementwise with Python's integer semantics, ``min``/``max``
+    and the logical connectives through NumPy. Values equal those of :func:`compile_exprs`
+    at each element; a result that does not depend on the arrays stays a scalar."""
+    import numpy as np
+
+    names: dict[Sym, str] = {}
+    parts = [_vec_src(e, names) for e in es]
+    scope: dict[str, Any] = {
+        "__builtins__": {},
+        "_not": np.logical_not,
+        "_and": np.logical_and,
+        "_or": np.logical_or,
+        "_min": np.minimum,
+        "_max": np.maximum,
+    }
+    scope.update({n: s for s, n in names.items()})
+    body = f"({', '.join(parts)},)" if parts else "()"
+    return eval(f"lambda v: {body}", scope)  # noqa: S307 - generated from our own Expr trees
