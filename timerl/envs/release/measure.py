@@ -38,8 +38,8 @@ same :class:`Measurement` back (its ``seconds`` are those of the original measur
 a caller that shares one measurer between tuners can still charge each of them the real
 cost).
 
-The **measurement table** (session 9; opt-in: ``TemplateMeasurer(table=path)``,
-``examples/release.py --table PATH``) makes that cache persistent across processes: a
+The **measurement table** (opt-in: ``TemplateMeasurer(table=path)``,
+``python -m timerl.envs.release.study --table PATH``) makes that cache persistent across processes: a
 :class:`MeasurementTable` is a JSON-lines file with one record per (measurer settings, layer,
 configuration) -- GFLOPS, valid or not, its error, and the seconds the measurement took. The
 first time any process asks for a configuration it is measured for real (built, checked against
