@@ -1,4 +1,4 @@
-# Paired comparison of examples/release.py runs: every combination of one layer against a
+# Paired comparison of timerl.envs.release.study runs: every combination of one layer against a
 # baseline combination **of the same process and seed** (same measurer cache, same initial
 # configurations), over several results.json files (one per seed, or several seeds each).
 # Per combination: the measurements until its best-so-far is within 1 % of the baseline's final

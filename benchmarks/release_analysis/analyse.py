@@ -31,19 +31,9 @@ def reach(curve, target: float) -> tuple[int, bool]:
 
 
 def top_of(layer: str) -> tuple[float, np.ndarray]:
-    """The layer's optimum and the GFLOPS of every configuration within 95 % of it: C10 from
-    the exhaustive CSV table (benchmarks/release_exhaustive.py), others from runs/release/<layer>_top.json."""
-    if layer == "C10":
-        out = []
-        for ln in (RUNS / "C10_table.csv").read_text().splitlines():
-            if ln.startswith("#") or ln.startswith("config"):
-                continue
-            _, gflops, valid, _ = ln.split(",")
-            if valid.strip().lower() in ("1", "true"):
-                out.append(float(gflops))
-        g = np.asarray(out)
-        opt = float(g.max())
-        return opt, np.sort(g[g >= 0.95 * opt])
+    """The layer's optimum and the GFLOPS of every configuration within 95 % of it, from
+    runs/release/<layer>_top.json (benchmarks/release_analysis/table_top.py on the layer's
+    exhaustive measurement table)."""
     d = json.loads((RUNS / f"{layer}_top.json").read_text())
     return float(d["optimum"]), np.sort(np.asarray(d["top_gflops"]))
 

@@ -1,4 +1,4 @@
-# one release.py results.json (or several, seeds in order) -> runs/release/m_<LAYER>_<NAME>.json
+# one study results.json (python -m timerl.envs.release.study) (or several, seeds in order) -> runs/release/m_<LAYER>_<NAME>.json
 # (the arguments, each run's best-so-far curve and the GFLOPS of each measurement, per combination).
 #
 #   python benchmarks/release_analysis/export.py C10 NAME runs/s11/C10_NAME_s0/results.json [--as=COMBO]
