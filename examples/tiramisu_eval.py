@@ -75,8 +75,7 @@ class Args:
     pick_top: int = 3
     """every method (agent, best-of-K, beam, random) keeps the fastest of its this many fastest
     measured schedules and the untransformed program by re-measurement (search.pick_best;
-    0: no re-measurement, each method keeps its fastest schedule by the in-search times, as
-    before the ninth session)"""
+    0: no re-measurement, each method keeps its fastest schedule by the in-search times)"""
     pick_repeats: int = 3
     """fresh measurements per candidate of that pick (median)"""
 

@@ -209,7 +209,7 @@ class RLSearch:
     by round (:class:`ProgramRounds`: the env's reset at a round's first iteration pauses
     the program while the tuner samples, measures and refits; it resumes with the refitted
     cost model, the new best configurations and a new env seed via
-    :meth:`KnobEnv.retarget`). ``--rl-program per-round`` (the earlier path): each round
+    :meth:`KnobEnv.retarget`). ``--rl-program per-round``: each round
     compiles the program with ``iterations`` more iterations and resumes it from the
     previous round's checkpoint. Both carry the parameters and Adam moments across rounds
     and give the same candidates for the same seed. The candidates are the ``plan_size``
