@@ -9,7 +9,7 @@
 # per-seed values; last, the mean best-so-far curve of each combination over the seeds and where
 # it reaches the baseline's mean final (within 1 %).
 #
-# --bootstrap N (session 9): also a 90 % interval of the "x fewer" ratio (of the per-seed
+# --bootstrap N: also a 90 % interval of the "x fewer" ratio (of the per-seed
 # medians) from N resamplings of the seeds with replacement, each seed's pair kept together,
 # and the geometric mean of the per-seed ratios with its interval from the same resamplings.
 #
