@@ -1,19 +1,23 @@
-# Evaluation of the Tiramisu-style agent (papers/tiramisu_rl.txt §4.2.2, Fig. 4.4/4.5):
-# per benchmark, the speedup over the untransformed program (both gcc -O3) of the trained
-# policy's greedy episode (the fastest schedule it measured, as the searches report theirs;
-# column agent_last: its last schedule), of a beam search with the same number of
-# measurements, and of the best of random schedules with the same number again; geomean
-# table and bar plot.
-# Every method keeps its schedule the same way (search.pick_best): its --pick-top fastest
-# measured schedules and the untransformed program are re-measured by --pick-repeats fresh
-# measurers and the highest median wins (these runs are counted in the measurements columns,
-# as "search + re-measurements", the same for every method). Every reported speedup is then
-# measured again, independently of the pick, by fresh measurers (no cache): the median of
-# --remeasure paired runs against the untransformed binary. Results: results.md (the table),
-# results.json, results.csv (one row per benchmark) and speedups.png in --out-dir; while it
-# runs, results.partial.json / results.partial.md hold what has been measured so far
-# (rewritten after the agent's rollouts and after each benchmark's searches), so a run
-# stopped early keeps its finished benchmarks.
+"""Evaluation of the Tiramisu-style agent: ``python -m timerl.envs.tiramisu.evaluate --run-dir RUN``
+(``papers/tiramisu_rl.txt`` §4.2.2, Fig. 4.4/4.5).
+
+Per benchmark, the speedup over the untransformed program (both gcc -O3) of the trained
+policy's greedy episode (the fastest schedule it measured, as the searches report theirs;
+column agent_last: its last schedule), of a beam search with the same number of
+measurements, and of the best of random schedules with the same number again; geomean
+table and bar plot.
+Every method keeps its schedule the same way (search.pick_best): its --pick-top fastest
+measured schedules and the untransformed program are re-measured by --pick-repeats fresh
+measurers and the highest median wins (these runs are counted in the measurements columns,
+as "search + re-measurements", the same for every method). Every reported speedup is then
+measured again, independently of the pick, by fresh measurers (no cache): the median of
+--remeasure paired runs against the untransformed binary. Results: results.md (the table),
+results.json, results.csv (one row per benchmark) and speedups.png in --out-dir; while it
+runs, results.partial.json / results.partial.md hold what has been measured so far
+(rewritten after the agent's rollouts and after each benchmark's searches), so a run
+stopped early keeps its finished benchmarks.
+"""
+
 from __future__ import annotations
 
 import json
