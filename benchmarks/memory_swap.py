@@ -131,7 +131,7 @@ def main() -> None:
     p.add_argument("--ppo-envs", type=int, default=16)
     p.add_argument("--ppo-steps", type=int, default=128)
     p.add_argument("--skip-ppo", action="store_true")
-    p.add_argument("--out", default=str(ROOT / "docs" / "memory_swap.png"))
+    p.add_argument("--out", default=str(ROOT / "runs" / "memory" / "memory_swap.png"))
     a = p.parse_args()
     sys.path.insert(0, str(ROOT / "examples"))
     import reinforce  # noqa: PLC0415

@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--donate", action="store_true", help="donation on in the run with frees")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(ROOT / "docs" / "memory_timeline.png"))
+    p.add_argument("--out", default=str(ROOT / "runs" / "memory" / "memory_timeline.png"))
     p.add_argument(
         "--overhead",
         type=int,

@@ -1,6 +1,6 @@
 """Measure every valid configuration of a RELEASE layer into a measurement table.
 
-With the whole knob space in a table (``TemplateMeasurer(table=...)``, ``examples/release.py
+With the whole knob space in a table (``TemplateMeasurer(table=...)``, ``python -m timerl.envs.release.study
 --table``) a layer becomes a tabular benchmark: tuners run on it measure nothing new, every seed
 costs only its search, and the space's true best is known, so a tuner's final can be read as a
 fraction of the optimum rather than of another tuner's final. The run is resumable: what the
@@ -9,8 +9,8 @@ table holds is not measured again, so it can be stopped and continued.
     python benchmarks/release_exhaustive.py --layer C10 --table runs/rel_table.jsonl
     python benchmarks/release_exhaustive.py --layer C10 --table runs/rel_table.jsonl --summary
 
-The table's key holds the measurer settings (the defaults of ``examples/release.py``), so the
-same file serves ``examples/release.py --table`` with its default timing flags. The order is a
+The table's key holds the measurer settings (the defaults of ``python -m timerl.envs.release.study``), so the
+same file serves ``python -m timerl.envs.release.study --table`` with its default timing flags. The order is a
 seeded shuffle, so a stopped run has measured a uniform sample of the space.
 """
 

@@ -23,12 +23,12 @@ from timerl.envs.release.measure import TemplateMeasurer  # noqa: E402
 from timerl.envs.release.space import layer, template_space  # noqa: E402
 
 RULES = {  # name: (repeats, clock, estimator, timing thread, stack offsets)
-    "wall-min-20": (20, "wall", "min", "caller", (0,)),  # the measurer's rule up to session 5
+    "wall-min-20": (20, "wall", "min", "caller", (0,)),  # TVM's time_evaluator rule
     "wall-median-20": (20, "wall", "median", "caller", (0,)),
-    "cpu-min-20": (20, "cpu", "min", "caller", (0,)),  # session 6's
+    "cpu-min-20": (20, "cpu", "min", "caller", (0,)),  # the CPU-time clock in the calling thread
     "cpu-median-20": (20, "cpu", "median", "caller", (0,)),
     "cpu-min-40": (40, "cpu", "min", "caller", (0,)),
-    "cpu-min-20-fresh": (20, "cpu", "min", "fresh", (0, 16, 32, 48)),  # the default since session 7
+    "cpu-min-20-fresh": (20, "cpu", "min", "fresh", (0, 16, 32, 48)),  # the measurer's default
 }
 
 

@@ -1,4 +1,4 @@
-# Paired comparison of examples/release.py runs: every combination of one layer against a
+# Paired comparison of timerl.envs.release.study runs: every combination of one layer against a
 # baseline combination **of the same process and seed** (same measurer cache, same initial
 # configurations), over several results.json files (one per seed, or several seeds each).
 # Per combination: the measurements until its best-so-far is within 1 % of the baseline's final
@@ -9,7 +9,7 @@
 # per-seed values; last, the mean best-so-far curve of each combination over the seeds and where
 # it reaches the baseline's mean final (within 1 %).
 #
-# --bootstrap N (session 9): also a 90 % interval of the "x fewer" ratio (of the per-seed
+# --bootstrap N: also a 90 % interval of the "x fewer" ratio (of the per-seed
 # medians) from N resamplings of the seeds with replacement, each seed's pair kept together,
 # and the geometric mean of the per-seed ratios with its interval from the same resamplings.
 #

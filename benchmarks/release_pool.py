@@ -1,4 +1,4 @@
-# Pool the results.json files of several examples/release.py runs (same seeds, same layers):
+# Pool the results.json files of several timerl.envs.release.study runs (same seeds, same layers):
 # per layer, each (file, combination) as a variant, compared seed by seed with the baseline
 # SA + greedy runs of one file. Prints, per variant: the median (min-max) measurements to
 # reach 95 % of the best any pooled run found on the layer, to reach the baseline's final
@@ -49,7 +49,7 @@ def load(files: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument(
-        "files", nargs="+", help="results.json files of examples/release.py (a,b: seeds concatenated)"
+        "files", nargs="+", help="results.json files of timerl.envs.release.study (a,b: seeds concatenated)"
     )
     p.add_argument("--baseline", required=True, help="the file(s) whose sa+greedy runs are the baseline")
     p.add_argument("--baseline-combo", default="sa+greedy")

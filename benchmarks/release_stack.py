@@ -1,4 +1,4 @@
-# The stack-alignment effect behind session 6's "two-speed" configurations: one built
+# The stack-alignment effect behind the "two-speed" configurations: one built
 # configuration timed (CPU clock, min of 20 repeats) in this process's main thread, in fresh
 # threads, and in a fresh thread at stack offsets 0, 16, ..., (--step) below its start
 # (`timerl.envs.release.measure.padcall`), then by the default measurer (fresh thread, the
@@ -7,7 +7,7 @@
 #
 #   OMP_NUM_THREADS=1 TVM_NUM_THREADS=1 python benchmarks/release_stack.py                 # C2's and C12's
 #   python benchmarks/release_stack.py --layer C2 --config 3,0,7,0,0,0,0,1,0,1 --step 16 --span 128
-#   python benchmarks/release_stack.py --step 256 --span 4096 --page   # session 8: across a page, and a
+#   python benchmarks/release_stack.py --step 256 --span 4096 --page   # across a page, and a
 #       measurer whose offsets span the page (0/16/32/48 at 0, 1024, 2048, 3072: 16 offsets, same budget)
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from timerl.envs.release import template  # noqa: E402
 from timerl.envs.release.space import layer, template_space  # noqa: E402
 
 PAGE = tuple(p + o for p in (0, 1024, 2048, 3072) for o in (0, 16, 32, 48))
-TWO_SPEED = {  # found in sessions 6-7: the first initial configuration of C12 seed 0, the second of C2 seed 0
+TWO_SPEED = {  # the first initial configuration of C12 seed 0, the second of C2 seed 0
     "C12": (3, 1, 1, 3, 0, 1, 0, 1, 1, 0),
     "C2": (3, 0, 7, 0, 0, 0, 0, 1, 0, 1),
 }

@@ -66,7 +66,7 @@ for _st in ("jacobi2d", "heat2d", "heat3d"):
         ),
         "0:U(8) 1:U(8)",
         "0:U(16) 1:U(16)",
-        # seventh session: the one-step time tiling, alone and with unrolls
+        # the one-step time tiling, alone and with unrolls
         *(f"0:TT(2,{x},{y})" for x, y in ((32, 32), (32, 64), (64, 64), (32, 128))),
         *(f"0:TT(2,32,32) 0:U({u}) 1:U({u})" for u in (4, 8)),
     ]

@@ -6,7 +6,7 @@
 # reward log4(speedup over the previous state). The actor-critic is Table 3.2's: two
 # GATv2 attention layers over the padded AST graph (dense masked attention), mean+max
 # pooling after each, a summariser, a shared layer, policy and value heads, SELU.
-# After training the greedy policy optimises the 8 benchmarks (see tiramisu_eval.py).
+# After training the greedy policy optimises the 8 benchmarks (python -m timerl.envs.tiramisu.evaluate).
 # The agent (arguments, network, program, greedy rollouts) is timerl.agents.tiramisu.
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 # REINFORCE (Williams, 1992) as a recurrent-tensor program; TimeRL paper Alg. 1.
 # Monte-Carlo returns g[t] = sum_{k >= t} gamma^(k-t) r[k]; with --n, n-step returns
-# g[t] = sum_{k = t}^{min(t+n, T)-1} gamma^(k-t) r[k] (examples/reinforce_nstep.py).
+# g[t] = sum_{k = t}^{min(t+n, T)-1} gamma^(k-t) r[k] (TimeRL §8.4), a symbolic slice of the
+# rewards over the window t:min(t+n, T). With a window the scheduler interleaves learning with
+# acting (learning for step t runs n-1 steps after acting at t; Monte-Carlo returns wait for the
+# episode's end). --n 20 learns CartPole reliably; --n 5 gives a weak signal (the truncated
+# return is the same constant except in the last 5 steps of an episode).
 from __future__ import annotations
 
 import time

@@ -1,135 +1,114 @@
 """timerl: deep-RL programs as recurrent tensors, scheduled with isl, run on JAX or PyTorch.
 
-Public API (see ``docs/api.md``, ``docs/tutorial.md`` and ``docs/architecture.md``)::
+Public API (``docs/api.md`` documents every name of ``__all__``; ``docs/tutorial.md`` and
+``docs/architecture.md`` show them at work)::
 
     import timerl as trl
     with trl.Context(num_dims=2) as ((i, I), (t, T)):
         ...
     executor = ctx.compile({I: 10, T: 5}, backend="jax"); executor.execute()
+
+``trl.env`` (environments) and ``trl.agents`` (agent programs) are imported on first use, so
+``import timerl`` loads neither gymnasium nor an agent.
 """
 
-from timerl import agents as agents
-from timerl import envs as env
-from timerl import nn as nn
-from timerl import optim as optim
-from timerl import run as run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from timerl import nn, optim, run
 from timerl.errors import (
-    AutodiffError as AutodiffError,
+    AutodiffError,
+    BackendError,
+    BoundError,
+    MemoryBudgetError,
+    NonAffineIndexError,
+    PDGError,
+    RTDefinitionError,
+    RuntimeExecutionError,
+    ScheduleError,
+    ShapeError,
+    SymbolicError,
+    TimeRLError,
+    UndefinedPointError,
 )
-from timerl.errors import (
-    BackendError as BackendError,
-)
-from timerl.errors import (
-    BoundError as BoundError,
-)
-from timerl.errors import (
-    NonAffineIndexError as NonAffineIndexError,
-)
-from timerl.errors import (
-    PDGError as PDGError,
-)
-from timerl.errors import (
-    RTDefinitionError as RTDefinitionError,
-)
-from timerl.errors import (
-    RuntimeExecutionError as RuntimeExecutionError,
-)
-from timerl.errors import (
-    ScheduleError as ScheduleError,
-)
-from timerl.errors import (
-    ShapeError as ShapeError,
-)
-from timerl.errors import (
-    SymbolicError as SymbolicError,
-)
-from timerl.errors import (
-    TimeRLError as TimeRLError,
-)
-from timerl.errors import (
-    UndefinedPointError as UndefinedPointError,
-)
-from timerl.nn import DNNBuilder as DNNBuilder
-from timerl.rt.context import Context as Context
+from timerl.nn import DNNBuilder
+from timerl.rt.context import Context
 from timerl.rt.creation import (
-    as_tensor as as_tensor,
+    as_tensor,
+    bool_,
+    const,
+    empty,
+    float32,
+    float64,
+    full,
+    int32,
+    int64,
+    like,
+    ones,
+    param,
+    rand,
+    randn,
+    zeros,
 )
-from timerl.rt.creation import (
-    bool_ as bool_,
-)
-from timerl.rt.creation import (
-    const as const,
-)
-from timerl.rt.creation import (
-    empty as empty,
-)
-from timerl.rt.creation import (
-    float32 as float32,
-)
-from timerl.rt.creation import (
-    float64 as float64,
-)
-from timerl.rt.creation import (
-    full as full,
-)
-from timerl.rt.creation import (
-    int32 as int32,
-)
-from timerl.rt.creation import (
-    int64 as int64,
-)
-from timerl.rt.creation import (
-    like as like,
-)
-from timerl.rt.creation import (
-    ones as ones,
-)
-from timerl.rt.creation import (
-    param as param,
-)
-from timerl.rt.creation import (
-    rand as rand,
-)
-from timerl.rt.creation import (
-    randn as randn,
-)
-from timerl.rt.creation import (
-    zeros as zeros,
-)
-from timerl.rt.tensor import (
-    RecurrentTensor as RecurrentTensor,
-)
-from timerl.rt.tensor import (
-    cat as cat,
-)
-from timerl.rt.tensor import (
-    log_softmax as log_softmax,
-)
-from timerl.rt.tensor import (
-    softmax as softmax,
-)
-from timerl.rt.tensor import (
-    stack as stack,
-)
-from timerl.rt.tensor import (
-    where as where,
-)
-from timerl.rt.udf import udf as udf
+from timerl.rt.tensor import RecurrentTensor, cat, log_softmax, softmax, stack, where
+from timerl.rt.udf import udf
+
+# Symbolic min / max of index expressions (``x[t : trl.min(t + n, T)]``): named after the
+# builtins on purpose, as the paper writes them; they also accept plain ints.
 from timerl.symbolic import smax as max  # noqa: A004
-from timerl.symbolic import smin as min
+from timerl.symbolic import smin as min  # noqa: A004
+
+if TYPE_CHECKING:
+    from timerl import agents
+    from timerl import envs as env
+
+# name -> module, imported on first access (PEP 562)
+_LAZY = {"env": "timerl.envs", "agents": "timerl.agents"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'timerl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
+    "AutodiffError",
+    "BackendError",
+    "BoundError",
     "Context",
     "DNNBuilder",
+    "MemoryBudgetError",
+    "NonAffineIndexError",
+    "PDGError",
+    "RTDefinitionError",
     "RecurrentTensor",
+    "RuntimeExecutionError",
+    "ScheduleError",
+    "ShapeError",
+    "SymbolicError",
     "TimeRLError",
+    "UndefinedPointError",
     "agents",
     "as_tensor",
+    "bool_",
     "cat",
     "const",
     "empty",
     "env",
+    "float32",
+    "float64",
     "full",
+    "int32",
+    "int64",
     "like",
     "log_softmax",
     "max",
@@ -139,6 +118,7 @@ __all__ = [
     "optim",
     "param",
     "rand",
+    "randn",
     "run",
     "softmax",
     "stack",

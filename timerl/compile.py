@@ -34,7 +34,7 @@ class CompileOptions:
     scan_lift: bool = True  # first-order linear recurrences (GAE, returns) as one scan op
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
-    fuse: bool = True  # run pure ops at one point as compiled regions (runtime/regions.py)
+    fuse: bool = True  # run pure ops at one point as compiled regions (plan/regions.py)
     # JAX: a static loop whose statements are all traceable runs as one lax.scan (its outputs
     # kept as rows of the stacked arrays); see runtime/scan.py and docs/performance.md
     scan_loops: bool = True
@@ -42,7 +42,7 @@ class CompileOptions:
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
     # JAX: a compiled region that reads an input last writes its output into the input's
-    # buffer (donate_argnums; needs dealloc and fuse; no effect on Torch; schedule/donate.py,
+    # buffer (donate_argnums; needs dealloc and fuse; no effect on Torch; plan/donate.py,
     # docs/memory.md: on since measured neutral on PPO with identical rollouts)
     donate: bool = True
     # offload tensors over swap_threshold bytes per point with more than one symbolic dim to
@@ -56,7 +56,7 @@ class CompileOptions:
     # middle pieces whose stacked rows hold every iteration, and fewer buffers are donated
     peel: bool = False
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
-    # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (schedule/budget.py)
+    # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (plan/peak.py)
     memory_budget: str | int | None = None
     # bytes ("64MiB" or an int): reductions reading more are computed in blocks along a new dim
     # (TimeRL Alg. 3, pdg/passes/incrementalize.py; docs/memory.md); None: off
@@ -315,7 +315,7 @@ def _fit_budget(
     ``incrementalize`` was given (``budget.fit_by_incrementalizing``: no data moves); with
     frees and swapping (:func:`_fit_swapping`); with frees, incrementalization and swapping
     together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
-    :class:`MemoryBudgetError` naming the largest tensors (``timerl/schedule/budget.py``)."""
+    :class:`MemoryBudgetError` naming the largest tensors (``timerl/plan/peak.py``)."""
     from timerl.errors import MemoryBudgetError
     from timerl.plan.peak import fit_by_incrementalizing
     from timerl.schedule.scheduler import schedule_pdg

@@ -15,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import dqn_looptune as dqn  # noqa: E402  (the example programs, re-exported for the tests)
 import ppo  # noqa: E402
 import reinforce  # noqa: E402
-import reinforce_nstep  # noqa: E402
 
-__all__ = ["dqn", "lower_example", "ppo", "reinforce", "reinforce_nstep"]
+__all__ = ["dqn", "lower_example", "ppo", "reinforce"]
 
 
 def lower_example(

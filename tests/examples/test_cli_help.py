@@ -20,8 +20,8 @@ import timerl as trl
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # The examples that import another example beside them (a copy needs those files too).
 # Programs that several examples share live in the library (``timerl.agents.ppo``,
-# ``timerl.agents.tiramisu``), so every example imports only ``timerl``; ``reinforce_nstep.py``
-# holds its own program. The rule stays so that a new cross-example import is caught.
+# ``timerl.agents.tiramisu``), so every example imports only ``timerl``. The rule stays so
+# that a new cross-example import is caught.
 BUILDS_ON: dict[str, set[str]] = {}
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.py"))
 

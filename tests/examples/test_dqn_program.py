@@ -1,4 +1,5 @@
-"""``examples/dqn_looptune.py``: the prioritised replay buffer, and the DQN program on CartPole."""
+"""``timerl.agents.dqn`` (through ``examples/dqn_looptune.py``, which trains it): the prioritised
+replay buffer, and the DQN program on CartPole."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from example_pdg import dqn, lower_example
 
+from timerl.agents import dqn as dqn_agent
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
@@ -15,8 +17,8 @@ from timerl.schedule.scheduler import schedule_pdg
 # -- the replay buffer ------------------------------------------------------------------------
 
 
-def _filled(n: int, alpha: float = 1.0, capacity: int = 64) -> dqn.PrioritizedReplay:
-    buf = dqn.PrioritizedReplay(capacity, (2,), alpha=alpha)
+def _filled(n: int, alpha: float = 1.0, capacity: int = 64) -> dqn_agent.PrioritizedReplay:
+    buf = dqn_agent.PrioritizedReplay(capacity, (2,), alpha=alpha)
     obs = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
     buf.add(obs, np.arange(n) % 3, np.arange(n, dtype=np.float32), obs + 1, np.zeros(n))
     return buf
@@ -60,25 +62,25 @@ def test_new_transitions_get_the_largest_priority_and_the_ring_wraps() -> None:
 def test_sampling_is_reproducible_by_seed() -> None:
     """The sample UDF seeds its generator with (seed, i, k): same point, same minibatch."""
 
-    def udfs(seed: int) -> dqn.ReplayUDFs:
-        return dqn.ReplayUDFs(_filled(20), batch_size=8, learning_starts=1, seed=seed)
+    def udfs(seed: int) -> dqn_agent.ReplayUDFs:
+        return dqn_agent.ReplayUDFs(_filled(20), batch_size=8, learning_starts=1, seed=seed)
 
-    def draw(r: dqn.ReplayUDFs, i: int, k: int) -> np.ndarray:
+    def draw(r: dqn_agent.ReplayUDFs, i: int, k: int) -> np.ndarray:
         return r.sample([np.float32(0.4), np.float32(0.0)], {"i": i, "k": k})[6]
 
     a, b = udfs(3), udfs(3)
     np.testing.assert_array_equal(draw(a, 2, 1), draw(b, 2, 1))
     assert not np.array_equal(draw(a, 2, 1), draw(a, 2, 2))
     assert not np.array_equal(draw(a, 2, 1), draw(udfs(4), 2, 1))
-    warm = dqn.ReplayUDFs(_filled(20), batch_size=8, learning_starts=50, seed=3)
+    warm = dqn_agent.ReplayUDFs(_filled(20), batch_size=8, learning_starts=50, seed=3)
     assert np.all(warm.sample([np.float32(0.4), np.float32(0.0)], {"i": 0, "k": 0})[5] == 0.0)
 
 
 def test_push_stores_running_actors_and_bootstraps_at_the_time_limit() -> None:
     """Only alive actors' transitions are stored; done at the env's step limit is a
     truncation (stored as not done), done before it a termination."""
-    buf = dqn.PrioritizedReplay(16, (2,))
-    r = dqn.ReplayUDFs(buf, batch_size=4, learning_starts=1, seed=0, time_limit=5)
+    buf = dqn_agent.PrioritizedReplay(16, (2,))
+    r = dqn_agent.ReplayUDFs(buf, batch_size=4, learning_starts=1, seed=0, time_limit=5)
     obs = np.zeros((3, 2), np.float32)
     done, alive = np.array([1.0, 1.0, 0.0]), np.array([1.0, 1.0, 0.0])
     ins = [obs, np.zeros(3, np.int64), np.ones(3, np.float32), obs, done, alive, np.zeros(3)]

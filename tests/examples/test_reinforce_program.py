@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from example_pdg import lower_example, reinforce, reinforce_nstep
+from example_pdg import lower_example, reinforce
 
-import timerl as trl
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.scheduler import schedule_pdg
@@ -141,17 +140,3 @@ def test_dealloc_checkpoint_and_resume(tmp_path) -> None:
     assert (tmp_path / "b" / "ckpt_1.json").exists()
     rest = returns(iterations=3, checkpoint_every=0, resume=str(tmp_path / "b"))
     assert first == straight[:6] and rest == straight[6:]
-
-
-def test_nstep_example_is_reinforce_with_n() -> None:
-    """``reinforce_nstep.py`` stands alone (a copy of the program with the window only): the
-    same episodes as ``reinforce.py --n 3``, and ``--n 0`` is refused with the flag named."""
-    runs = []
-    for mod in (reinforce, reinforce_nstep):
-        got: list[tuple[int, int, float]] = []
-        args = mod.Args(backend="torch", n=3, iterations=2, num_envs=3, seed=2)
-        mod.build(args, lambda v, p, got=got: got.append((p["i"], p["b"], float(v)))).execute()
-        runs.append(sorted(got))
-    assert len(runs[0]) == 6 and runs[0] == runs[1]
-    with pytest.raises(trl.TimeRLError, match="--n must be at least 1"):
-        reinforce_nstep.build(reinforce_nstep.Args(n=0), lambda v, p: None)

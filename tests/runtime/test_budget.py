@@ -1,5 +1,5 @@
 """``ctx.compile(..., memory_budget=...)``: the peak estimated from the schedule before
-running (``schedule/budget.py``), frees turned on when only they fit, and a
+running (``plan/peak.py``), frees turned on when only they fit, and a
 ``MemoryBudgetError`` naming the largest tensors and the budget when nothing fits."""
 
 from __future__ import annotations

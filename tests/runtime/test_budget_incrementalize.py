@@ -1,4 +1,4 @@
-"""``memory_budget`` chooses incrementalization (``schedule/budget.py::fit_by_incrementalizing``):
+"""``memory_budget`` chooses incrementalization (``plan/peak.py::fit_by_incrementalizing``):
 when the schedule with frees does not fit, the reductions are incrementalized with the
 largest of a few thresholds whose estimate fits; when none fits, ``MemoryBudgetError``
 still names the largest tensors."""

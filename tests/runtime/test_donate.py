@@ -1,4 +1,4 @@
-"""Buffer donation (``CompileOptions(donate=True)``, ``schedule/donate.py``), run end to end.
+"""Buffer donation (``CompileOptions(donate=True)``, ``plan/donate.py``), run end to end.
 
 An SGD-with-momentum program (a parameter ``w`` and a moment ``m`` carried across
 iterations, like the Adam moments of PPO): with donation the regions updating them

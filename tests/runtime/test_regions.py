@@ -1,4 +1,4 @@
-"""Fused regions spanning statements (``runtime/regions.py``): cheap host statements move up,
+"""Fused regions spanning statements (``plan/regions.py``): cheap host statements move up,
 pure ops join the latest region they can, reads through static batch layouts stay inside a
 region; values equal the unfused interpreter's and the reference evaluator's."""
 

@@ -6,10 +6,10 @@ exact isl dependence analysis), every new schedule is compiled with gcc -O3 and 
 reward log4(speedup over the previous state). The actor-critic is Table 3.2's: two
 GATv2 attention layers over the padded AST graph (dense masked attention), mean+max
 pooling after each, a summariser, a shared layer, policy and value heads, SELU.
-After training the greedy policy optimises the 8 benchmarks (``examples/tiramisu_eval.py``).
+After training the greedy policy optimises the 8 benchmarks (``python -m timerl.envs.tiramisu.evaluate``).
 
 Public API (``examples/ppo_tiramisu.py`` is the training script around it, and
-``examples/tiramisu_eval.py`` the evaluation)::
+``python -m timerl.envs.tiramisu.evaluate`` the evaluation)::
 
     from timerl.agents import tiramisu
     args = tiramisu.TiramisuArgs(num_envs=8, iterations=40)

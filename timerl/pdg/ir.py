@@ -18,7 +18,7 @@ Glossary (see ``docs/glossary.md``):
 * ``batch``: leading concrete dims that vectorization turned from symbolic dims
   (``(64,)`` after vectorizing ``b`` with ``B = 64``); ``batch_dims`` names them, in
   vectorization order. An entry that is a bound symbol ``T`` (a dim with a dynamic bound,
-  vectorized) has the size ``bucket(T)`` at run time (``runtime/layout.py``): rows
+  vectorized) has the size ``bucket(T)`` at run time (``plan/layout.py``): rows
   ``T ..`` are padding that no reader sees.
 * ``batch_read`` (edges): reads along dims the *source* has as batch dims but the edge
   still indexes (a sink that was not vectorized over ``t`` reading a source that was:

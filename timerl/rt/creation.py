@@ -123,6 +123,7 @@ def rand(
 def randn(
     shape: Any = (), domain: Sequence[Sym] = (), dtype: DType = float32, name: str | None = None
 ) -> RecurrentTensor:
+    """Standard normal samples, fresh at every point (``rand(..., normal=True)``)."""
     return rand(shape, domain, dtype, normal=True, name=name)
 
 

@@ -48,7 +48,7 @@ def make_fused_thunk(
     so a new run of the program reuses the backend's compiled code.
 
     ``donate``: ``(member, input id)`` pairs whose input the region is the last reader of
-    (:mod:`timerl.schedule.donate`). Such an input, when read at one point of a dict table
+    (:mod:`timerl.plan.donate`). Such an input, when read at one point of a dict table
     without layout steps, is taken out of the store before the region runs and, when
     nothing else references the tensor, donated to the compiled function (``donate`` of
     :meth:`~timerl.backends.base.AbstractBackend.compile`).

@@ -750,7 +750,7 @@ class Executor:
 
     def _make_input(self, node: Node, e: Edge) -> tuple[Callable[[Env], Any], bool]:
         """``(gather, batched)``: input ``e.iid`` of ``node`` in the layout its op expects
-        (see :mod:`~timerl.runtime.layout`), and whether it carries the node's batch dims."""
+        (see :mod:`~timerl.plan.layout`), and whether it carries the node's batch dims."""
         layout = input_layout(self.pdg.nodes[e.src], node, e)
         g = self._make_gather(node, e)
         adapt = layout.compile(self.backend)

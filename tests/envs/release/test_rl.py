@@ -1,10 +1,9 @@
 """RELEASE's PPO search: the knob env, the multi-categorical policy head against NumPy, and
-one round of the RT program of examples/release.py."""
+one round of the RT program of timerl.envs.release.study."""
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -82,10 +81,9 @@ def test_multi_categorical_head_against_numpy() -> None:
 
 
 def _rl_rounds(mode: str, rounds: int = 3) -> tuple[list, int]:
-    """``rounds`` rounds of examples/release.py's PPO search in ``mode`` on SPACE, with the
+    """``rounds`` rounds of the RELEASE study's PPO search in ``mode`` on SPACE, with the
     cost model refit between rounds on two of the round's candidates: (candidates, compiles)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-    import release
+    from timerl.envs.release import study as release
 
     rng = np.random.default_rng(0)
     cfgs = [SPACE.random(rng) for _ in range(24)]
@@ -128,8 +126,7 @@ def test_rl_search_compiled_once_equals_per_round() -> None:
 
 def test_rl_search_once_runs_out_of_rounds() -> None:
     """A once-compiled program that has run all its rounds says so (no hang, no silent reuse)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-    import release
+    from timerl.envs.release import study as release
 
     rng = np.random.default_rng(0)
     cfgs = [SPACE.random(rng) for _ in range(8)]

@@ -1,23 +1,17 @@
 """The ceiling search (``search.hill_climb``) and the best-of-K evaluation pieces:
-``tiramisu_eval.best_of_episodes`` and ``agents.tiramisu.sampled_rollouts``."""
+``timerl.envs.tiramisu.evaluate.best_of_episodes`` and ``agents.tiramisu.sampled_rollouts``."""
 
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 
 from timerl.agents import tiramisu
 from timerl.envs.tiramisu import benchmarks as bm
+from timerl.envs.tiramisu import evaluate as tiramisu_eval
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT
 from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.search import apply_sequence, hill_climb
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-
-import tiramisu_eval  # noqa: E402
 
 
 def test_hill_climb_budget_ranking_and_specs() -> None:

@@ -188,11 +188,7 @@ def test_env_measures_what_may_be_the_best(cache) -> None:
 
 
 def test_evaluation_refuses_predicted_episodes() -> None:
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-    import tiramisu_eval
+    from timerl.envs.tiramisu import evaluate as tiramisu_eval
 
     ok = EpisodeRecord(0, 0, "mvt", 1.0, 0.5, 0.5, "a", "a", (1, 2))
     tiramisu_eval.check_measured([ok])

@@ -8,18 +8,12 @@ replay are the real ones; the real measurer is exercised at the end."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 from timerl.envs.tiramisu import benchmarks as bm
+from timerl.envs.tiramisu import evaluate as tiramisu_eval
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT
 from timerl.envs.tiramisu.env import TiramisuTask
 from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.search import apply_sequence, beam_search, pick_best, random_search
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
-
-import tiramisu_eval  # noqa: E402
 
 BASE = 1.0
 

@@ -16,14 +16,14 @@ scale, so its predictions are mapped affinely onto the regression's: the lowest 
 the measured configurations goes to 0, the highest to 1 (SA's temperature and the PPO
 reward keep their meaning).
 
-``ensemble=n >= 2`` (session 10; regression only; off by default) fits ``n`` models, each on a
+``ensemble=n >= 2`` (regression only; off by default) fits ``n`` models, each on a
 bootstrap resample of the measurements (drawn with replacement, seeded per fit and member), and
 predicts their mean plus ``ucb`` times their standard deviation: an upper confidence bound, so
 that the searches (the PPO reward, SA's fitness) and the samplers favour configurations the
 model is unsure about as well as those it rates high. :meth:`CostModel.mean_std` gives the two
 parts. ``ucb=0`` with an ensemble is the bagged mean.
 
-``prior=(x, y)`` (session 11; regression only; off by default): rows of features (of this
+``prior=(x, y)`` (regression only; off by default): rows of features (of this
 model's kind) and targets (GFLOPS over their own best, e.g. another layer's measurements) fitted
 beside the measurements, each with weight ``1 - n / prior_until`` where ``n`` is the number of
 this run's measurements (so the prior decides the first model, fades, and is dropped at

@@ -10,14 +10,14 @@ single-threaded. The timing rule has two settings (:func:`time_call`): the **clo
 spends descheduled while other processes run on a shared machine -- and the
 **estimator** over the repeats (``"min"``, the fastest, or ``"median"``).
 
-The **timing thread** and **stack offsets** (session 7). Some configurations run up to 2x
+The **timing thread** and **stack offsets**. Some configurations run up to 2x
 faster or slower depending on where the kernel's stack frame lands: C2's configuration
 ``tile_f=8, tile_x=8`` (seed 0's second) runs at 66 GFLOPS when the stack pointer at the call
 is 16 mod 32 bytes and at 45 when it is 0 mod 32, and at 27-31 at some offsets mod 4 KiB
 (C12's ``tile_f=8, tile_y=7, tile_x=7, tile_rc=8, tile_rx=3``: 57 GFLOPS, 39 at one offset).
 A process's main thread starts at a random stack offset (address randomisation), so timed
-there such a configuration gets a speed drawn per process and fixed within it -- the
-"two-speed" configurations of session 6 -- whatever the input buffers' or the loaded code's
+there such a configuration gets a speed drawn per process and fixed within it -- "two-speed"
+configurations -- whatever the input buffers' or the loaded code's
 addresses. So the measurer checks and times every configuration in a **fresh thread**
 (``thread="fresh"``, the default; a new thread starts at the same stack offset every time)
 and times it at several **stack offsets** (``stack_offsets``, default ``(0, 16, 32, 48)``
@@ -25,7 +25,7 @@ bytes below that start: one per 16-byte class modulo 64), keeping the fastest: o
 the configuration's best over the alignments, in every process. The offsets need a C
 compiler (``cc``) once per machine for a four-line helper (:func:`padcall`); without one
 the measurer times at offset 0 only and logs a warning. ``thread="caller"`` with
-``stack_offsets=(0,)`` is the rule before session 7. The offsets share the timing budget:
+``stack_offsets=(0,)`` times in the calling thread at its own offset. The offsets share the timing budget:
 each gets a quarter of the repeats (a fast kernel: 5 repeats of ~1 ms each instead of 20; a
 kernel slower than ~5 ms: single calls, at least one per offset), and only the first offset
 has an untimed warm-up call, so a configuration costs about what it did with one offset.
@@ -38,8 +38,8 @@ same :class:`Measurement` back (its ``seconds`` are those of the original measur
 a caller that shares one measurer between tuners can still charge each of them the real
 cost).
 
-The **measurement table** (session 9; opt-in: ``TemplateMeasurer(table=path)``,
-``examples/release.py --table PATH``) makes that cache persistent across processes: a
+The **measurement table** (opt-in: ``TemplateMeasurer(table=path)``,
+``python -m timerl.envs.release.study --table PATH``) makes that cache persistent across processes: a
 :class:`MeasurementTable` is a JSON-lines file with one record per (measurer settings, layer,
 configuration) -- GFLOPS, valid or not, its error, and the seconds the measurement took. The
 first time any process asks for a configuration it is measured for real (built, checked against
@@ -48,7 +48,7 @@ ask, in this process or any later one, gets the recorded :class:`Measurement` ba
 recorded seconds as the in-memory cache charges them. Why: on a shared machine the same
 configuration times differently from process to process (load, the 4 KiB stack effect), the
 cost model is fitted on those timings, and the searches part, so the same code and seeds moved
-a 10-seed comparison by 1.4-1.7x between sessions (docs/release.md, sessions 8 and 8b). On a
+a 10-seed comparison by 1.4-1.7x between two runs of the same code. On a
 table every search, sampler and seed sees one fixed objective -- one real timing per
 configuration, the tabulated-objective practice of tuner benchmarks -- so paired comparisons
 differ only by the searches' own randomness, and later seeds are mostly lookups. Each value is
@@ -367,10 +367,10 @@ class TemplateMeasurer:
     configuration is checked and timed, ``stack_offsets``: the stack offsets (bytes) it is
     timed at, the fastest kept; they share the timing budget (each offset gets ``repeats //
     len(stack_offsets)`` repeats and ``ceil(min_repeats / len(stack_offsets))`` at least; see
-    the module doc). The defaults (session 7): ``clock="cpu"``,
+    the module doc). The defaults: ``clock="cpu"``,
     ``estimator="min"``, ``thread="fresh"``, ``stack_offsets=(0, 16, 32, 48)``;
-    ``clock="wall", thread="caller", stack_offsets=(0,)`` is the rule before session 7.
-    ``table``: the path of a :class:`MeasurementTable` (session 9; None, the default: none),
+    ``clock="wall", thread="caller", stack_offsets=(0,)`` is TVM's ``time_evaluator`` rule.
+    ``table``: the path of a :class:`MeasurementTable` (None, the default: none),
     which answers every configuration it holds under these settings and records every one
     measured here; :attr:`table_hits` counts the asks it answered (the first ask of each
     configuration in this measurer), :attr:`measured` the configurations measured for real.

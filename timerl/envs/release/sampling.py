@@ -4,7 +4,7 @@
   model, each slot replaced by a random configuration with probability ``epsilon``. The
   default batch, 64, is AutoTVM's plan: its tuner measures the search's 64 best (the last
   5 % random) before it refits the cost model and searches again; a smaller batch refits
-  more often (8: a stronger baseline than AutoTVM, docs/release.md session 12).
+  more often (8: a stronger baseline than AutoTVM, docs/release.md).
 - :class:`AdaptiveSampler` (RELEASE, Algorithm 1): k-means over the candidates for
   k = ``k_min``, ``k_min + 1``, ...; the loop stops at the knee of the loss curve (when
   ``knee * loss(k) > loss(k - 1)``, i.e. one more cluster no longer cuts the loss by the

@@ -7,7 +7,7 @@ predicted fitness, and a sampler (:mod:`.sampling`) picks which to measure.
   temperature falls linearly from ``temp[0]`` to ``temp[1]``; a heap keeps the
   ``plan_size`` best unvisited configurations seen; stops after ``n_iter`` steps or
   ``early_stop`` steps without a heap change. The heap is the candidate set.
-- RELEASE's PPO agent is a timerl RT program (``examples/release.py``, the env is
+- RELEASE's PPO agent is a timerl RT program (:mod:`.study`, the env is
   :mod:`.env`); it implements the same :class:`Search` protocol.
 """
 

@@ -10,14 +10,14 @@ default) the first ``n`` slots of every round's batch go to the cost model's bes
 configurations among the neighbours (1 or 2 knobs changed, :meth:`.KnobSpace.neighbourhood`)
 of the best measured configuration (:func:`local_picks`), and the sampler's batch fills the
 rest up to its own size (its lowest-ranked picks are dropped); the sampler is called as without
-them. With ``walk=n > 0`` (session 8b; not in the paper or AutoTVM; off by default) ``n`` further
+them. With ``walk=n > 0`` (not in the paper or AutoTVM; off by default) ``n`` further
 slots, after the local ones, go to model-free moves around the best measured configuration
 (:func:`walk_picks`: +-1 index of one tile knob, or of two at once when every one-knob move
 is measured, drawn uniformly at random whatever the model predicts); with ``walk_stall=r > 0``
-(session 9) only in rounds that follow ``r`` rounds in a row without a new best measured
+only in rounds that follow ``r`` rounds in a row without a new best measured
 configuration, so a run that keeps climbing spends nothing on it.
 
-Session 11 (all off by default): ``init_design`` picks the ``n_init`` initial configurations
+Entry options (all off by default): ``init_design`` picks the ``n_init`` initial configurations
 (:func:`initial_design`): ``"random"`` (AutoTVM's and the paper's: uniformly random valid
 configurations), ``"lhs"`` (a Latin hypercube over the knobs' indices: every knob's range cut
 into ``n_init`` strata, each stratum used once, :func:`_strata`; of 200 such designs the one with all rows valid
@@ -228,7 +228,7 @@ def tune(
     ``walk_stall``: the walk slots only after that many rounds in a row without a new best
     (0: every round); ``ensemble``, ``ucb``: the cost model's bootstrap ensemble and upper
     confidence bound (:class:`.CostModel`; 0: off); ``init_design``, ``ucb_decay``, ``prior``:
-    session 11's options (see the module doc; off by default). Raises
+    the entry options (see the module doc; off by default). Raises
     :class:`TimeRLError` when no measured configuration is valid."""
     if budget < 1:
         raise TimeRLError(f"RELEASE tune: budget must be >= 1 measurement, got {budget}")

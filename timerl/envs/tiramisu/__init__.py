@@ -7,5 +7,7 @@
 - :mod:`.legality`: exact isl dependences and legality of a schedule;
 - :mod:`.codegen`: isl AST -> C (OpenMP / unroll pragmas); :mod:`.measure`: gcc, check, time;
 - :mod:`.features`: the padded AST graph; :mod:`.env`: ``trl.env.make("tiramisu.<set>")``;
-- :mod:`.search`: beam / random search baselines.
+- :mod:`.search`: beam / random search baselines;
+- :mod:`.evaluate`: the agent against beam and random search and the hand schedules,
+  ``python -m timerl.envs.tiramisu.evaluate``.
 """

@@ -3,7 +3,8 @@ wavefront skews, shifts, fusions, one-step time tilings, an aligned fusion of th
 branch, interchanges of the levels tiling pushes below level 4), and how each applies to
 a schedule's focused branch.
 
-Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine):
+Added (gains the 56 cannot express on this machine; docs/tiramisu.md, "The ceiling of the
+action space"):
 
 - ``S(l,l+1,2)``: skew by factor 2 in one step (l < 3);
 - ``W(l,l+1,f)``: wavefront skew, levels ``(a, b) -> (f*a + b, a)`` (l < 3, f in 1, 2):
@@ -15,24 +16,17 @@ Added (docs/tiramisu.md "Headroom": gains the 56 cannot express on this machine)
   blur's two stages (after ``Sh(0)`` twice on the second), mvt's two nests (after
   interchanging the second), the two statements of a stencil's time step.
 
-Added in the seventh session (docs/tiramisu.md "Results (2026-11-27, seventh session)"):
-
 - ``TT(f,x,y)``: time tiling in one action (:func:`.schedule.time_tile`: skew level 1 of
   every branch sharing the time loop by ``f``, shift the ``k``-th of them by ``k``, fuse
   them, tile ``(t, f t + i)`` by ``x`` by ``y``), f in 1, 2 and 4 tile sizes: the five
-  actions of the hand-written time tiling, whose first four gain nothing alone. Since the
-  eighth session it needs two or more branches sharing the time loop (on one branch it
+  actions of the hand-written time tiling, whose first four gain nothing alone. It needs two or more branches sharing the time loop (on one branch it
   would be ``S`` + ``T``).
-
-Added in the eighth session (docs/tiramisu.md "Results (2026-11-27, eighth session)"):
 
 - ``FN``: align the next branch's loop order with the focused branch's accesses to the
   arrays both use, and fuse it into the focused branch (:func:`.schedule.align_fuse`):
   mvt's ``1:I(0,1) 1:F(1)`` from branch 0, where ``next`` would otherwise come first.
-  Since the tenth session it applies after any transformations of the focused branch
+  It applies after any transformations of the focused branch
   (the next branch gets them too, over the matched iterators).
-
-Added in the tenth session (docs/tiramisu.md "Results (2026-11-27, tenth session)"):
 
 - ``I(4,5)``, ``I(5,6)``: the paper's interchanges stop at ``I(3,4)``, its programs'
   loop levels before tiling; a tile inserts two levels in front, so a 4-deep nest tiled
@@ -103,11 +97,11 @@ ACTIONS: tuple[Action, ...] = (
     *(Action("W", i, f) for i in range(3) for f in (1, 2)),
     *(Action("H", i) for i in range(4)),
     *(Action("F", i) for i in range(4)),
-    # seventh session: time tiling in one step (``level`` holds the skew factor)
+    # time tiling in one step (``level`` holds the skew factor)
     *(Action("X", f, x, y) for f in (1, 2) for x, y in TIME_TILE_SIZES),
-    # eighth session: align the next branch and fuse it into the focused one
+    # align the next branch and fuse it into the focused one
     Action("A"),
-    # tenth session: interchanges of the levels tiling pushes below level 4
+    # interchanges of the levels tiling pushes below level 4
     *(Action("I", i) for i in (4, 5)),
     Action("N"),
 )

@@ -1,22 +1,20 @@
 """The paper's eight benchmark functions (§4.1.2) as polyhedral programs, at sizes where
 one untransformed ``-O3`` run takes ~2-35 ms on the project machine.
 
-Seventh session (docs/tiramisu.md "Results (2026-11-27, seventh session)"): the
-two-statement stencils are LARGE-like by default (jacobi2d and heat2d t = 10, n = 2000:
+The two-statement stencils are LARGE-like by default (jacobi2d and heat2d t = 10, n = 2000:
 2 x 16 MB, ~33 ms; heat3d t = 5, n = 180: 2 x 23 MB, ~34 ms), where their sweeps are
 memory-bound and time tiling (``TT``) pays 1.8-2.4x; at the former sizes (t = 20, n =
 600; t = 10, n = 80; both arrays in L3) it paid 1.1-1.2x over an unroll. Tests pass
 their own small sizes.
 
-Sizes (``benchmarks/tiramisu_headroom.py``, docs/tiramisu.md "Headroom"): mvt is
+Sizes (``benchmarks/tiramisu_headroom.py``): mvt is
 PolyBench-LARGE-like (n = 4000: ``A`` is 64 MB, more than the 32 MB L3, so tiling both
 nests pays ~1.7x; at n = 2000 it fits in L3 and the best hand schedule gains ~1.1x);
 the others keep their sizes: at LARGE-like sizes their best hand schedules gained about
 as much (doitgen 1.55x vs 1.38x, blur 1.08x vs 1.03x, heat3d 1.11x vs 1.03x, seidel2d
 ~5.8x both) or less (heat2d 1.17x vs 1.61x, jacobi2d 1.06x vs 1.10x) for 2-20x the time
-per measurement. (That was before the added actions: with a shift of one statement
-against the other the 2-statement stencils' time loop can be tiled now; hence the
-seventh session's sizes above.)
+per measurement with the paper's 56 actions alone; with the added shift and time tiling
+the two-statement stencils' time loop can be tiled, hence their sizes above.
 
 Each is written as its PolyBench / Tiramisu-benchmark reference loop nest (stencil
 statements inside a shared time loop, doitgen's ``sum`` initialisation in its own
@@ -251,8 +249,7 @@ BENCHMARKS: dict[str, Callable[[], Program]] = {
 
 
 # The best schedules found by hand per benchmark (at the default sizes;
-# ``benchmarks/tiramisu_headroom.py`` tried them among others, docs/tiramisu.md
-# "Headroom"): sequences of ``branch:action`` tokens (:func:`.search.apply_sequence`),
+# ``benchmarks/tiramisu_headroom.py`` tried them among others): sequences of ``branch:action`` tokens (:func:`.search.apply_sequence`),
 # the first of each the best with the added actions (fusion, shift, skew by 2, wavefront)
 # in the env's branch order, the last one within the paper's 56 actions. The evaluation's
 # "hand" column re-measures each and reports the best: the ceiling as far as we know it.

@@ -327,10 +327,9 @@ def time_tile(sched: Schedule, branch: int, factor: int, x: int, y: int) -> Sche
     tiled by ``x`` by ``y`` (:func:`tile`). jacobi2d's
     ``0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 1:F(2) 1:T(0,1,32,32)`` is ``TT(2,32,32)`` on branch 0,
     heat3d's ``0:S(0,1,2) 1:S(0,1,2) 1:Sh(1) 1:F(2) 1:T(0,1,32,32)`` too.
-    None for a one-branch group (seidel2d, mvt's nests; eighth session): there is nothing
+    None for a one-branch group (seidel2d, mvt's nests): there is nothing
     to shift or fuse, and the skew + tile it would be is ``S(0,1)`` / ``S(0,1,2)`` then
-    ``T(0,1,x,y)`` (on seidel2d it measured 1.01x and took the place of the wavefront
-    ``W(1,2,2)``'s 6x in the greedy policies). The result is exactly the schedule
+    ``T(0,1,x,y)`` (on seidel2d it measured 1.01x against the wavefront ``W(1,2,2)``'s 6x). The result is exactly the schedule
     the five-action sequence reaches, so legality is decided by the same dependence test
     (the composite is illegal whenever that schedule is: e.g. jacobi2d with ``f = 1``).
     None when a step does not apply (levels tiled already, depths differ, ...)."""
@@ -428,15 +427,13 @@ def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
     next branch, without a shared array, when no matching agrees on a shared access, or
     when nothing changes.
 
-    Branches of one depth (tenth session): the next branch's levels become the focused
+    Branches of one depth: the next branch's levels become the focused
     branch's levels, each row rewritten over the matched iterators (tile sizes and shifts
     kept), so ``FN`` applies after *any* sequence of the focused branch's
     transformations, e.g. a tile and an interchange of its point loops (``0:T(0,1,128,128)
-    0:I(2,3)`` or ``0:I(1,2)``, the ninth session's seed 0 on mvt, after which the eighth
-    session's ``FN`` no longer applied), a skew or a reversal; ``0:T(0,1,x,y) 0:FN`` is
+    0:I(2,3)`` or ``0:I(1,2)`` on mvt), a skew or a reversal; ``0:T(0,1,x,y) 0:FN`` is
     ``0:FN 0:T(0,1,x,y)``. Branches of different depths (doitgen's): the focused branch's
-    loops must be plain iterators, possibly under tile pairs of :func:`tile` (eighth
-    session), and the loops are matched by position (:func:`_align_by_position`)."""
+    loops must be plain iterators, possibly under tile pairs of :func:`tile`, and the loops are matched by position (:func:`_align_by_position`)."""
     p = sched.program
     if branch + 1 >= len(p.branches):
         return None
@@ -485,8 +482,7 @@ def align_fuse(sched: Schedule, branch: int) -> Schedule | None:
 
 
 def _align_by_position(sched: Schedule, branch: int, shared: set[str]) -> Schedule | None:
-    """:func:`align_fuse` for branches of different depths (the eighth session's
-    matching): the focused branch's loops must be plain iterators, possibly under tile
+    """:func:`align_fuse` for branches of different depths: the focused branch's loops must be plain iterators, possibly under tile
     pairs of :func:`tile`; among the orders of the next branch's loops, the one under
     which most of its accesses to ``shared`` are the same function of the loop *positions*
     as one of the focused branch's (ties: the fewest swapped pairs, the current order

@@ -17,7 +17,7 @@ becomes ``MATMUL(PERMUTE(RESHAPE(X, (-1, k))), RESHAPE(Y, (-1, n)))``, where the
 reshapes read ``X`` and ``Y`` through ``S``'s edge. ``M`` is left for DCE. The reshapes
 carry ``contracted_rows=True``: their rows are only summed against rows read the same way,
 so trailing zero rows change nothing (a batch axis padded to a bucket of a dynamic bound is
-then read with its padding zeroed instead of cut off: ``runtime/layout.py``).
+then read with its padding zeroed instead of cut off: ``plan/layout.py``).
 
 A sum kept per batch index is often summed again by its one reader (autodiff sums the
 dims of a weight gradient one at a time: over ``t`` per env ``b``, then over ``b``): the

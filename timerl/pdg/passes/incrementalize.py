@@ -147,7 +147,7 @@ def _named(n: Node) -> bool:
 
 class _Stacked:
     """The stacked per-point axes in front of what ``sink`` reads through ``e`` (the runtime's
-    layout, ``timerl/runtime/layout.py``): source batch dims the sink lacks (a slice read
+    layout, ``timerl/plan/layout.py``): source batch dims the sink lacks (a slice read
     along one of them moved last among them), then ``phi``'s slices but the ``to_batch`` one."""
 
     def __init__(self, pdg: PDG, e: Edge) -> None:

@@ -27,17 +27,17 @@ constant index becomes a ``batch_read``). Source vectorized, sink not: the index
 a ``batch_read`` (a row, or a slice that becomes the first stacked per-point dim).
 Sink vectorized, source not: the edge reads ``0:D`` and the stacked axis becomes the
 sink's batch axis (``to_batch``). Source without ``d``: the runtime broadcasts it.
-(:mod:`~timerl.runtime.layout` carries these out.)
+(:mod:`~timerl.plan.layout` carries these out.)
 
 **Dynamic bounds** (``T`` found per episode by a ``SET_SYMBOL`` node). A vectorized node
 runs once per enclosing point, after ``T`` is known, with its batch axis padded to a
 *bucket*: the batch entry is the bound symbol ``T`` itself, which the runtime reads as
-``bucket(T)``, the smallest power of two ``>= T`` (:func:`timerl.runtime.layout.bucket`),
+``bucket(T)``, the smallest power of two ``>= T`` (:func:`timerl.pdg.sizes.bucket`),
 so compiled code is reused across episode lengths (one compilation per bucket). Per-point
 sources read whole (``to_batch``) are stacked over ``0:T`` and zero-padded; readers of a
 vectorized node take rows ``< T`` or read the slice ``0:T`` (``batch_read``): narrowed to
 ``T`` rows, or, for a sum over it and a contraction's row reshapes, with the rows ``>= T``
-zeroed (``runtime/layout.py``). Padded rows never reach a value that is read: every op is
+zeroed (``plan/layout.py``). Padded rows never reach a value that is read: every op is
 elementwise along batch axes. Nodes that need the concrete
 length stay per point under a dynamic bound: ``EVAL_SYMBOL`` of an expression of ``t``,
 RNG draws (seeded per row), rows of a lifted scan, and nodes lacking a dim that encloses
