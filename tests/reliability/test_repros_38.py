@@ -240,3 +240,69 @@ def test_table_read_at_t_forward(backend: str, rows: int) -> None:
     ctx.compile({T: Tn}, backend=backend).execute()
     assert sorted(got) == [(k,) for k in range(Tn)]
     np.testing.assert_allclose([got[(k,)] for k in range(Tn)], tab[:Tn] * 3.0)
+
+
+# -- 4. reverse recurrences whose gradients reach a parameter ---------------------------
+
+P4 = np.array([0.3, -0.2], np.float32)
+I4, T4 = 3, 4
+
+
+def _program_4(got: dict, variant: str) -> tuple[trl.Context, dict]:
+    """``y[i, t] = f(y[i, t + 1], y[i, t + 1 : T].discounted_sum(0.9))`` with ``y[i, T - 1]``
+    from the parameter: ``direct`` (the body reads ``p`` too), ``forward`` (beside a forward
+    recurrence from ``p``), ``shifted`` (the body over ``i + 1``, ``y[0]`` a constant: it was
+    refused, then zeros expanded to the window's ``T - t - 1`` rows had no ``t``)."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        p0 = trl.param(P4, name="p0")
+        y = trl.empty((), domain=(i, t), name="y")
+        y[i, T - 1] = (p0 * 0.5).sum()
+        if variant == "direct":
+            y[i, t] = (y[i, t + 1] * 0.5 + y[i, t + 1 : T].discounted_sum(0.9) * 0.1 + p0.sum()).tanh()
+        elif variant == "forward":
+            f = trl.empty((), domain=(i, t), name="f")
+            f[i, 0] = p0.mean()
+            f[i, t + 1] = (f[i, t] * 0.7 + 0.1).tanh()
+            y[i, t] = (y[i, t + 1] * 0.5 + y[i, t + 1 : T].discounted_sum(0.9) * 0.1 + f).tanh()
+        else:
+            y[i + 1, t] = (y[i + 1, t + 1] * 0.5 + y[i + 1, t + 1 : T].discounted_sum(0.9) * 0.1).tanh()
+            y[0, t] = p0.sum() * 0.0 + 0.5
+        (y * y).backward()
+        if variant != "direct":
+            y.tanh().backward()
+        p0.grad.sink(_collect(got))
+    return ctx, {I: I4, T: T4}
+
+
+def _want_4(variant: str) -> np.ndarray:
+    def loss(p: jax.Array) -> jax.Array:
+        total = jnp.float32(0.0)
+        for i in range(I4):
+            f = [p.mean()]
+            for _ in range(T4 - 1):
+                f.append(jnp.tanh(f[-1] * 0.7 + 0.1))
+            y: list[Any] = [None] * T4
+            y[T4 - 1] = (p * 0.5).sum()  # the first branch: every i at t = T - 1
+            for t in reversed(range(T4 - 1)):
+                disc = sum(0.9**k * y[t + 1 + k] for k in range(T4 - 1 - t))
+                if variant == "shifted" and i == 0:
+                    y[t] = p.sum() * 0.0 + 0.5
+                    continue
+                extra = p.sum() if variant == "direct" else f[t] if variant == "forward" else 0.0
+                y[t] = jnp.tanh(0.5 * y[t + 1] + 0.1 * disc + extra)
+            ys = jnp.stack(y)
+            total = total + (ys * ys).sum() + (0.0 if variant == "direct" else jnp.tanh(ys).sum())
+        return total
+
+    return np.asarray(jax.grad(loss)(jnp.asarray(P4)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", ["direct", "forward", "shifted"])
+@pytest.mark.parametrize("options", [{}, {"vectorize_time": False}, {"scan_lift": False}])
+def test_reverse_recurrence_gradient_reaches_the_parameter(backend: str, variant: str, options: dict) -> None:
+    got: dict = {}
+    ctx, bounds = _program_4(got, variant)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    np.testing.assert_allclose(got[()], _want_4(variant), rtol=2e-5, atol=1e-6)

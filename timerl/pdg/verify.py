@@ -4,7 +4,8 @@ Invariants: every edge names existing nodes; a data edge's ``iid`` is within the
 sink's inputs and its ``oid`` within the source's outputs; ``phi`` has one component
 per source-domain dim; ``phi``, ``cond`` and ``select`` use only the sink's dims and
 bound symbols (``select`` may also use ``SLICE_VAR``); every non-MERGE node has each
-input exactly once; node domains use context dims in context order; an elementwise op's
+input exactly once; node domains use context dims in context order, and per-point shapes
+only those dims (and bounds); an elementwise op's
 inputs, with the per-point shapes their edges deliver, broadcast to its output's shape
 (:func:`read_shape`; a pass that re-points an edge at a value of another shape breaks it);
 the rows an edge makes a batch axis are as many as that axis has.
@@ -141,6 +142,13 @@ def verify_pdg(pdg: PDG) -> None:
         pos = [order.index(s) for s in n.domain if s in order]
         if len(pos) != len(n.domain) or pos != sorted(pos):
             _fail(pdg, None, f"node {n!r} has a domain not in context order")
+        for spec in n.outputs:
+            bad = sorted(
+                {s.name for x in spec.shape if not isinstance(x, int) for s in free_symbols(x)}
+                - {s.name for s in (*n.domain, *n.batch_dims, *bounds)}
+            )
+            if bad:
+                _fail(pdg, None, f"node {n!r} has a per-point shape that uses {bad}, not dims of its domain")
     seen: dict[tuple[int, int], int] = {}
     for e in pdg.edges:
         if e.sink not in pdg.nodes or e.src not in pdg.nodes:
