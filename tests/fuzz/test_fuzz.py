@@ -255,12 +255,17 @@ def test_fuzz_fresh_saves_a_failing_program(tmp_path: Path, monkeypatch: pytest.
     assert "ValueError: boom" in text and prog.describe() in text
 
 
-REGRESSION_SEEDS = (9058,)
+REGRESSION_SEEDS = (9058, 1000008, 1000011)
 """Programs of long runs that failed before their fix, checked with the defaults on every run.
 
 9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
 ``i``; isl put the ``t`` loop outside the ``i`` loop, so one ``T`` bounded every episode
-(``scheduler.episode_order_edges``)."""
+(``scheduler.episode_order_edges``).
+1000008: a forward recurrence over a shifted ``i`` (``x[i + 1, t + 1] = f(x[i + 1, t])``):
+``vectorize_partial`` took its cycle (reads at ``i + 1`` and ``i - 1``) for one carried
+along ``i`` and vectorized its body over ``t``; ScheduleError (issue 38).
+1000011: a table of 5 rows read at ``t < T = 3``: ``vectorize_partial`` made its 5 rows the
+batch axis of ``t``; BackendError in a WHERE (issue 38)."""
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
