@@ -13,12 +13,13 @@ or ``(i, k)`` trained by SGD (along ``i``, or along ``k`` carried into ``i + 1``
 Each seed has a *focus* among :data:`FEATURES` (``seed % len(FEATURES)``) that the
 generator makes sure appears, so that a few consecutive seeds cover every feature.
 
-Seeds from :data:`EXTRAS_FROM` on (the fresh profile's) draw two more constructs from a
+Seeds from :data:`EXTRAS_FROM` on (the fresh profile's) draw three more constructs from a
 second random stream, so that every smaller seed still gives the program it gave before
 (regression seeds stay valid): tables longer than ``T`` read at ``t`` (``const(tab)[t]``)
-in place of some constants, and definitions over a shifted ``i`` (``x[0] = c``,
+in place of some constants, definitions over a shifted ``i`` (``x[0] = c``,
 ``x[i + 1] = e``; recurrences ``x[i + 1, t + 1] = f(x[i + 1, t])`` and backward ones),
-the constructs of issue 38's repros.
+and sums and means of vectors in place of some unary ops: the constructs of issue 38's
+repros.
 
 :func:`reference` evaluates a description by unrolling it point by point with
 ``jax.numpy`` (``jax.grad`` of the unrolled iteration for the parameter's gradient); it
@@ -184,7 +185,7 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     if k == "win":
         src = by_name[e[1]]
         return {d for d in src.domain if d != "t"} | {"t"}
-    if k == "un":
+    if k in ("un", "red"):
         return _dom(e[2], prog, by_name)
     if k == "bin":
         return _dom(e[2], prog, by_name) | _dom(e[3], prog, by_name)
@@ -252,7 +253,13 @@ def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], tar
     if kind == "rwhere":
         return ("rwhere", sub(), sub(), sub())
     if kind == "un":
-        return ("un", rng.choice(UNARY), sub())
+        e = ("un", rng.choice(UNARY), sub())
+        x = prog.extras
+        if x is not None and x.random() < 0.4:  # a vector's sum or mean (as a 2-vector)
+            if x.random() < 0.5:  # both of one value: two broadcasts in its gradient
+                return ("bin", "add", ("red", "sum", e[2]), ("red", "mean", e[2]))
+            return ("red", x.choice(("sum", "mean")), e[2])
+        return e
     if kind == "udf":
         # A host call runs at every point of its domain, also where the branch holding it
         # is not taken: under a backward recurrence's step it must not read "self" (x[t + 1]
@@ -579,6 +586,9 @@ def reference(
                 rows = jnp.stack([val(src.name, {**{d: p[d] for d in src.domain if d != "t"}, "t": s})
                                   for s in range(lo, hi)])  # fmt: skip
                 return {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max}[e[3]](rows, axis=0)
+            if k == "red":
+                a = jnp.broadcast_to(ev(e[2], p, self_at), (2,))
+                return jnp.sum(a) if e[1] == "sum" else jnp.mean(a)
             if k == "un":
                 a = ev(e[2], p, self_at)
                 return {"tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "abs": jnp.abs, "relu": jax.nn.relu,
@@ -728,6 +738,9 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 t, T = S["t"]
                 idx = tuple(WINDOWS[e[2]][0](t, T, trl) if d == "t" else S[d][0] for d in src.domain)
                 return getattr(read(e[1], idx), e[3])(0)
+            if k == "red":
+                a = vec(ev(e[2], self_rt).cast(trl.float32))
+                return a.sum() if e[1] == "sum" else a.mean()
             if k == "un":
                 a = ev(e[2], self_rt)
                 return -a if e[1] == "neg" else getattr(a, e[1])()
@@ -831,6 +844,8 @@ def _vector(e: Any, prog: Program, self_name: str | None = None) -> bool:
         return _tensor_vector(src, prog)
     if k == "tgrad":
         return _vector(e[1], prog, self_name)
+    if k == "red":
+        return False
     if k == "un":
         return _vector(e[2], prog, self_name)
     if k == "udf":

@@ -91,6 +91,7 @@ def check_program(
         assert sorted(got) == sorted(points), f"{name}: sunk at {sorted(got)}, expected {sorted(points)}"
         for pt, v in points.items():
             g = np.asarray(got[pt], np.float64)  # int64 counters and bool flags compare as numbers
+            assert g.shape == np.shape(v), f"{name} at {pt}: shape {g.shape}, expected {np.shape(v)}"
             np.testing.assert_allclose(g, v, rtol=RTOL, atol=ATOL, err_msg=f"{name} at {pt}")
             n += 1
     return n
@@ -255,7 +256,7 @@ def test_fuzz_fresh_saves_a_failing_program(tmp_path: Path, monkeypatch: pytest.
     assert "ValueError: boom" in text and prog.describe() in text
 
 
-REGRESSION_SEEDS = (9058, 1000008, 1000011)
+REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088)
 """Programs of long runs that failed before their fix, checked with the defaults on every run.
 
 9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
@@ -264,8 +265,11 @@ REGRESSION_SEEDS = (9058, 1000008, 1000011)
 1000008: a forward recurrence over a shifted ``i`` (``x[i + 1, t + 1] = f(x[i + 1, t])``):
 ``vectorize_partial`` took its cycle (reads at ``i + 1`` and ``i - 1``) for one carried
 along ``i`` and vectorized its body over ``t``; ScheduleError (issue 38).
-1000011: a table of 5 rows read at ``t < T = 3``: ``vectorize_partial`` made its 5 rows the
-batch axis of ``t``; BackendError in a WHERE (issue 38)."""
+1000018: a table of 4 rows read at ``t < T = 3``: ``vectorize_partial`` made its 4 rows the
+batch axis of ``t``; BackendError in a WHERE (issue 38).
+1000088: the sum and the mean of one vector: ``remove_broadcasts`` re-pointed both inputs of
+its gradient's ``ADD`` at (1,) operands (issue 38; here the values stayed right, the PDG
+did not: ``verify_pdg`` rejects it)."""
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
