@@ -118,6 +118,11 @@ def _outer_distance(e: Edge, src: Node, outer: list[Sym]) -> tuple[tuple[int, ..
     return tuple(dist), True
 
 
+MAX_POTENTIAL_PASSES = 64
+"""Bellman-Ford passes :func:`_carried_edges` makes at most (as many as the longest chain of
+shifted definitions; past it, the raw distances decide), so its time stays linear."""
+
+
 def _carried_edges(pdg: PDG, outer: list[Sym]) -> set[int]:
     """The positions in ``pdg.edges`` of the edges carried by the enclosing dims ``outer``:
     those that read an earlier point of them (``i - c``) on every cycle through them.
@@ -130,7 +135,8 @@ def _carried_edges(pdg: PDG, outer: list[Sym]) -> set[int]:
     a potential (Bellman-Ford from all nodes at once: every cycle's distance is unchanged
     and every edge's becomes ``>= 0``, lexicographically): the edges still ``>= 1`` are on
     cycles of positive distance only. When some cycle has a negative distance (no legal
-    order: the scheduler reports it) or no potential is found, the raw distances decide."""
+    order: the scheduler reports it) or no potential is found within
+    :data:`MAX_POTENTIAL_PASSES`, the raw distances decide."""
     if not outer:
         return set()
     zero = (0,) * len(outer)
@@ -146,7 +152,7 @@ def _carried_edges(pdg: PDG, outer: list[Sym]) -> set[int]:
     def plus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(x + y for x, y in zip(a, b, strict=True))
 
-    for _ in range(len(pdg.nodes) + 1):  # pot[src] <= pot[sink] + distance for every edge
+    for _ in range(min(len(pdg.nodes), MAX_POTENTIAL_PASSES) + 1):  # pot[src] <= pot[sink] + distance
         changed = False
         for _, sink, src, dist in arcs:
             via = plus(pot[sink], dist)
