@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from timerl.errors import TimeRLError
+from timerl.errors import PDGError, TimeRLError
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
 from timerl.rt.context import Context
@@ -161,16 +161,23 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     from timerl.pdg.passes.enclose import enclose_dynamic_dims
     from timerl.pdg.passes.restrict import restrict_to_demand
     from timerl.pdg.passes.vectorize import vectorize
-    from timerl.pdg.verify import verify_pdg
+    from timerl.pdg.verify import sink_shapes, verify_pdg, verify_sink_shapes
     from timerl.rt.lower import lower
     from timerl.schedule.check import check_reads_defined
 
     each = os.environ.get("TIMERL_VERIFY_PASSES", "0") not in ("", "0")
+    sinks: dict[int, Any] = {}
 
     def verified(p: PDG, after: str) -> PDG:
         if each:
             log.debug("verifying the PDG after %s", after)
-            verify_pdg(p)
+            try:
+                verify_pdg(p)
+            except PDGError as exc:
+                raise PDGError(f"after {after}: {exc}") from exc
+            if sinks:  # every pass preserves the shape each sink receives
+                verify_sink_shapes(p, sinks, after)
+            sinks.update(sink_shapes(p))
         return p
 
     pdg = verified(lower(ctx, bounds), "lowering")

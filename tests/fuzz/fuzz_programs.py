@@ -13,6 +13,14 @@ or ``(i, k)`` trained by SGD (along ``i``, or along ``k`` carried into ``i + 1``
 Each seed has a *focus* among :data:`FEATURES` (``seed % len(FEATURES)``) that the
 generator makes sure appears, so that a few consecutive seeds cover every feature.
 
+Seeds from :data:`EXTRAS_FROM` on (the fresh profile's) draw three more constructs from a
+second random stream, so that every smaller seed still gives the program it gave before
+(regression seeds stay valid): tables longer than ``T`` read at ``t`` (``const(tab)[t]``)
+in place of some constants, definitions over a shifted ``i`` (``x[0] = c``,
+``x[i + 1] = e``; recurrences ``x[i + 1, t + 1] = f(x[i + 1, t])`` and backward ones),
+and sums and means of vectors in place of some unary ops: the constructs of issue 38's
+repros.
+
 :func:`reference` evaluates a description by unrolling it point by point with
 ``jax.numpy`` (``jax.grad`` of the unrolled iteration for the parameter's gradient); it
 shares nothing with timerl's lowering, autodiff, scheduler or runtime. :func:`render`
@@ -69,6 +77,9 @@ UDFS: dict[str, tuple[Any, Any]] = {
 # "tgrad": a node over t alone that uses a parameter without dims, read at every (i, t)
 # (its gradient sums over i; with a per-i T that sum must follow each episode's T).
 FEATURES = ("udf", "vm", "mm", "bwhere", "iarith", "count", "flag", "param2", "tgrad")
+EXTRAS_FROM = 1_000_000
+"""Seeds from here on may draw tables and shifted definitions (module doc)."""
+SHIFT_INIT = 0.25  # x[0] of a definition over a shifted i
 
 
 def _jnp() -> Any:
@@ -86,6 +97,7 @@ class Tensor:
     init: Any = None  # recurrences: value at the first point (t = 0 forward, T - 1 backward)
     step: Any = None  # recurrences: value from the neighbour ("self"); count/flag: the float test
     op: str = ""  # flag: "or" | "xor" (how the test joins the previous flag)
+    shift: bool = False  # defined over a shifted i: x[0] = SHIFT_INIT, x[i + 1] = (expr | init, step at i)
 
 
 @dataclass
@@ -98,6 +110,7 @@ class Program:
     lr: float = 0.0937  # not a round number: w - lr * grad cancels exactly less often
     dynamic_t: bool = False  # T found at run time, per i: T_i = bounds["t"] + i % 2
     focus: str = ""
+    extras: random.Random | None = field(default=None, repr=False, compare=False)  # EXTRAS_FROM
 
     def t_bound(self, p: dict[str, int]) -> int:
         """The bound of t at point ``p`` (per i when dynamic)."""
@@ -116,7 +129,8 @@ class Program:
         ]
         for x in self.tensors:
             body = x.expr if x.kind == "expr" else f"init={x.init} step={x.step} {x.op}".rstrip()
-            lines.append(f"  {x.name}[{','.join(x.domain)}] {x.kind}: {body}")
+            shift = f" (over i + 1; x[0] = {SHIFT_INIT})" if x.shift else ""
+            lines.append(f"  {x.name}[{','.join(x.domain)}] {x.kind}{shift}: {body}")
         return "\n".join(lines)
 
 
@@ -149,6 +163,8 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     k = e[0]
     if k == "const":
         return set()
+    if k == "tab":
+        return {"t"}
     if k in ("sym", "isym", "iarith"):
         return {e[1]}
     if k == "tgrad":
@@ -169,7 +185,7 @@ def _dom(e: Any, prog: Program, by_name: dict[str, Tensor]) -> set[str]:
     if k == "win":
         src = by_name[e[1]]
         return {d for d in src.domain if d != "t"} | {"t"}
-    if k == "un":
+    if k in ("un", "red"):
         return _dom(e[2], prog, by_name)
     if k == "bin":
         return _dom(e[2], prog, by_name) | _dom(e[3], prog, by_name)
@@ -189,7 +205,12 @@ def _leaf(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[
         leaves += ["self", "self"]
     k = kind or rng.choice(leaves)
     if k == "const":
-        return ("const", round(rng.uniform(-1, 1), 2) if rng.random() < 0.7 else (0.5, -0.25))
+        c = ("const", round(rng.uniform(-1, 1), 2) if rng.random() < 0.7 else (0.5, -0.25))
+        x = prog.extras
+        if x is not None and "t" in target and x.random() < 0.25:  # rows past T are never read
+            rows = prog.bounds["t"] + (1 if prog.dynamic_t else 0) + x.randint(0, 3)
+            return ("tab", tuple(round(x.uniform(-1, 1), 2) for _ in range(rows)))
+        return c
     if k in ("sym", "iarith"):
         if not target:
             return ("const", 0.3)
@@ -232,7 +253,13 @@ def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], tar
     if kind == "rwhere":
         return ("rwhere", sub(), sub(), sub())
     if kind == "un":
-        return ("un", rng.choice(UNARY), sub())
+        e = ("un", rng.choice(UNARY), sub())
+        x = prog.extras
+        if x is not None and x.random() < 0.4:  # a vector's sum or mean (as a 2-vector)
+            if x.random() < 0.5:  # both of one value: two broadcasts in its gradient
+                return ("bin", "add", ("red", "sum", e[2]), ("red", "mean", e[2]))
+            return ("red", x.choice(("sum", "mean")), e[2])
+        return e
     if kind == "udf":
         # A host call runs at every point of its domain, also where the branch holding it
         # is not taken: under a backward recurrence's step it must not read "self" (x[t + 1]
@@ -306,21 +333,22 @@ def _recurrence(name: str, kind: str, rng: random.Random, prog: Program) -> Tens
 def generate(seed: int) -> Program:
     """A random well-defined program (deterministic in ``seed``)."""
     rng = random.Random(seed)
+    extras = random.Random(seed * 7919 + 17) if seed >= EXTRAS_FROM else None
     focus = FEATURES[seed % len(FEATURES)]
     if focus == "param2" or rng.random() < 0.05:
         dims: tuple[str, ...] = ("i", "k", "t")
         bounds = {"i": 2, "k": 2, "t": rng.randint(2, 3)}
-        prog = Program(dims, bounds, param=("i", "k"), focus=focus)
+        prog = Program(dims, bounds, param=("i", "k"), focus=focus, extras=extras)
     elif focus == "tgrad":
         dims = ("i", "t")
         bounds = {"t": rng.randint(2, 4), "i": rng.randint(2, 3)}
-        prog = Program(dims, bounds, param=(), dynamic_t=rng.random() < 0.7, focus=focus)
+        prog = Program(dims, bounds, param=(), dynamic_t=rng.random() < 0.7, focus=focus, extras=extras)
     else:
         dims = ("t",) if rng.random() < 0.45 else ("i", "t")
         bounds = {"t": rng.randint(2, 5)}
         if "i" in dims:
             bounds["i"] = rng.randint(2, 3)
-        prog = Program(dims, bounds, dynamic_t="i" in dims and rng.random() < 0.3, focus=focus)
+        prog = Program(dims, bounds, dynamic_t="i" in dims and rng.random() < 0.3, focus=focus, extras=extras)
         if rng.random() < 0.6:
             prog.param = ("i",) if "i" in dims and rng.random() < 0.7 else ()
     by_name: dict[str, Tensor] = {}
@@ -328,6 +356,16 @@ def generate(seed: int) -> Program:
     def add(x: Tensor) -> None:
         prog.tensors.append(x)
         by_name[x.name] = x
+        # over a shifted i: not under a per-i T, not with i a parameter's dim (one SGD step a point)
+        if (
+            extras is not None
+            and x.kind in ("expr", "fwd", "bwd")
+            and x.domain[:1] == ("i",)
+            and (x.kind == "expr" or x.domain == ("i", "t"))
+            and "i" not in prog.per_point_dims()
+            and extras.random() < 0.3
+        ):
+            x.shift = True
 
     for k in range(rng.randint(2, 5 if len(dims) == 3 else 6)):
         name = f"x{k}"
@@ -445,7 +483,23 @@ def reference(
                 return memo[key]
             p = {d: pt[d] for d in x.domain}
             shape = _shape(x, prog)
-            if x.kind == "expr":
+            if x.shift and p["i"] == 0:
+                v = jnp.full(shape, SHIFT_INIT, jnp.float32)
+            elif x.shift:  # the definition's symbols at the point before along i
+                s = dict(p, i=p["i"] - 1)
+                if x.kind == "expr":
+                    v = ev(x.expr, s, None)
+                elif x.kind == "fwd":
+                    v = (
+                        ev(x.init, s, None)
+                        if p["t"] == 0
+                        else ev(x.step, dict(s, t=p["t"] - 1), (name, dict(p, t=p["t"] - 1)))
+                    )
+                elif p["t"] == prog.t_bound(p) - 1:
+                    v = ev(x.init, s, None)
+                else:
+                    v = ev(x.step, s, (name, dict(p, t=p["t"] + 1)))
+            elif x.kind == "expr":
                 v = ev(x.expr, p, None)
             elif x.kind in ("fwd", "count", "flag"):
                 if p["t"] == 0:
@@ -472,7 +526,7 @@ def reference(
                     q = dict(p, t=p["t"] + 1)
                     v = ev(x.step, p, (name, q))
             v = jnp.asarray(v, jnp.float32)
-            if x.kind != "expr":  # a recurrence has one declared shape; a branch value is broadcast to it
+            if x.kind != "expr" or x.shift:  # one declared shape; a branch value is broadcast to it
                 v = jnp.broadcast_to(v, shape)
             memo[key] = v
             return v
@@ -481,6 +535,8 @@ def reference(
             k = e[0]
             if k == "const":
                 return jnp.asarray(e[1], jnp.float32)
+            if k == "tab":
+                return jnp.asarray(e[1][p["t"]], jnp.float32)
             if k == "sym":
                 return jnp.asarray(float(p[e[1]]), jnp.float32)
             if k == "isym":  # an int64 tensor 2 d + 1
@@ -530,6 +586,9 @@ def reference(
                 rows = jnp.stack([val(src.name, {**{d: p[d] for d in src.domain if d != "t"}, "t": s})
                                   for s in range(lo, hi)])  # fmt: skip
                 return {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max}[e[3]](rows, axis=0)
+            if k == "red":
+                a = jnp.broadcast_to(ev(e[2], p, self_at), (2,))
+                return jnp.sum(a) if e[1] == "sum" else jnp.mean(a)
             if k == "un":
                 a = ev(e[2], p, self_at)
                 return {"tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "abs": jnp.abs, "relu": jax.nn.relu,
@@ -633,6 +692,8 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             k = e[0]
             if k == "const":
                 return trl.const(np.asarray(e[1], np.float32))
+            if k == "tab":
+                return trl.const(np.asarray(e[1], np.float32))[S["t"][0]]
             if k == "sym":
                 return trl.as_tensor(S[e[1]][0])
             if k == "isym":
@@ -677,6 +738,9 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 t, T = S["t"]
                 idx = tuple(WINDOWS[e[2]][0](t, T, trl) if d == "t" else S[d][0] for d in src.domain)
                 return getattr(read(e[1], idx), e[3])(0)
+            if k == "red":
+                a = vec(ev(e[2], self_rt).cast(trl.float32))
+                return a.sum() if e[1] == "sum" else a.mean()
             if k == "un":
                 a = ev(e[2], self_rt)
                 return -a if e[1] == "neg" else getattr(a, e[1])()
@@ -692,7 +756,9 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
             raise AssertionError(k)
 
         for x in prog.tensors:
-            if x.kind == "expr":
+            if x.shift:
+                rt = _render_shifted(trl, x, prog, S, ev)
+            elif x.kind == "expr":
                 rt = ev(x.expr, None)
             else:
                 shape = _shape(x, prog)
@@ -734,8 +800,35 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
     return ctx, bounds
 
 
+def _render_shifted(trl: Any, x: Tensor, prog: Program, S: dict[str, Any], ev: Any) -> Any:
+    """``x`` defined over a shifted ``i``: ``x[0] = SHIFT_INIT``, then ``x[i + 1] = expr`` or the
+    recurrence over ``t`` at ``i + 1`` (its neighbour read as ``x[i + 1, t -/+ 1]``)."""
+    shape = _shape(x, prog)
+    i = S["i"][0]
+    rt = trl.empty(shape, domain=tuple(S[d][0] for d in x.domain), name=x.name)
+    rt[(0,)] = trl.const(np.full(shape, SHIFT_INIT, np.float32))
+
+    def f32(v: Any) -> Any:
+        return v if v.dtype is trl.float32 else v.cast(trl.float32)
+
+    if x.kind == "expr":
+        rt[(i + 1,)] = f32(ev(x.expr, None))
+        return rt
+    t, T = S["t"]
+    if x.kind == "fwd":
+        rt[(i + 1, 0)] = f32(ev(x.init, None))
+        rt[(i + 1, t + 1)] = f32(ev(x.step, rt[(i + 1, t)]))
+    else:
+        rt[(i + 1, T - 1)] = f32(ev(x.init, None))
+        rt[(i + 1, t)] = f32(ev(x.step, rt[(i + 1, t + 1)]))
+    return rt
+
+
 def _shape(x: Tensor, prog: Program) -> tuple[int, ...]:
-    """Per-point shape of a recurrence: (2,) when some part of it is a vector, else ()."""
+    """Per-point shape of a recurrence (or of a definition over a shifted ``i``): (2,) when
+    some part of it is a vector, else ()."""
+    if x.kind == "expr":
+        return (2,) if _vector(x.expr, prog) else ()
     parts = [e for e in (x.init, x.step) if e is not None]
     return (2,) if any(_vector(e, prog, x.name) for e in parts) else ()
 
@@ -751,6 +844,8 @@ def _vector(e: Any, prog: Program, self_name: str | None = None) -> bool:
         return _tensor_vector(src, prog)
     if k == "tgrad":
         return _vector(e[1], prog, self_name)
+    if k == "red":
+        return False
     if k == "un":
         return _vector(e[2], prog, self_name)
     if k == "udf":

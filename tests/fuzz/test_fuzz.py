@@ -2,15 +2,30 @@
 options on and off on both backends, against the independent interpreter of
 ``fuzz_programs.py``.
 
-The quick profile runs in the default test run; ``pytest -m fuzz`` runs the long one
-(``TIMERL_FUZZ_PROGRAMS`` programs, default 150, every single option flipped).
+Three profiles:
+
+* quick (default test run): one program focused on each feature, a few option sets;
+* fresh (default test run, so in CI): programs of seeds that change every run, drawn at
+  random and printed (``TIMERL_FUZZ_SEED=<n>`` repeats a run from seed ``n``), each with the
+  default options on both backends and one more option set, until ``TIMERL_FUZZ_BUDGET``
+  seconds (default 60) or ``TIMERL_FUZZ_FRESH`` programs (default 40) are spent; a failing
+  program is written to ``TIMERL_FUZZ_ARTIFACTS`` (default ``fuzz-failures/``) with its seed,
+  options, error and the command that repeats it;
+* long (``pytest -m fuzz``, nightly-sized): ``TIMERL_FUZZ_PROGRAMS`` programs (default 150)
+  from seed ``TIMERL_FUZZ_START`` (default 1000), every single option flipped (about 15 s a
+  program on 2 cores).
+
+A failure found by the fresh or long profile becomes a regression: its seed goes into
+:data:`REGRESSION_SEEDS`.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,6 +91,7 @@ def check_program(
         assert sorted(got) == sorted(points), f"{name}: sunk at {sorted(got)}, expected {sorted(points)}"
         for pt, v in points.items():
             g = np.asarray(got[pt], np.float64)  # int64 counters and bool flags compare as numbers
+            assert g.shape == np.shape(v), f"{name} at {pt}: shape {g.shape}, expected {np.shape(v)}"
             np.testing.assert_allclose(g, v, rtol=RTOL, atol=ATOL, err_msg=f"{name} at {pt}")
             n += 1
     return n
@@ -156,12 +172,104 @@ def test_fuzz_long() -> None:
     assert not stats["failures"], "\n\n".join(stats["failures"][:10])
 
 
-REGRESSION_SEEDS = (9058,)
+FRESH_BUDGET_S = 60.0
+FRESH_PROGRAMS = 40
+
+
+def _fresh_seed() -> int:
+    """The first seed of a fresh run: ``TIMERL_FUZZ_SEED``, else a random one (above the
+    long profile's default range)."""
+    env = os.environ.get("TIMERL_FUZZ_SEED", "")
+    return int(env) if env else random.SystemRandom().randrange(10**6, 10**9)
+
+
+def _save_failure(seed: int, backend: str, opts: dict[str, Any], exc: BaseException, prog: Program) -> Path:
+    """Write a failing program of the fresh profile where CI keeps it (``TIMERL_FUZZ_ARTIFACTS``)."""
+    out = Path(os.environ.get("TIMERL_FUZZ_ARTIFACTS", "fuzz-failures"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"seed{seed}_{backend}.txt"
+    path.write_text(
+        f"seed {seed}, backend {backend}, options {opts}\n"
+        f"repeat: TIMERL_FUZZ_SEED={seed} TIMERL_FUZZ_FRESH=1 python -m pytest -q tests/fuzz -k fresh\n"
+        f"  (or check_program(generate({seed}), {backend!r}, {opts}) in tests/fuzz/test_fuzz.py)\n\n"
+        f"{type(exc).__name__}: {exc}\n\nprogram:\n{prog.describe()}\n"
+    )
+    return path
+
+
+def test_fuzz_fresh(capsys: pytest.CaptureFixture[str]) -> None:
+    """Programs never run before, within a time budget (module doc): defaults on both
+    backends, and one more option set per program (the long profile's, in turn)."""
+    first = _fresh_seed()
+    budget = float(os.environ.get("TIMERL_FUZZ_BUDGET", FRESH_BUDGET_S))
+    most = int(os.environ.get("TIMERL_FUZZ_FRESH", FRESH_PROGRAMS))
+    with capsys.disabled():
+        print(f"\nfuzz fresh: from seed {first} (TIMERL_FUZZ_SEED={first} repeats this run)", flush=True)
+    extra = _option_sets(long=True)[1:]
+    stats = {"programs": 0, "ill_conditioned": 0, "checks": 0}
+    failures: list[str] = []
+    t0 = time.perf_counter()
+    seed = first
+    while stats["programs"] < most and time.perf_counter() - t0 < budget:
+        prog = generate(seed)
+        stats["programs"] += 1
+        try:
+            want = expected(prog)
+        except IllConditioned:
+            stats["ill_conditioned"] += 1
+            seed += 1
+            continue
+        runs = [
+            ("torch", {}),
+            ("jax", {}),
+            (("torch", "jax")[seed // len(extra) % 2], extra[seed % len(extra)]),
+        ]
+        for backend, opts in runs:
+            try:
+                stats["checks"] += check_program(prog, backend, opts, want)
+            except Exception as e:  # every failure with its program, then fail once
+                path = _save_failure(seed, backend, opts, e, prog)
+                failures.append(
+                    f"seed {seed} {backend} {opts}: {type(e).__name__}: {str(e)[:400]} (saved to {path})"
+                )
+        seed += 1
+    with capsys.disabled():
+        print(
+            f"fuzz fresh: seeds {first}..{seed - 1}: {stats['programs']} programs "
+            f"({stats['ill_conditioned']} ill-conditioned), {stats['checks']} checks, {len(failures)} failures, "
+            f"{time.perf_counter() - t0:.0f}s",
+            flush=True,
+        )
+    assert stats["checks"] > 0
+    assert not failures, "\n\n".join(failures)
+
+
+def test_fuzz_fresh_saves_a_failing_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure of the fresh profile leaves a file that names the seed, options and error
+    and holds the program."""
+    monkeypatch.setenv("TIMERL_FUZZ_ARTIFACTS", str(tmp_path / "art"))
+    prog = generate(7)
+    path = _save_failure(7, "jax", {"cse": False}, ValueError("boom"), prog)
+    text = path.read_text()
+    assert path.parent == tmp_path / "art"
+    assert "seed 7, backend jax, options {'cse': False}" in text and "TIMERL_FUZZ_SEED=7" in text
+    assert "ValueError: boom" in text and prog.describe() in text
+
+
+REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088)
 """Programs of long runs that failed before their fix, checked with the defaults on every run.
 
 9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
 ``i``; isl put the ``t`` loop outside the ``i`` loop, so one ``T`` bounded every episode
-(``scheduler.episode_order_edges``)."""
+(``scheduler.episode_order_edges``).
+1000008: a forward recurrence over a shifted ``i`` (``x[i + 1, t + 1] = f(x[i + 1, t])``):
+``vectorize_partial`` took its cycle (reads at ``i + 1`` and ``i - 1``) for one carried
+along ``i`` and vectorized its body over ``t``; ScheduleError (issue 38).
+1000018: a table of 4 rows read at ``t < T = 3``: ``vectorize_partial`` made its 4 rows the
+batch axis of ``t``; BackendError in a WHERE (issue 38).
+1000088: the sum and the mean of one vector: ``remove_broadcasts`` re-pointed both inputs of
+its gradient's ``ADD`` at (1,) operands (issue 38; here the values stayed right, the PDG
+did not: ``verify_pdg`` rejects it)."""
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

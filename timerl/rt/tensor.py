@@ -628,13 +628,17 @@ def _apply(
     name: str | None = None,
     **attrs: Any,
 ) -> RecurrentTensor:
-    """Record a node of ``kind`` reading ``operands``; its domain is their union."""
+    """Record a node of ``kind`` reading ``operands``; its domain is their union and the dims
+    its output shape uses (zeros expanded to a window's ``T - t - 1`` rows vary with ``t``)."""
     ctx = operands[0].ctx if operands else current()
     syms: set[Sym] = set(extra_domain)
     cond: Expr = TRUE
     for o in operands:
         syms |= set(o.domain)
         cond = logical_and(cond, o.cond)
+    for d in out_shape:
+        if isinstance(d, Expr):
+            syms |= index_symbols(d)
     domain = ctx.order(syms)
     node = ctx.graph.add(
         Op.make(kind, **attrs),

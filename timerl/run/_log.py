@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from timerl.errors import TimeRLError
+
 log = logging.getLogger("timerl.run")
 T = TypeVar("T")
 
@@ -53,14 +55,22 @@ class RunLog:
         """Record iteration ``step``'s metrics (and print ``line`` above the bar)."""
         row = {"iteration": float(step), **{k: float(v) for k, v in metrics.items()}}
         row["time_s"] = round(time.perf_counter() - self.t0, 3)
-        if self._csv is None:
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
-            self._csv.writeheader()
-        self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
-        self._csv_file.flush()
-        for k, v in metrics.items():
-            self.tb.add_scalar(k, float(v), step)
         self.rows.append(row)
+        path = self.out_dir / "metrics.csv"
+        try:
+            if self._csv is None:
+                self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
+                self._csv.writeheader()
+            self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
+            self._csv_file.flush()
+            for k, v in metrics.items():
+                self.tb.add_scalar(k, float(v), step)
+        except OSError as exc:  # a full disk: say which file, keep what was recorded
+            raise TimeRLError(
+                f"cannot write the metrics of iteration {step} to {path} (or the TensorBoard events "
+                f"beside it): {exc}. The rows recorded so far are in RunLog.rows; the checkpoints "
+                "written so far are complete (a resume continues from the latest)"
+            ) from exc
         if line is not None:
             if self.quiet:
                 print(line, flush=True)

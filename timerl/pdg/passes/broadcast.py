@@ -12,8 +12,9 @@ outside regions) it is one dispatch and one stored value per point fewer.
 Conditions, per reader edge: the ``EXPAND`` is unnamed, unconditioned and reads its
 operand at its own point (same domain and batch, identity index); the reader is an
 elementwise op (``ELEMENTWISE_OPS``) reading the ``EXPAND`` at its own point; and the
-per-point shapes of the reader's inputs, with the operand in place of the ``EXPAND``,
-broadcast to the reader's output shape.
+per-point shapes of the reader's inputs, with the operand in place of the ``EXPAND`` and
+the reader's edges re-pointed before it in place of theirs, broadcast to the reader's
+output shape.
 
 Postcondition: the same values at every point.
 """
@@ -60,6 +61,10 @@ def remove_broadcasts(pdg: PDG) -> PDG:
             operand[n.id] = e
     if not operand:
         return pdg
+    at: dict[int, list[int]] = {}  # sink -> positions of its data edges in pdg.edges
+    for k, e in enumerate(pdg.edges):
+        if not e.order_only:
+            at.setdefault(e.sink, []).append(k)
     new: dict[int, Edge] = {}  # position in pdg.edges -> replacement
     for k, e in enumerate(pdg.edges):
         inner = operand.get(e.src)
@@ -70,7 +75,9 @@ def remove_broadcasts(pdg: PDG) -> PDG:
             continue
         if not reads_own_point(e, pdg.nodes[e.src], sink):
             continue
-        shapes = [_shape(pdg, inner if x is e else x) for x in ins[sink.id] if not x.order_only]
+        # the reader's inputs as re-pointed so far: of two EXPANDs of (1,) to (3,) read by
+        # one ADD only one may go, or the ADD would compute (1,)
+        shapes = [_shape(pdg, inner if j == k else new.get(j, pdg.edges[j])) for j in at[sink.id]]
         try:
             out = np.broadcast_shapes(*shapes)
         except ValueError:

@@ -8,8 +8,9 @@ values of stored observations. This pass vectorizes ``t`` on exactly those nodes
 learning runs as a few ops over all ``T`` steps instead of ``T`` times a few ops.
 
 **Which nodes.** Dependences carried by an enclosing dim (an edge reading ``i - c``,
-``c >= 1``, on a dim before ``d`` in context order) do not constrain ``d`` within one
-iteration; the other edges form the *intra-iteration* graph. A node over ``d`` is
+``c >= 1``, on a dim before ``d`` in context order, on no cycle of distance 0 along it:
+:func:`_carried_edges`) do not constrain ``d`` within one iteration; the other edges form
+the *intra-iteration* graph. A node over ``d`` is
 vectorized when
 
 * it is not in a strongly connected component of that graph with an edge whose ``d``
@@ -94,22 +95,80 @@ def _comp(e: Edge, src: Node, d: Sym) -> Expr | Slice | None:
     return e.phi[src.domain.index(d)] if d in src.domain else None
 
 
-def _carried(e: Edge, src: Node, outer: Iterable[Sym]) -> bool:
-    """Whether ``e`` reads an earlier point of an enclosing dim (``i - c``, ``c >= 1``)."""
-    for o in outer:
+def _outer_distance(e: Edge, src: Node, outer: list[Sym]) -> tuple[tuple[int, ...], bool]:
+    """How many points back ``e`` reads along each enclosing dim (``i - c``: ``c``; ``i + c``:
+    ``-c``; ``i``: 0), and whether that is known: a read of an enclosing dim by anything else
+    (a constant, a slice) stops there, and the edge counts as within the iteration."""
+    dist = [0] * len(outer)
+    for k, o in enumerate(outer):
         if o not in src.domain:
             continue
-        c = e.phi[src.domain.index(o)]
-        if c is o:
+        c = src.domain.index(o)
+        comp = e.phi[c]
+        if comp is o:
             continue
-        if isinstance(c, Add):
-            a, b = c.args
-            if a is o and isinstance(b, Const) and not isinstance(b.value, bool) and b.value <= -1:
-                return True
-            if b is o and isinstance(a, Const) and not isinstance(a.value, bool) and a.value <= -1:
-                return True
-        return False  # any other read of the enclosing dim: treat as within the iteration
-    return False
+        if isinstance(comp, Add):
+            a, b = comp.args
+            if b is o:
+                a, b = b, a
+            if a is o and isinstance(b, Const) and not isinstance(b.value, bool) and isinstance(b.value, int):
+                dist[k] = -b.value
+                return tuple(dist), True
+        return tuple(dist), False
+    return tuple(dist), True
+
+
+MAX_POTENTIAL_PASSES = 64
+"""Bellman-Ford passes :func:`_carried_edges` makes at most (as many as the longest chain of
+shifted definitions; past it, the raw distances decide), so its time stays linear."""
+
+
+def _carried_edges(pdg: PDG, outer: list[Sym]) -> set[int]:
+    """The positions in ``pdg.edges`` of the edges carried by the enclosing dims ``outer``:
+    those that read an earlier point of them (``i - c``) on every cycle through them.
+
+    A cycle's distance is the sum of its edges' (:func:`_outer_distance`): a value whose
+    domain is shifted from its reader's (the body of ``x[i + 1, t + 1] = f(x[i + 1, t])``,
+    over ``(i, t)``, reads ``x`` at ``i + 1`` and ``x`` reads it back at ``i - 1``) has
+    edges of distance 1 and -1 on one cycle of distance 0, whose points are all in one
+    iteration of ``i``. So each edge's distance is measured after shifting every node by
+    a potential (Bellman-Ford from all nodes at once: every cycle's distance is unchanged
+    and every edge's becomes ``>= 0``, lexicographically): the edges still ``>= 1`` are on
+    cycles of positive distance only. When some cycle has a negative distance (no legal
+    order: the scheduler reports it) or no potential is found within
+    :data:`MAX_POTENTIAL_PASSES`, the raw distances decide."""
+    if not outer:
+        return set()
+    zero = (0,) * len(outer)
+    arcs: list[tuple[int, int, int, tuple[int, ...]]] = []  # (edge position, sink, src, distance)
+    carried_raw: set[int] = set()
+    for k, e in enumerate(pdg.edges):
+        dist, known = _outer_distance(e, pdg.nodes[e.src], outer)
+        arcs.append((k, e.sink, e.src, dist))
+        if known and dist > zero:
+            carried_raw.add(k)
+    pot: dict[int, tuple[int, ...]] = dict.fromkeys(pdg.nodes, zero)
+
+    def plus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(x + y for x, y in zip(a, b, strict=True))
+
+    for _ in range(min(len(pdg.nodes), MAX_POTENTIAL_PASSES) + 1):  # pot[src] <= pot[sink] + distance
+        changed = False
+        for _, sink, src, dist in arcs:
+            via = plus(pot[sink], dist)
+            if via < pot[src]:
+                pot[src] = via
+                changed = True
+        if not changed:
+            break
+    else:
+        log.debug("carried edges: a cycle of negative distance along %s; raw distances used", outer)
+        return carried_raw
+    return {
+        k
+        for k, sink, src, dist in arcs
+        if k in carried_raw and plus(plus(dist, pot[sink]), tuple(-x for x in pot[src])) > zero
+    }
 
 
 def _trivial(e: Edge, src: Node, d: Sym) -> bool:
@@ -140,8 +199,9 @@ def vectorizable_nodes(pdg: PDG, d: Sym, stream: int | None = None) -> set[int]:
     over = {n.id for n in pdg if d in n.domain}
     succ: dict[int, list[int]] = {}
     intra: list[Edge] = []
-    for e in pdg.edges:
-        if not _carried(e, pdg.nodes[e.src], outer):
+    carried = _carried_edges(pdg, outer)
+    for k, e in enumerate(pdg.edges):
+        if k not in carried:
             succ.setdefault(e.src, []).append(e.sink)
             intra.append(e)
     comp_of: dict[int, int] = {}
@@ -398,7 +458,8 @@ def _waits_for_end(pdg: PDG, bound: Sym, enclosing: frozenset[Sym]) -> set[int]:
     need it (``expand`` to ``T`` rows) too. Conditions (``t - 1 < T``,
     ``t < T - 1``) do not count: T's lower bound decides them at most a step later."""
     enc = [s for s, _ in pdg.dims if s in enclosing]
-    same = [e for e in pdg.edges if not _carried(e, pdg.nodes[e.src], enc)]  # not an earlier episode
+    carried = _carried_edges(pdg, enc)
+    same = [e for k, e in enumerate(pdg.edges) if k not in carried]  # not an earlier episode
     seeds = {e.sink for e in same if any(_mentions_end(c, bound) for c in e.phi)}
     for n in pdg:  # shapes or attributes of size T (the VJP of a sum over 0:T expands to T)
         if n.op.kind is OpKind.SET_SYMBOL:
@@ -448,9 +509,9 @@ def _dynamic_reason(pdg: PDG, n: Node, d: Sym, enclosing: frozenset[Sym]) -> str
 
 
 def _row_of(pdg: PDG, n: Node, d: Sym) -> Edge | None:
-    """The input edge of ``n = INDEX(x, dim=0, index=d)`` when ``x`` does not vary with ``d``
-    and is read at one point: vectorized, ``n`` is ``x`` itself with its first per-point
-    axis as the batch axis of ``d``."""
+    """The input edge of ``n = INDEX(x, dim=0, index=d)`` when ``x`` does not vary with ``d``,
+    is read at one point and has ``D`` rows (``d < D``): vectorized, ``n`` is ``x`` itself
+    with its first per-point axis as the batch axis of ``d``."""
     op = n.op
     if op.kind is not OpKind.INDEX or op.attr("dim") != 0 or op.attr("index") is not d:
         return None
@@ -462,6 +523,12 @@ def _row_of(pdg: PDG, n: Node, d: Sym) -> Edge | None:
     if d in src.domain or e.order_only or e.select is not None or e.cond is not TRUE or e.to_batch:
         return None
     if any(isinstance(c, Slice) for c in e.phi) or e.batch_read or src.batch_dims != n.batch_dims:
+        return None
+    # the view's rows are the batch axis: exactly D of them (a table of 5 rows read at
+    # t < T = 3 stays an INDEX per point; its first 3 rows would need a narrowing read)
+    bound = pdg.bound_of(d)
+    rows = src.outputs[e.oid].shape[0] if src.outputs[e.oid].shape else None
+    if rows is not bound and not (isinstance(rows, int) and rows == pdg.static_bounds.get(bound)):
         return None
     return e
 

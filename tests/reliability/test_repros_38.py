@@ -1,0 +1,308 @@
+"""Regression tests for the reduced repros of issue 38 (random programs), each on both
+backends against ``jax.grad`` of the same program unrolled in plain JAX, with the default
+options and with the pass the fix is in switched off.
+
+* a gradient of per-point shape (1,) instead of (3,): ``remove_broadcasts`` re-pointed both
+  inputs of one ``ADD`` at the operands of their ``EXPAND``s;
+* ``ScheduleError: cannot schedule 'x3'``: ``vectorize_partial`` took the cycle of a
+  recurrence whose body lives over a shifted domain (``x[i + 1, t + 1] = f(x[i + 1, t])``:
+  reads at ``i + 1`` and ``i - 1``) for one carried along ``i`` and vectorized its body;
+* ``TANH_GRAD`` on a batch of 5 rows against 3: ``vectorize_partial`` made a table of 5 rows
+  read at ``t < T = 3`` the batch axis of ``t`` whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import timerl as trl
+from timerl.compile import CompileOptions, build_pdg
+from timerl.errors import PDGError
+from timerl.pdg.ops import OpKind
+from timerl.pdg.passes.broadcast import remove_broadcasts
+from timerl.pdg.verify import verify_pdg
+
+BACKENDS = ["torch", "jax"]
+
+
+def _collect(store: dict[tuple[int, ...], np.ndarray], *dims: str) -> Callable[[Any, dict[str, int]], None]:
+    def fn(v: Any, p: dict[str, int]) -> None:
+        key = tuple(p[d] for d in dims)
+        assert key not in store, f"sink called twice at {key}"
+        store[key] = np.array(v)
+
+    return fn
+
+
+# -- 1. a gradient of the wrong shape ---------------------------------------------------
+
+P1 = np.array([0.03, 0.62, 0.35], np.float32)
+
+
+def _program_1(got: dict) -> tuple[trl.Context, dict]:
+    ctx = trl.Context(dims=("b", "i", "t"))
+    with ctx as ((b, B), (i, I), (t, T)):
+        p0 = trl.param(P1, name="p0")
+        x0 = p0 / 0.5
+        x1 = trl.empty((), domain=(b, i, t), name="x1")
+        x1[b, 0] = x0.mean()
+        x1[b] = (0.5 + x0.sum()).tanh()
+        loss = 0.5 * x1
+        loss.backward()
+        p0.grad.sink(_collect(got))
+    return ctx, {B: 3, I: 3, T: 3}
+
+
+def _want_1() -> np.ndarray:
+    """loss = sum over the 27 points of 0.5 x1: 9 points (i = 0) of mean(p / 0.5), 18 of
+    tanh(0.5 + sum(p / 0.5))."""
+
+    def loss(p: jax.Array) -> jax.Array:
+        x0 = p / 0.5
+        return 0.5 * (9 * x0.mean() + 18 * jnp.tanh(0.5 + x0.sum()))
+
+    return np.asarray(jax.grad(loss)(jnp.asarray(P1)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", [{}, {"broadcast": False}, {"cse": False, "simplify": False}])
+def test_gradient_of_a_mean_and_a_sum_keeps_its_shape(backend: str, options: dict) -> None:
+    got: dict = {}
+    ctx, bounds = _program_1(got)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    assert got[()].shape == (3,)
+    np.testing.assert_allclose(got[()], _want_1(), rtol=1e-5)
+
+
+def test_remove_broadcasts_keeps_one_expand_of_an_add_of_two() -> None:
+    """Both inputs of the gradient's ``ADD`` are ``EXPAND``s of (1,) to (3,): at most one
+    may be re-pointed at its operand, and ``verify_pdg`` rejects the PDG where both are."""
+    ctx, bounds = _program_1({})
+    pdg = build_pdg(ctx, bounds, CompileOptions(broadcast=False, cse=False, contract=False, scan_lift=False))
+    expands = {n.id for n in pdg if n.op.kind is OpKind.EXPAND}
+    adds = [
+        n for n in pdg if n.op.kind is OpKind.ADD and all(e.src in expands for e in pdg.data_in_edges(n.id))
+    ]
+    assert adds, "the program no longer has an ADD of two broadcasts"
+    out = remove_broadcasts(pdg)
+    verify_pdg(out)
+    for n in adds:
+        assert any(e.src in expands for e in out.data_in_edges(n.id))
+    # the wrong rewrite (both edges re-pointed) is what verify_pdg now catches
+    operand = {e.sink: e for e in pdg.edges if e.sink in expands}
+    bad = tuple(
+        e.__class__(**{**{f: getattr(e, f) for f in e.__dataclass_fields__}, "src": operand[e.src].src})
+        if e.sink == adds[0].id
+        else e
+        for e in pdg.edges
+    )
+    with pytest.raises(PDGError, match="per-point shape"):
+        verify_pdg(pdg.with_(edges=bad))
+
+
+# -- 2. a recurrence over a shifted domain refused --------------------------------------
+
+P2 = np.array([0.68, 0.61], np.float32)
+
+
+def _program_2(got: dict, two_losses: bool = True) -> tuple[trl.Context, dict]:
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        p0 = trl.param(P2, name="p0")
+        x3 = trl.empty((), domain=(i, t), name="x3")
+        x3[0] = trl.const(np.float32(0.5))
+        x3[i + 1, 0] = (0.5 / ((trl.const(np.array([0.5, 0.5], np.float32)) * p0) + 1.0)).sum()
+        x3[i + 1, t + 1] = (((0.5 + (x3[i + 1] * 0.1)) + 0.5) + 0.5).tanh()
+        (0.5 * x3).backward()
+        if two_losses:
+            x3.tanh().backward()
+        x3.grad.sink(_collect(got, "i", "t"))
+    return ctx, {I: 3, T: 3}
+
+
+def _want_2(two_losses: bool, In: int = 3, Tn: int = 3) -> np.ndarray:
+    """dloss/dx3[i, t], as the gradient of the unrolled loss with respect to an offset
+    added to each x3[i, t]."""
+
+    def loss(eps: jax.Array) -> jax.Array:
+        p = jnp.asarray(P2)
+        x = [[None] * Tn for _ in range(In)]
+        for i in range(In):
+            for t in range(Tn):
+                if i == 0:
+                    v = jnp.float32(0.5)
+                elif t == 0:
+                    v = (0.5 / (0.5 * p + 1.0)).sum()
+                else:
+                    v = jnp.tanh(1.5 + 0.1 * x[i][t - 1])
+                x[i][t] = v + eps[i, t]
+        xs = jnp.stack([jnp.stack(r) for r in x])
+        return (0.5 * xs).sum() + (jnp.tanh(xs).sum() if two_losses else 0.0)
+
+    return np.asarray(jax.grad(loss)(jnp.zeros((In, Tn), jnp.float32)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("two_losses", [True, False])
+@pytest.mark.parametrize("options", [{}, {"vectorize_time": False}])
+def test_recurrence_over_a_shifted_domain_with_its_gradient(
+    backend: str, two_losses: bool, options: dict
+) -> None:
+    got: dict = {}
+    ctx, bounds = _program_2(got, two_losses)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    assert sorted(got) == [(i, t) for i in range(3) for t in range(3)]
+    have = np.array([[got[(i, t)] for t in range(3)] for i in range(3)])
+    np.testing.assert_allclose(have, _want_2(two_losses), rtol=1e-5)
+
+
+def test_shifted_body_cycle_is_not_carried() -> None:
+    """The edges of the recurrence read ``i - 1`` and ``i + 1``: their cycle has distance 0
+    along ``i``, so none of its edges is carried (the body stays per point over ``t``)."""
+    from timerl.pdg.passes.vectorize_partial import _carried_edges
+
+    ctx, bounds = _program_2({})
+    pdg = build_pdg(ctx, bounds, CompileOptions(vectorize_time=False))
+    (i, _), _ = pdg.dims
+    carried = _carried_edges(pdg, [i])
+    x3 = next(n.id for n in pdg if n.name == "x3")
+    body = [
+        k for k, e in enumerate(pdg.edges) if e.sink == x3 and pdg.nodes[e.src].domain == pdg.nodes[x3].domain
+    ]
+    assert body and not set(body) & carried
+
+
+# -- 3. a table read at t vectorized with the wrong number of rows ----------------------
+
+P3 = np.array([-0.2, 0.56], np.float32)
+TAB = np.array([-0.38, 0.35, 0.35, -0.06, 0.21], np.float32)  # the repro: p0 never picked
+TAB_PICK = np.array([0.7, 0.35, 0.6, -0.06, 0.21], np.float32)  # p0 picked at t = 0 and 2
+
+
+def _program_3(got: dict, tab: np.ndarray) -> tuple[trl.Context, dict]:
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        p0 = trl.param(P3, name="p0")
+        half = trl.const(np.array([0.5, 0.5], np.float32))
+        x2 = trl.empty((2,), domain=(i, t), name="x2")
+        x2[i] = (half + (trl.where(half > trl.const(tab)[t], 0.05, p0) * half)).tanh()
+        x4 = trl.empty((), domain=(i, t), name="x4")
+        x4[0, 0] = trl.const(np.float32(0.5))
+        x4[i + 1, 0] = 0.5 + x2[i, t].sum()
+        x4[i, t + 1] = trl.const(np.float32(0.5))
+        (x4**2.0).backward()
+        p0.grad.sink(_collect(got))
+    return ctx, {I: 3, T: 3}
+
+
+def _want_3(tab: np.ndarray, In: int = 3) -> np.ndarray:
+    """x4[i, 0] = 0.5 + sum(x2[i - 1, 0]) for i >= 1; every other point is a constant."""
+
+    def loss(p: jax.Array) -> jax.Array:
+        sel = jnp.where(0.5 > tab[0], 0.05, p)
+        x2 = jnp.tanh(0.5 + sel * 0.5)
+        return (In - 1) * (0.5 + x2.sum()) ** 2
+
+    return np.asarray(jax.grad(loss)(jnp.asarray(P3)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tab", ["repro", "picked"])
+@pytest.mark.parametrize("options", [{}, {"vectorize_time": False}])
+def test_table_longer_than_T_read_at_t(backend: str, tab: str, options: dict) -> None:
+    table = TAB if tab == "repro" else TAB_PICK
+    got: dict = {}
+    ctx, bounds = _program_3(got, table)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    want = _want_3(table)
+    assert tab == "repro" or np.abs(want).min() > 0.01  # the variant's gradient is not zero
+    np.testing.assert_allclose(got[()], want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows", [2, 3, 5])
+def test_table_read_at_t_forward(backend: str, rows: int) -> None:
+    """A table of ``rows`` rows read at ``t < T = min(rows, 3)``, vectorized: the rows at
+    ``t`` whatever the table's length."""
+    tab = np.arange(rows, dtype=np.float32) * 2.0 + 1.0
+    Tn = min(rows, 3)
+    got: dict = {}
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        y = trl.const(tab)[t] * 3.0
+        y.sink(_collect(got, "t"))
+    ctx.compile({T: Tn}, backend=backend).execute()
+    assert sorted(got) == [(k,) for k in range(Tn)]
+    np.testing.assert_allclose([got[(k,)] for k in range(Tn)], tab[:Tn] * 3.0)
+
+
+# -- 4. reverse recurrences whose gradients reach a parameter ---------------------------
+
+P4 = np.array([0.3, -0.2], np.float32)
+I4, T4 = 3, 4
+
+
+def _program_4(got: dict, variant: str) -> tuple[trl.Context, dict]:
+    """``y[i, t] = f(y[i, t + 1], y[i, t + 1 : T].discounted_sum(0.9))`` with ``y[i, T - 1]``
+    from the parameter: ``direct`` (the body reads ``p`` too), ``forward`` (beside a forward
+    recurrence from ``p``), ``shifted`` (the body over ``i + 1``, ``y[0]`` a constant: it was
+    refused, then zeros expanded to the window's ``T - t - 1`` rows had no ``t``)."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        p0 = trl.param(P4, name="p0")
+        y = trl.empty((), domain=(i, t), name="y")
+        y[i, T - 1] = (p0 * 0.5).sum()
+        if variant == "direct":
+            y[i, t] = (y[i, t + 1] * 0.5 + y[i, t + 1 : T].discounted_sum(0.9) * 0.1 + p0.sum()).tanh()
+        elif variant == "forward":
+            f = trl.empty((), domain=(i, t), name="f")
+            f[i, 0] = p0.mean()
+            f[i, t + 1] = (f[i, t] * 0.7 + 0.1).tanh()
+            y[i, t] = (y[i, t + 1] * 0.5 + y[i, t + 1 : T].discounted_sum(0.9) * 0.1 + f).tanh()
+        else:
+            y[i + 1, t] = (y[i + 1, t + 1] * 0.5 + y[i + 1, t + 1 : T].discounted_sum(0.9) * 0.1).tanh()
+            y[0, t] = p0.sum() * 0.0 + 0.5
+        (y * y).backward()
+        if variant != "direct":
+            y.tanh().backward()
+        p0.grad.sink(_collect(got))
+    return ctx, {I: I4, T: T4}
+
+
+def _want_4(variant: str) -> np.ndarray:
+    def loss(p: jax.Array) -> jax.Array:
+        total = jnp.float32(0.0)
+        for i in range(I4):
+            f = [p.mean()]
+            for _ in range(T4 - 1):
+                f.append(jnp.tanh(f[-1] * 0.7 + 0.1))
+            y: list[Any] = [None] * T4
+            y[T4 - 1] = (p * 0.5).sum()  # the first branch: every i at t = T - 1
+            for t in reversed(range(T4 - 1)):
+                disc = sum(0.9**k * y[t + 1 + k] for k in range(T4 - 1 - t))
+                if variant == "shifted" and i == 0:
+                    y[t] = p.sum() * 0.0 + 0.5
+                    continue
+                extra = p.sum() if variant == "direct" else f[t] if variant == "forward" else 0.0
+                y[t] = jnp.tanh(0.5 * y[t + 1] + 0.1 * disc + extra)
+            ys = jnp.stack(y)
+            total = total + (ys * ys).sum() + (0.0 if variant == "direct" else jnp.tanh(ys).sum())
+        return total
+
+    return np.asarray(jax.grad(loss)(jnp.asarray(P4)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("variant", ["direct", "forward", "shifted"])
+@pytest.mark.parametrize("options", [{}, {"vectorize_time": False}, {"scan_lift": False}])
+def test_reverse_recurrence_gradient_reaches_the_parameter(backend: str, variant: str, options: dict) -> None:
+    got: dict = {}
+    ctx, bounds = _program_4(got, variant)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    np.testing.assert_allclose(got[()], _want_4(variant), rtol=2e-5, atol=1e-6)
