@@ -50,6 +50,14 @@ class Args(ppo.PPOArgs):
     best: the same in GFLOPS / peak, noise included; step: the paper's per-action
     (GFLOPS(S') - GFLOPS(S)) / peak; final: that return paid at the last action (tuning
     keeps the last schedule)"""
+    bc_coef: float = 0.25
+    """buffer imitation (0: off): weight of the cross-entropy -log pi(a|s) on the states and
+    actions of each training problem's best measured episode so far, added to every update
+    (the Tiramisu agent's --bc-coef). Without it the policy learns only if random actions
+    happen to find the paying 3-4 action move early enough (a lottery over seeds)"""
+    demo_min_speedup: float = 1.15
+    """with --bc-coef > 0: imitate a problem's best episode once it beats the untuned nest by
+    this factor (above the --noise margin: a low reading of the untuned nest is no lesson)"""
     noise: float = 0.1
     """reward=log: relative gains below this are timing noise and earn nothing (one
     measurement of the untuned nest can read 10-15 % low on a busy machine)"""
