@@ -1,6 +1,7 @@
 # LoopTune (Grubisic et al.) with PPO as a timerl program: the agent learns to schedule
 # matmul loop nests (cursor / swap / split actions, reward = GFLOPS gain / machine peak,
-# measured by compiling the nest with TVM and timing it). Trains on the train split,
+# measured by compiling the nest with TVM and timing it; every update also imitates each training
+# problem's best measured episode so far, --bc-coef). Trains on the train split,
 # saves the policy and its learning curve, then tunes unseen test problems greedily and
 # prints the table of tuned vs untuned GFLOPS (and NumPy's) with the geomean speedup.
 # Every reported figure is measured again by fresh measurers (best of --remeasure, no
@@ -25,8 +26,9 @@ class Args(ppo.PPOArgs):
     """the LoopTune dataset (looptune.mm: matmuls with m, n, k in 64..256 step 16)"""
     num_envs: int = 8
     """parallel environments (the batch dim b): one problem each per episode"""
-    iterations: int = 400
-    """training iterations (one Adam step each); each runs one 10-action episode per env"""
+    iterations: int = 150
+    """training iterations (one Adam step each); each runs one 10-action episode per env (400
+    before buffer imitation, which waited 100-350 iterations for a take-off)"""
     lr: float = 3e-3
     """Adam learning rate (annealed linearly to 0)"""
     gamma: float = 0.9
@@ -50,6 +52,14 @@ class Args(ppo.PPOArgs):
     best: the same in GFLOPS / peak, noise included; step: the paper's per-action
     (GFLOPS(S') - GFLOPS(S)) / peak; final: that return paid at the last action (tuning
     keeps the last schedule)"""
+    bc_coef: float = 1.0
+    """buffer imitation (0: off): weight of the cross-entropy -log pi(a|s) on the states and
+    actions of each training problem's best measured episode so far, added to every update
+    (the Tiramisu agent's --bc-coef). Without it the policy learns only if random actions
+    happen to find the paying 3-4 action move early enough (a lottery over seeds)"""
+    demo_min_speedup: float = 1.15
+    """with --bc-coef > 0: imitate a problem's best episode once it beats the untuned nest by
+    this factor (above the --noise margin: a low reading of the untuned nest is no lesson)"""
     noise: float = 0.1
     """reward=log: relative gains below this are timing noise and earn nothing (one
     measurement of the untuned nest can read 10-15 % low on a busy machine)"""

@@ -98,6 +98,14 @@ class PPOArgs(RunArgs):
     values by --clip-coef (CleanRL); a no-op for one epoch and one minibatch"""
     update_dims: bool = False
     """build the (i, e, m) program even for one epoch and one minibatch (a check of it)"""
+    bc_coef: float = 0.0
+    """buffer imitation (0: off; envs with ``demo_buffer``, e.g. LoopTune): weight of the
+    cross-entropy ``-log pi(a|s)`` on the states and actions of each task's best measured
+    training episode so far (those reaching --demo-min-speedup), replayed without
+    measurements and added to every update (summed over the demonstrations' steps, divided
+    by --num-envs like the PPO loss); spends no env episodes"""
+    demo_min_speedup: float = 1.1
+    """with --bc-coef > 0: imitate a task's best episode only once it reaches this speedup"""
     out_dir: str = "runs/ppo"
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
     seed: int = 0
@@ -257,6 +265,21 @@ def minibatch_loss(
     return pg_loss + args.vf_coef * 0.5 * v_loss.mean() - args.ent_coef * ent.mean(), idx
 
 
+def sil_loss(logp: RT, ret: RT, v: RT, vf: float) -> RT:
+    """Self-imitation's per-point loss (Oh et al. 2018): ``-logp * max(ret - v, 0)`` (the
+    clipped advantage held constant) ``+ vf / 2 * max(ret - v, 0)^2``: raises the
+    probability of a replayed action and the value where the replayed return beats the
+    value estimate, and does nothing where it does not."""
+    gap = (ret - v).relu()
+    return -logp * gap.detach() + 0.5 * vf * gap * gap
+
+
+def bc_loss(logp: RT, weight: RT) -> RT:
+    """Buffer imitation's per-point loss: the cross-entropy ``-logp`` of a demonstration's
+    action, times the slot's weight (0 on an empty slot)."""
+    return -logp * weight
+
+
 def _network(args: PPOArgs, env: Any, pdims: tuple[Sym, ...], weights: dict[str, np.ndarray] | None) -> Any:
     """The actor-critic over the parameter dims ``pdims`` (``(i,)`` or ``(i, e, m)``)."""
     return (
@@ -333,11 +356,19 @@ def build(
     the network from given values (e.g. a checkpoint's); ``options`` go to ``ctx.compile``."""
     check_args(args)
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
+    bc = args.bc_coef > 0.0
     # Dim order is loop order where isl has a choice: the update dims come before t, so
-    # one (e, m) update sweeps the rollout over t.
-    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
-    with ctx as ((b, B), (i, I), *upd, (t, T)):
+    # one (e, m) update sweeps the rollout over t. k: the imitation buffer's slots.
+    dims = ("b", "i", "e", "m", "t") if epochs else ("b", "i", "t")
+    ctx = trl.Context(dims=dims + ("k",) if bc else dims)
+    with ctx as syms:
+        (b, B), (i, I) = syms[:2]
+        upd, (t, T), slot = list(syms[2 : len(dims) - 1]), syms[len(dims) - 1], syms[len(dims) :]
         env = env_fn(args, B)
+        if bc and not hasattr(env, "demo_buffer"):
+            raise TimeRLError(
+                f"--bc-coef needs an env with demonstrations (demo_buffer); {args.env_id} has none"
+            )
         pdims = (i, *(s for s, _ in upd))
         dnn = _network(args, env, pdims, weights)
         actor = dnn.at(i, 0, 0) if epochs else dnn
@@ -362,10 +393,26 @@ def build(
             per_point = clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
         loss = per_point * alive / float(args.num_envs)
         loss.backward()
+        if bc:  # every update also imitates each task's best episode, from the buffer
+            k, K = slot[0]
+            part = upd[1][0] if epochs else None  # minibatch m imitates the tasks p % M == m
+            o_d, a_d, w_d = env.demo_buffer(
+                (i, part, k) if epochs else (i, k),
+                k,
+                K,
+                min_speedup=args.demo_min_speedup,
+                after=[r[0:B, i, 0:T].sum()],  # after iteration i's episodes (they may add one)
+                part=part,
+                parts=args.num_minibatches,
+            )
+            logp_d, _, _ = dnn.evaluate(o_d, a_d)
+            (bc_loss(logp_d, w_d) * (args.bc_coef / float(args.num_envs))).backward()
         _adam_step(args, i, dnn)
         # per env: (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: d}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
+    if bc:
+        bounds[slot[0][1]] = env.demo_slots(args.num_minibatches)
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)

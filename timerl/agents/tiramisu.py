@@ -30,6 +30,7 @@ import numpy as np
 
 import timerl as trl
 from timerl.agents import ppo
+from timerl.agents.ppo import bc_loss, sil_loss  # shared with ppo.build's imitation
 from timerl.envs.tiramisu.actions import NUM_ACTIONS
 from timerl.envs.tiramisu.features import MAX_NODES, NUM_FEATURES
 from timerl.run import RunArgs, checkpoint_and_compile
@@ -317,21 +318,6 @@ class GATPolicy:
                     (w if cond is None else w[cond]).checkpoint(path, config)
 
         return _View()
-
-
-def sil_loss(logp, ret, v, vf: float):
-    """Self-imitation's per-point loss (Oh et al. 2018): ``-logp * max(ret - v, 0)`` (the
-    clipped advantage held constant) ``+ vf / 2 * max(ret - v, 0)^2``: raises the
-    probability of a replayed action and the value where the replayed return beats the
-    value estimate, and does nothing where it does not."""
-    gap = (ret - v).relu()
-    return -logp * gap.detach() + 0.5 * vf * gap * gap
-
-
-def bc_loss(logp, weight):
-    """Buffer imitation's per-point loss: the cross-entropy ``-logp`` of a demonstration's
-    action, times the slot's weight (0 on an empty slot)."""
-    return -logp * weight
 
 
 def make_env(args: TiramisuArgs, B, **kw):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -158,6 +159,83 @@ def test_wrong_result_is_logged_and_zero(tmp_path: object, monkeypatch, caplog) 
     with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
         assert m.gflops(initial_state(Problem(16, 16, 16))) == 0.0
     assert "wrong result" in caplog.text
+
+
+def test_corrupt_cache_is_reported_and_rebuilt(tmp_path: object, caplog) -> None:
+    """Lines that are not a ``{"key": str, "gflops": finite >= 0}`` record are dropped with one
+    warning, the file is rewritten without them, and their schedules are measured again."""
+    m = fast_measurer(tmp_path)
+    good, bad = initial_state(Problem(16, 32, 16)), initial_state(Problem(16, 16, 16))
+    g = m.gflops(good)
+    path = m.disk.path  # type: ignore[union-attr]
+    with path.open("a") as f:
+        for value in ("NaN", "-3.0", "1e999"):
+            f.write(f'{{"key": "{bad.schedule_key}", "gflops": {value}}}\n')
+        f.write('{"key": 7, "gflops": 1.0}\n')
+        f.write('{"gflops": 1.0}\n')
+        f.write("\x00\x00garbage{{\n")
+        f.write(f'{{"key": "{bad.schedule_key}", "gfl')  # a torn last line
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        again = fast_measurer(tmp_path)
+    assert "7 corrupt line(s) dropped (1 valid kept)" in caplog.text and str(path) in caplog.text
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"key": good.schedule_key, "gflops": g}]
+    assert again.gflops(good) == g and again.stats.disk_hits == 1
+    assert again.gflops(bad) > 0 and again.stats.measured == 1  # measured, not read from the cache
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        third = fast_measurer(tmp_path)
+    assert "corrupt" not in caplog.text and len(third.disk.values) == 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"x": 1.0})])
+def test_corrupt_peak_cache_is_measured_again(tmp_path, caplog, content: str) -> None:
+    cpu = tvm_lower.host_cpu()
+    path = tmp_path / "peak.json"
+    path.write_text(content if content != json.dumps({"x": 1.0}) else json.dumps({cpu: -1.0, "x": 1.0}))
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        peak = measure.machine_peak(tmp_path)
+    assert "peak cache" in caplog.text and "corrupt" in caplog.text
+    assert math.isfinite(peak) and peak > 0
+    assert json.loads(path.read_text()) == {cpu: peak}
+
+
+class WrongOnceSplit(TVMMeasurer):
+    """The real measurer, checking every schedule with more loops than the untuned nest
+    against a wrong reference (so TVM builds and runs it, and the check rejects it)."""
+
+    def _measure(self, state: LoopState) -> float:
+        if len(state.loops) == len(initial_state(state.problem).loops):
+            return super()._measure(state)
+        a, b, ref = self._arrays(state.problem)
+        self._inputs[state.problem] = (a, b, ref + 1.0)
+        try:
+            return super()._measure(state)
+        finally:
+            self._inputs[state.problem] = (a, b, ref)
+
+
+@pytest.mark.parametrize("reward", ["log", "best", "step"])
+def test_a_schedule_that_mismatches_numpy_is_logged_and_never_rewarded(tmp_path, caplog, reward: str) -> None:
+    import timerl as trl
+    from timerl.envs.looptune.env import LoopTuneEnv
+
+    m = WrongOnceSplit(disk_cache=False, repeats=3, min_repeats=3, repeat_ms=0.2)
+    p = Problem(32, 32, 16)
+    with trl.Context(dims=("i",)):
+        env = LoopTuneEnv("mm", 1, problems=[p], measurer=m, reward=reward, peak=100.0, noise=0.0)
+    st = env._state
+    st.bind({})
+    st.reset({"i": 0})
+    acts = ["split_2", "down", "swap_down", "down", "down", "split_4", "up", "up", "up", "up"]
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        rewards = [float(st.step(np.array([A[a]]))[1]) for a in acts]
+    assert "wrong result" in caplog.text and m.stats.failures >= 1
+    assert rewards[2] <= 0.0 if reward == "step" else rewards[2] == 0.0  # m8, k, m2, n: wrong
+    if reward != "step":
+        assert all(r == 0.0 for r in rewards)  # nothing beats the untuned nest that works
+    rec = env.history[-1]
+    assert rec.best_key == rec.initial_key and rec.best_gflops == rec.initial_gflops > 0
+    assert env.demonstrations == {}  # a failed schedule is no demonstration
 
 
 def test_machine_peak_reads_its_cache(tmp_path) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from timerl.envs.common import pick_batch, static_num_envs
+from timerl.envs.demos import DemoBufferFn, Demonstrations, buffer_rows
 from timerl.envs.gym_env import GymEnv
 from timerl.envs.looptune import dataset as ds
 from timerl.envs.looptune.analytic import AnalyticCostModel
@@ -53,8 +54,9 @@ from timerl.envs.looptune.ir import (
 )
 from timerl.envs.looptune.measure import Measurer, machine_peak, make_measurer
 from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
-from timerl.rt.udf import UDFFn
+from timerl.rt.udf import UDFFn, udf
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.envs.looptune")
@@ -93,6 +95,7 @@ class _Episode:
         self.initial, self.initial_g = state, g
         self.state, self.g = state, g
         self.best, self.best_g = state, g
+        self.best_step = 0  # actions that reached ``best``
         self.ref_g = g  # reward="log": the best GFLOPS rewarded so far
         self.actions: list[int] = []
 
@@ -145,9 +148,43 @@ class _LoopTuneState:
         self.steps = 0
         self.history: list[EpisodeRecord] = []
         self.last_obs: np.ndarray | None = None
+        # per problem: the actions to the fastest measured schedule of any finished episode
+        self.demos = Demonstrations()
+        self._replays: dict[tuple, tuple[np.ndarray, ...]] = {}
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
         self.n = static_num_envs(self.env_id, self.num_envs, bounds)
+
+    def demo_buffer(
+        self, slots: int, min_speedup: float, part: int = 0, parts: int = 1
+    ) -> tuple[np.ndarray, ...]:
+        """Buffer imitation's batch (:func:`timerl.envs.demos.buffer_rows`): per problem of
+        this part, the states along its kept demonstration (if it reaches ``min_speedup``),
+        replayed from the untuned nest without measuring; per row the observation, the
+        demonstration's action and a weight (1.0 on a demonstration step, 0.0 on an empty
+        row)."""
+
+        def rows_of(p: int | None, per: int) -> tuple[np.ndarray, ...]:
+            problem = self.problems[0 if p is None else p]
+            acts = () if p is None else self.demos.actions(problem.name, min_speedup)[:per]
+            key = (problem.name, acts, per)
+            if key not in self._replays:
+                self._replays[key] = self._replay(problem, acts, per)
+            return self._replays[key]
+
+        return buffer_rows(len(self.problems), slots, part, parts, rows_of)
+
+    def _replay(self, problem: Problem, actions: Sequence[int], per: int) -> tuple[np.ndarray, ...]:
+        obs = np.zeros((per, self.max_loops * NUM_FEATURES), np.float32)
+        acts = np.zeros(per, np.int64)
+        weight = np.zeros(per, np.float32)
+        s = initial_state(problem)
+        obs[:] = features(s, self.max_loops).reshape(-1)
+        for j, a in enumerate(actions):
+            obs[j] = features(s, self.max_loops).reshape(-1)
+            acts[j], weight[j] = a, 1.0
+            s = apply_action(s, a, self.max_loops)
+        return obs, acts, weight
 
     def _pick(self, k: int) -> list[Problem]:
         return pick_batch(self.problems, k, self.n, self.in_order, self.seed)
@@ -197,7 +234,7 @@ class _LoopTuneState:
                 ep.state, ep.g = nxt, g
                 ep.actions.append(a)
                 if g > ep.best_g:
-                    ep.best, ep.best_g = nxt, g
+                    ep.best, ep.best_g, ep.best_step = nxt, g, len(ep.actions)
             self.steps += 1
             if self.steps == self.episode_len:
                 self._finish()
@@ -226,6 +263,11 @@ class _LoopTuneState:
     def _finish(self) -> None:
         recs = [ep.record() for ep in self.episodes]
         self.history.extend(recs)
+        for ep in self.episodes:  # measured gains only: a failed untuned nest (0 GFLOPS) has none
+            if ep.initial_g > 0 and ep.best_step > 0:
+                kept = _effective(ep.initial, ep.actions[: ep.best_step], self.max_loops)
+                if self.demos.remember(ep.initial.problem.name, ep.best_g / ep.initial_g, kept):
+                    log.debug("%s: new demonstration for %s: %s", self.env_id, ep.initial.problem.name, kept)
         init = np.mean([r.initial_gflops for r in recs])
         final = np.mean([r.final_gflops for r in recs])
         best = np.mean([r.best_gflops for r in recs])
@@ -239,6 +281,17 @@ class _LoopTuneState:
             best,
             len(self.history),
         )
+
+
+def _effective(state: LoopState, actions: Sequence[int], max_loops: int) -> list[int]:
+    """``actions`` without the no-ops (invalid actions leave the state as it is)."""
+    kept = []
+    for a in actions:
+        nxt = apply_action(state, a, max_loops)
+        if nxt is not state:
+            kept.append(a)
+            state = nxt
+    return kept
 
 
 class _MaskFn(UDFFn):
@@ -355,6 +408,49 @@ class LoopTuneEnv(GymEnv):
         ``obs`` (the observation of that state) and is computed after the step that made it;
         e.g. ``(logits + (mask - 1) * 1e9).argmax(-1)`` picks the best valid action."""
         return self._action_mask_udf(_MaskFn(self._state), len(ACTIONS), obs)
+
+    def demo_slots(self, parts: int = 1) -> int:
+        """The slot dim's bound that :meth:`demo_buffer` needs: a row per problem of a part
+        (``ceil(problems / parts)``) and per action of an episode."""
+        return -(-len(self.problems) // parts) * self.episode_len
+
+    def demo_buffer(
+        self,
+        domain: Sequence[Sym],
+        slot_dim: Sym,
+        slots: Sym,
+        min_speedup: float = 1.1,
+        after: Sequence[RecurrentTensor] = (),
+        part: Sym | None = None,
+        parts: int = 1,
+    ) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor]:
+        """Buffer imitation (as :meth:`TiramisuEnv.demo_buffer
+        <timerl.envs.tiramisu.env.TiramisuEnv.demo_buffer>`): ``(obs, action, weight)`` at
+        every point of ``domain`` (e.g. ``(i, k)``), all slots of ``slot_dim`` (bound
+        ``slots`` = :meth:`demo_slots`) made by one call per point of the other dims: per
+        problem, the states along its kept demonstration (the actions to the fastest measured
+        schedule of its training episodes so far, no-ops left out, if it beats the untuned
+        nest by ``min_speedup``), replayed from the untuned nest without measurements;
+        ``weight`` 1.0 on a demonstration step, 0.0 on an empty slot. ``after``: RTs the call
+        waits for (e.g. the iteration's rewards, so that the episodes just finished count).
+        ``part`` (a dim of ``domain``) of ``parts``: at ``part = q`` only the problems ``p``
+        with ``p % parts == q``."""
+        fn = DemoBufferFn(self._state, min_speedup, slots, part, parts)
+        obs, act, weight = udf(
+            fn,
+            [((self.max_loops * NUM_FEATURES,), DType.float32), ((), DType.int64), ((), DType.float32)],
+            tuple(domain),
+            list(after),
+            name=f"{self.env_id}.demo_buffer",
+            batch_dims=(slot_dim,),
+        )
+        return obs, act, weight
+
+    @property
+    def demonstrations(self) -> dict[str, tuple[float, tuple[int, ...]]]:
+        """Per problem, the kept best measured episode: (speedup over the untuned nest, the
+        actions to its fastest schedule, no-ops left out); filled as training episodes finish."""
+        return self._state.demos
 
     @property
     def history(self) -> list[EpisodeRecord]:

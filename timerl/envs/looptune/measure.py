@@ -91,19 +91,54 @@ class MeasureStats:
 
 class _DiskCache:
     """An append-only JSON-lines file ``{"key": ..., "gflops": ...}``: loaded whole at start,
-    one line appended per new measurement (appends of short lines do not interleave)."""
+    one line appended per new measurement (appends of short lines do not interleave).
+
+    A line that is not such a record, or whose GFLOPS is not a finite number >= 0 (0 marks a
+    schedule that failed), is corrupt: it is reported (one warning with the count) and the
+    file is rebuilt from the valid lines, so its schedules are measured again, never trusted."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.values: dict[str, float] = {}
-        if path.exists():
-            with path.open() as f:
-                for line in f:
-                    try:
-                        rec = json.loads(line)
-                        self.values[str(rec["key"])] = float(rec["gflops"])
-                    except (ValueError, KeyError, TypeError):
-                        log.warning("skipping a corrupt line of the LoopTune cache %s", path)
+        self.corrupt = 0
+        if not path.exists():
+            return
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            log.warning("cannot read the LoopTune cache %s (%s): measuring again", path, exc)
+            return
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                key, value = str(rec["key"]), float(rec["gflops"])
+                if not isinstance(rec["key"], str) or not math.isfinite(value) or value < 0:
+                    raise ValueError(line)
+            except (ValueError, KeyError, TypeError):
+                self.corrupt += 1
+                continue
+            self.values[key] = value
+        if self.corrupt:
+            log.warning(
+                "LoopTune cache %s: %d corrupt line(s) dropped (%d valid kept); rebuilding the file, "
+                "the dropped schedules will be measured again",
+                path,
+                self.corrupt,
+                len(self.values),
+            )
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(
+                "".join(json.dumps({"key": k, "gflops": v}) + "\n" for k, v in self.values.items())
+            )
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("cannot rebuild the LoopTune cache %s (%s)", self.path, exc)
 
     def add(self, key: str, value: float) -> None:
         self.values[key] = value
@@ -367,8 +402,13 @@ def machine_peak(cache_dir: str | os.PathLike[str] | None = None, refresh: bool 
     if path.exists():
         try:
             known = {str(k): float(v) for k, v in json.loads(path.read_text()).items()}
-        except (ValueError, AttributeError):
-            log.warning("ignoring the corrupt LoopTune peak cache %s", path)
+            bad = [k for k, v in known.items() if not (math.isfinite(v) and v > 0)]
+            if bad:
+                raise ValueError(f"not a positive GFLOPS for {bad}")
+        except (ValueError, AttributeError, TypeError) as exc:
+            log.warning("the LoopTune peak cache %s is corrupt (%s): measuring the peak again", path, exc)
+            known = {}
+            refresh = True
     if cpu in known and not refresh:
         return known[cpu]
     log.info("LoopTune: measuring this machine's single-thread peak (once, cached in %s)", path)

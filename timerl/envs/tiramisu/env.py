@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from timerl.envs.common import pick_batch, static_num_envs
+from timerl.envs.demos import DemoBufferFn, Demonstrations, buffer_rows
 from timerl.envs.gym_env import GymEnv
 from timerl.envs.tiramisu.actions import ACTIONS, NEXT, NUM_ACTIONS, apply_action
 from timerl.envs.tiramisu.benchmarks import BENCHMARKS, benchmark
@@ -176,7 +177,7 @@ class _TiramisuState:
         self.demo_prob = float(demo_prob)
         self.demo_min_speedup = float(demo_min_speedup)
         # per program: the fastest measured schedule of any finished episode (speedup, actions to it)
-        self.demos: dict[str, tuple[float, tuple[int, ...]]] = {}
+        self.demos = Demonstrations()
         self._buffer_cache: dict[tuple, tuple[np.ndarray, ...]] = {}  # demo_buffer's replays
         self.surrogate = surrogate
         self.num_envs = num_envs
@@ -217,10 +218,7 @@ class _TiramisuState:
         (not predicted) and beats the one kept so far."""
         if ep.best_predicted or ep.best_step == 0:
             return
-        speedup = ep.t0 / ep.best_t
-        name = ep.task.program.name
-        if speedup > self.demos.get(name, (0.0, ()))[0]:
-            self.demos[name] = (speedup, tuple(ep.actions[: ep.best_step]))
+        self.demos.remember(ep.task.program.name, ep.t0 / ep.best_t, ep.actions[: ep.best_step])
 
     def _assign_demos(self, k: int) -> None:
         """With probability ``demo_prob`` per env, the episode of reset ``k`` first replays
@@ -266,17 +264,15 @@ class _TiramisuState:
         the action mask there (as ``mask(legal)``: applicable / legal, not yet visited), the
         demonstration's action and a weight (1.0, or 0.0 for an empty row and for a replayed
         action that the mask removes: it was a no-op in its episode)."""
-        mine = self.tasks[part::parts]
-        per = slots // -(-len(self.tasks) // parts)
-        rows = [self._replayed(task, legal, min_speedup, per) for task in mine]
-        while len(rows) * per < slots:  # fewer programs in this part: empty rows (weight 0)
-            rows.append(self._replayed(self.tasks[0], legal, math.inf, per))
-        return tuple(np.concatenate([r[k] for r in rows])[:slots] for k in range(4))
+
+        def rows_of(p: int | None, per: int) -> tuple[np.ndarray, ...]:
+            task = self.tasks[0 if p is None else p]
+            return self._replayed(task, legal, math.inf if p is None else min_speedup, per)
+
+        return buffer_rows(len(self.tasks), slots, part, parts, rows_of)
 
     def _replayed(self, task: TiramisuTask, legal: bool, min_speedup: float, per: int) -> tuple:
-        speedup, actions = self.demos.get(task.program.name, (0.0, ()))
-        if speedup < min_speedup:
-            actions = ()
+        actions = self.demos.actions(task.program.name, min_speedup)
         key = (task.program.name, actions, legal, per)
         if key not in self._buffer_cache:
             self._buffer_cache[key] = _replay(task, actions[:per], legal, per)
@@ -407,33 +403,6 @@ def _replay(task: TiramisuTask, actions: Sequence[int], legal: bool, steps: int)
         sched = new
         visited.add(new.key)
     return obs, mask, acts, weight
-
-
-class _DemoBufferFn(UDFFn):
-    def __init__(
-        self, state: _TiramisuState, legal: bool, min_speedup: float, slots: Any, part: Sym | None, parts: int
-    ) -> None:
-        super().__init__(self._call, f"{state.env_id}.demo_buffer")
-        self.state = state
-        self.legal = legal
-        self.min_speedup = min_speedup
-        self.slots = slots
-        self.part = part
-        self.parts = parts
-        self.n = 0
-
-    def bind(self, bounds: Mapping[Sym, int]) -> None:
-        self.n = int(bounds[self.slots])
-        share = -(-len(self.state.tasks) // self.parts)
-        if self.n % share:
-            raise TimeRLError(
-                f"env {self.state.env_id}: demo_buffer needs a multiple of {share} slots (one row "
-                f"per program of a part and step), got {self.n}"
-            )
-
-    def _call(self, inputs: list[np.ndarray], point: dict[str, int]) -> list[np.ndarray]:
-        part = point[self.part.name] if self.part is not None else 0
-        return list(self.state.demo_buffer(self.n, self.legal, self.min_speedup, part, self.parts))
 
 
 class _EpisodeFn(UDFFn):
@@ -599,7 +568,12 @@ class TiramisuEnv(GymEnv):
         iteration's rewards, so that the episodes that just finished count). ``part`` (a dim
         of ``domain``, e.g. the minibatch ``m``) of ``parts``: at ``part = q`` only the
         programs ``p`` with ``p % parts == q`` (``slots``: their share x ``episode_len``)."""
-        fn = _DemoBufferFn(self._state, legal, float(min_speedup), slots, part, parts)
+        st = self._state
+
+        def call(n: int, min_speedup: float, q: int, parts: int) -> tuple[np.ndarray, ...]:
+            return st.demo_buffer(n, legal, min_speedup, q, parts)
+
+        fn = DemoBufferFn(st, min_speedup, slots, part, parts, call)
         obs, mask, act, weight = udf(
             fn,
             [
