@@ -261,8 +261,11 @@ def plan_options(options: CompileOptions) -> Any:
     )
 
 
-def make_plan_for(pdg: PDG, schedule: Any, options: CompileOptions, backend: Any, resume: Any = None) -> Any:
-    """The Plan that runs ``schedule`` over ``pdg`` on ``backend`` with ``options``."""
+def make_plan_for(
+    pdg: PDG, schedule: Any, options: CompileOptions, backend: Any, resume: Any = None, estimate: bool = False
+) -> Any:
+    """The Plan that runs ``schedule`` over ``pdg`` on ``backend`` with ``options``
+    (``estimate``: made for its peak estimate only, without the merge moves)."""
     from timerl.plan.iterations import kept_values
     from timerl.plan.plan import Target, make_plan
 
@@ -273,6 +276,7 @@ def make_plan_for(pdg: PDG, schedule: Any, options: CompileOptions, backend: Any
         Target.of(backend),
         keep=kept_values(pdg),
         resume_after=None if resume is None else resume.iteration,
+        moves=not estimate,
     )
 
 
@@ -328,7 +332,7 @@ def _fit_budget(
     from timerl.schedule.scheduler import schedule_pdg
     from timerl.units import fmt_bytes
 
-    est = make_plan_for(pdg, sched, options, backend).peak
+    est = make_plan_for(pdg, sched, options, backend, estimate=True).peak
     if est.peak_bytes <= budget:
         return pdg, sched, options
     if not options.dealloc:  # without frees (and without free_iterations: an upper side)
@@ -341,14 +345,14 @@ def _fit_budget(
             fmt_bytes(est.peak_bytes),
         )
         sched, options = freed, replace(options, dealloc=True)
-        if make_plan_for(pdg, sched, options, backend).peak.peak_bytes <= budget:
+        if make_plan_for(pdg, sched, options, backend, estimate=True).peak.peak_bytes <= budget:
             return pdg, sched, options
     if options.incrementalize is None:
         got = fit_by_incrementalizing(
             pdg,
             budget,
             lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p), swap=_swapped(p, options)),
-            lambda p, s: make_plan_for(p, s, replace(options, dealloc=True), backend),
+            lambda p, s: make_plan_for(p, s, replace(options, dealloc=True), backend, estimate=True),
             rebuild=rebuild,
         )
         if got is not None:
@@ -425,18 +429,22 @@ def _fit_swapping(
 
     eligible = _swapped(pdg, options, threshold=0)
     if not eligible or (options.swap and _swapped(pdg, options) == eligible):
-        check_budget(make_plan_for(pdg, sched, options, backend), budget, "with deallocation")  # raises
+        check_budget(
+            make_plan_for(pdg, sched, options, backend, estimate=True), budget, "with deallocation"
+        )  # raises
     keep = _kept_values(pdg)
     sizes = point_bytes(pdg)
     every = schedule_pdg(pdg, dealloc=True, keep=keep, swap=eligible)
     swapping = replace(options, swap=True)
-    check_budget(make_plan_for(pdg, every, swapping, backend), budget, "with deallocation and swapping")
+    check_budget(
+        make_plan_for(pdg, every, swapping, backend, estimate=True), budget, "with deallocation and swapping"
+    )
     chosen, threshold = every, min(sizes[n] for n in eligible)
     for size in sorted({sizes[n] for n in eligible}, reverse=True)[:MAX_SWAP_TRIES]:
         if size <= threshold:
             break
         tried = schedule_pdg(pdg, dealloc=True, keep=keep, swap=_swapped(pdg, options, threshold=size))
-        if make_plan_for(pdg, tried, swapping, backend).peak.peak_bytes <= budget:
+        if make_plan_for(pdg, tried, swapping, backend, estimate=True).peak.peak_bytes <= budget:
             chosen, threshold = tried, size
             break
     log.warning(
