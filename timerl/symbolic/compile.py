@@ -31,8 +31,32 @@ from timerl.symbolic.expr import (
 _BINOPS: dict[type, str] = {Add: "+", Mul: "*", FloorDiv: "//", Mod: "%", Lt: "<", Le: "<=", Eq: "=="}
 
 
-def _expr_src(e: Expr | Slice, names: dict[Sym, str]) -> str:
+# how ``Not``, ``And``, ``Or``, ``Min``, ``Max`` are written: on Python ints, or elementwise on arrays
+_SCALAR = {
+    Not: "(not {0})",
+    And: "(bool({0}) and bool({1}))",
+    Or: "(bool({0}) or bool({1}))",
+    Min: "min({0}, {1})",
+    Max: "max({0}, {1})",
+}
+# elementwise, truth values are int64 arrays (0/1): NumPy's bool arrays add as "or" where
+# Python's bools add as ints ((a == b) + (c == d) is 2 when both hold)
+_ELEMENTWISE = {
+    Not: "_i(_not({0}))",
+    And: "_i(_and({0}, {1}))",
+    Or: "_i(_or({0}, {1}))",
+    Min: "_min({0}, {1})",
+    Max: "_max({0}, {1})",
+    Lt: "_i({0} < {1})",
+    Le: "_i({0} <= {1})",
+    Eq: "_i({0} == {1})",
+}
+
+
+def _expr_src(e: Expr | Slice, names: dict[Sym, str], calls: Mapping[type, str] = _SCALAR) -> str:
     if isinstance(e, Slice):
+        if calls is not _SCALAR:
+            raise TypeError("slices are not evaluated elementwise")
         return f"range({_expr_src(e.start, names)}, {_expr_src(e.stop, names)})"
     if isinstance(e, Const):
         return repr(e.value)
@@ -41,17 +65,9 @@ def _expr_src(e: Expr | Slice, names: dict[Sym, str]) -> str:
             names[e] = f"_s{len(names)}"
         return f"v[{names[e]}]"
     k = type(e)
-    a = [_expr_src(x, names) for x in e.args]
-    if k is Not:
-        return f"(not {a[0]})"
-    if k is And:
-        return f"(bool({a[0]}) and bool({a[1]}))"
-    if k is Or:
-        return f"(bool({a[0]}) or bool({a[1]}))"
-    if k is Min:
-        return f"min({a[0]}, {a[1]})"
-    if k is Max:
-        return f"max({a[0]}, {a[1]})"
+    a = [_expr_src(x, names, calls) for x in e.args]
+    if k in calls:
+        return calls[k].format(*a)
     return f"({a[0]} {_BINOPS[k]} {a[1]})"
 
 
@@ -82,35 +98,17 @@ def symbols_of(es: Sequence[Expr | Slice]) -> frozenset[Sym]:
     return out
 
 
-_NP_CALLS = {Not: "_not", And: "_and", Or: "_or", Min: "_min", Max: "_max"}
-
-
-def _vec_src(e: Expr, names: dict[Sym, str]) -> str:
-    if isinstance(e, Slice):
-        raise TypeError("slices are not evaluated elementwise")
-    if isinstance(e, Const):
-        return repr(e.value)
-    if isinstance(e, Sym):
-        if e not in names:
-            names[e] = f"_s{len(names)}"
-        return f"v[{names[e]}]"
-    k = type(e)
-    a = [_vec_src(x, names) for x in e.args]
-    if k in _NP_CALLS:
-        return f"{_NP_CALLS[k]}({', '.join(a)})"
-    return f"({a[0]} {_BINOPS[k]} {a[1]})"
-
-
 def compile_exprs_elementwise(es: Sequence[Expr]) -> Callable[[Mapping[Sym, Any]], tuple[Any, ...]]:
     """Compile expressions into ``f(env) -> tuple``, evaluated elementwise when ``env`` maps
     some symbols to NumPy integer arrays (one evaluation for every iteration of a loop):
-    ``+ * // % < <= ==`` act elementwise with Python's integer semantics, ``min``/``max``
-    and the logical connectives through NumPy. Values equal those of :func:`compile_exprs`
+    ``+ * // % < <= ==`` act elementwise with Python's integer semantics (truth values as
+    0/1 integers, so they add as Python's bools do), ``min``/``max`` and the logical
+    connectives through NumPy. Values equal those of :func:`compile_exprs`
     at each element; a result that does not depend on the arrays stays a scalar."""
     import numpy as np
 
     names: dict[Sym, str] = {}
-    parts = [_vec_src(e, names) for e in es]
+    parts = [_expr_src(e, names, _ELEMENTWISE) for e in es]
     scope: dict[str, Any] = {
         "__builtins__": {},
         "_not": np.logical_not,
@@ -118,6 +116,7 @@ def compile_exprs_elementwise(es: Sequence[Expr]) -> Callable[[Mapping[Sym, Any]
         "_or": np.logical_or,
         "_min": np.minimum,
         "_max": np.maximum,
+        "_i": lambda x: np.asarray(x, dtype=np.int64),
     }
     scope.update({n: s for s, n in names.items()})
     body = f"({', '.join(parts)},)" if parts else "()"
