@@ -41,9 +41,9 @@ class CompileOptions:
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
-    # JAX: a compiled region that reads an input last writes its output into the input's
-    # buffer (donate_argnums; needs dealloc and fuse; no effect on Torch; plan/donate.py,
-    # docs/memory.md: on since measured neutral on PPO with identical rollouts)
+    # a compiled region that reads an input last writes an output into the input's buffer
+    # (JAX: donate_argnums; Torch: an elementwise result written in place, run_into; needs
+    # dealloc and fuse; plan/donate.py, docs/memory.md)
     donate: bool = True
     # offload tensors over swap_threshold bytes per point with more than one symbolic dim to
     # the host pool between their consumers and fetch them back (placed by isl; needs dealloc;
