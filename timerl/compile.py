@@ -276,7 +276,7 @@ def make_plan_for(
         Target.of(backend),
         keep=kept_values(pdg),
         resume_after=None if resume is None else resume.iteration,
-        moves=not estimate,
+        with_moves=not estimate,
     )
 
 

@@ -193,11 +193,11 @@ def make_plan(
     target: Target = NO_TARGET,
     keep: frozenset[int] = frozenset(),
     resume_after: int | None = None,
-    moves: bool = True,
+    with_moves: bool = True,
 ) -> Plan:
     """The Plan for running ``ast`` over ``pdg`` on ``target`` (see the module doc). ``keep``:
     values read after the run (checkpoints), never moved by a merge; ``resume_after``: a
-    resumed run's last finished iteration; ``moves=False`` leaves the merge moves out (an
+    resumed run's last finished iteration; ``with_moves=False`` leaves the merge moves out (an
     isl analysis the peak estimate does not use: ``memory_budget``'s search compares Plans
     without them)."""
     check_ast(pdg, ast)
@@ -208,7 +208,7 @@ def make_plan(
     planned = _plan_seqs(ast, pdg, donate) if options.fuse else ast
     found = iteration_loop(planned, pdg, dim) if dim is not None else None
     moves: frozenset[tuple[int, int]] = frozenset()
-    if donate and moves:
+    if donate and with_moves:
         from timerl.plan.donate import merge_moves
 
         moves = _only_store_reader(merge_moves(pdg, keep), planned, pdg)
