@@ -33,6 +33,7 @@ import pytest
 from fuzz_programs import FEATURES, Program, features, generate, reference, render
 
 from timerl.compile import CompileOptions
+from timerl.errors import PDGError
 
 W0 = np.array([0.3, -0.2], np.float32)
 SWITCHES = [f.name for f in fields(CompileOptions) if f.type in ("bool", bool)]
@@ -277,3 +278,13 @@ did not: ``verify_pdg`` rejects it)."""
 def test_fuzz_regressions(seed: int, backend: str) -> None:
     prog = generate(seed)
     assert check_program(prog, backend, {}) > 0
+
+
+@pytest.mark.xfail(strict=True, raises=PDGError, reason="open: incrementalize (see docstring)")
+def test_fuzz_incrementalized_mask_of_a_floor_div_read() -> None:
+    """Seed 29 with ``incrementalize=8``: the gradient of ``x0[t // 2]`` masks the sink points
+    with ``EQ(comp(q)[0:T], s)``; incrementalize tiles that EQ into blocks of one row but
+    keeps its read of all ``T`` rows of ``comp`` (``batch[t=0:T]``), and ``w.grad`` came out
+    wrong (1.31 for 1.26). ``verify_pdg`` now refuses the PDG (``PDGError`` naming the pass)
+    instead; this test passes once incrementalize reads the block's rows."""
+    assert check_program(generate(29), "torch", {"incrementalize": 8}) > 0

@@ -5,10 +5,10 @@ sink's inputs and its ``oid`` within the source's outputs; ``phi`` has one compo
 per source-domain dim; ``phi``, ``cond`` and ``select`` use only the sink's dims and
 bound symbols (``select`` may also use ``SLICE_VAR``); every non-MERGE node has each
 input exactly once; node domains use context dims in context order, and per-point shapes
-only those dims (and bounds); an elementwise op's
-inputs, with the per-point shapes their edges deliver, broadcast to its output's shape
-(:func:`read_shape`; a pass that re-points an edge at a value of another shape breaks it);
-the rows an edge makes a batch axis are as many as that axis has.
+only those dims (and bounds); an elementwise op's inputs, with the per-point shapes their
+edges deliver, broadcast to its output's shape (:func:`read_shape`; a pass that re-points
+an edge at a value of another shape breaks it); the rows an edge makes a batch axis are as
+many as that axis has.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from timerl.errors import PDGError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, ShapeDim
 from timerl.pdg.ops import ELEMENTWISE_OPS, OpKind
-from timerl.symbolic import Const, Slice, free_symbols
+from timerl.symbolic import Const, Slice, evaluate, free_symbols
 from timerl.symbolic.simplify import simplify
 
 
@@ -32,9 +32,12 @@ def _fail(pdg: PDG, e: Edge | None, msg: str) -> None:
 
 
 def _size(pdg: PDG, x: ShapeDim) -> int | None:
-    """A per-point size as an int, None when it is symbolic (``T - t``)."""
+    """A per-point size as an int (static bounds substituted), None when it varies
+    (``T - t``, a dynamic ``T``)."""
     if isinstance(x, int):
         return x
+    if free_symbols(x) <= set(pdg.static_bounds):
+        return int(evaluate(x, dict(pdg.static_bounds)))
     x = simplify(x)
     return x.value if isinstance(x, Const) else None
 
@@ -42,7 +45,7 @@ def _size(pdg: PDG, x: ShapeDim) -> int | None:
 def read_shape(pdg: PDG, e: Edge) -> tuple[int, ...] | None:
     """The per-point shape data edge ``e`` delivers to its sink (the runtime's layout,
     ``timerl/runtime/layout.py``): the source's batch dims the sink lacks and the edge does
-    not index at a point (stacked in front), the slices of ``phi`` but the ``to_batch``
+    not index (stacked in front), those it reads a slice of, the slices of ``phi`` but the ``to_batch``
     one, then the source's per-point shape (its leading dim picked by ``select``, or made
     the ``to_batch`` dim when ``phi`` has no slice: the rows of a lifted scan). None
     when a size is symbolic or a batch axis is padded to a dynamic bound's bucket."""
@@ -51,14 +54,14 @@ def read_shape(pdg: PDG, e: Edge) -> tuple[int, ...] | None:
         return None
     size: dict[object, ShapeDim] = dict(zip(src.batch_dims, src.batch, strict=True))
     cur = list(src.batch_dims)
+    narrowed: list[ShapeDim] = []  # a slice of a batch axis: a stacked per-point dim of every reader
     for d, comp in e.batch_read:
         if d not in cur:
             return None
         cur.remove(d)
         if isinstance(comp, Slice):
-            size[d] = comp.stop - comp.start
-            cur.append(d)
-    dims: list[ShapeDim] = [size[d] for d in cur if d not in sink.batch_dims]
+            narrowed.append(comp.stop - comp.start)
+    dims: list[ShapeDim] = [size[d] for d in cur if d not in sink.batch_dims] + narrowed
     slices = [c for c in e.phi if isinstance(c, Slice)]
     own = tuple(src.outputs[e.oid].shape)
     if e.to_batch is not None and slices:
