@@ -12,6 +12,7 @@ from typing import Any
 from timerl.errors import PDGError, TimeRLError
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
+from timerl.plan.iterations import kept_values
 from timerl.rt.context import Context
 
 log = logging.getLogger("timerl.compile")
@@ -266,7 +267,6 @@ def make_plan_for(
 ) -> Any:
     """The Plan that runs ``schedule`` over ``pdg`` on ``backend`` with ``options``
     (``estimate``: made for its peak estimate only, without the merge moves)."""
-    from timerl.plan.iterations import kept_values
     from timerl.plan.plan import Target, make_plan
 
     return make_plan(
@@ -278,12 +278,6 @@ def make_plan_for(
         resume_after=None if resume is None else resume.iteration,
         with_moves=not estimate,
     )
-
-
-def _kept_values(pdg: PDG) -> frozenset[int]:
-    from timerl.plan.iterations import kept_values
-
-    return kept_values(pdg)
 
 
 def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) -> frozenset[int]:
@@ -302,7 +296,7 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
             "swap needs dealloc (the free after a tensor's last consumer ends its swapping); not swapping"
         )
         return frozenset()
-    exclude = set(_kept_values(pdg))
+    exclude = set(kept_values(pdg))
     if options.block_store:
         from timerl.plan.storage import plan_block_storage
 
@@ -337,7 +331,7 @@ def _fit_budget(
         return pdg, sched, options
     if not options.dealloc:  # without frees (and without free_iterations: an upper side)
         freed = schedule_pdg(
-            pdg, dealloc=True, keep=_kept_values(pdg), swap=_swapped(pdg, replace(options, dealloc=True))
+            pdg, dealloc=True, keep=kept_values(pdg), swap=_swapped(pdg, replace(options, dealloc=True))
         )
         log.warning(
             "memory_budget %s: without frees the schedule holds about %s at once; turning dealloc on",
@@ -351,7 +345,7 @@ def _fit_budget(
         got = fit_by_incrementalizing(
             pdg,
             budget,
-            lambda p: schedule_pdg(p, dealloc=True, keep=_kept_values(p), swap=_swapped(p, options)),
+            lambda p: schedule_pdg(p, dealloc=True, keep=kept_values(p), swap=_swapped(p, options)),
             lambda p, s: make_plan_for(p, s, replace(options, dealloc=True), backend, estimate=True),
             rebuild=rebuild,
         )
@@ -397,7 +391,7 @@ def _fit_both(
             break
         inc = rebuild(thr)
         opts = replace(options, incrementalize=thr, dealloc=True)
-        isched = schedule_pdg(inc, dealloc=True, keep=_kept_values(inc), swap=_swapped(inc, opts))
+        isched = schedule_pdg(inc, dealloc=True, keep=kept_values(inc), swap=_swapped(inc, opts))
         try:
             isched, opts = _fit_swapping(inc, isched, opts, budget, backend)
         except MemoryBudgetError as exc:
@@ -432,7 +426,7 @@ def _fit_swapping(
         check_budget(
             make_plan_for(pdg, sched, options, backend, estimate=True), budget, "with deallocation"
         )  # raises
-    keep = _kept_values(pdg)
+    keep = kept_values(pdg)
     sizes = point_bytes(pdg)
     every = schedule_pdg(pdg, dealloc=True, keep=keep, swap=eligible)
     swapping = replace(options, swap=True)
@@ -475,7 +469,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     sched = schedule_pdg(
         pdg,
         dealloc=options.dealloc,
-        keep=_kept_values(pdg) if options.dealloc else frozenset(),
+        keep=kept_values(pdg) if options.dealloc else frozenset(),
         swap=_swapped(pdg, options),
     )
     if budget is not None:
