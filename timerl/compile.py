@@ -118,6 +118,12 @@ class Executor:
         """Run the whole program (all iterations)."""
         self._interp.execute()
 
+    @property
+    def dispatches(self) -> int:
+        """Statements run from Python so far in the current run: one per region, node or
+        scanned loop entry (the iterations of a scanned loop run inside one compiled call)."""
+        return self._interp.dispatches
+
     def memory_stats(self, top: int = 10) -> Any:
         """Bytes held by the run's stores: live and peak, per pool and for the ``top`` largest
         tensors (:class:`~timerl.runtime.store.MemoryStats`)."""

@@ -135,3 +135,29 @@ def test_plot_schedule_lists_the_plan(tmp_path) -> None:
     txt, _ = ex.plot_schedule(tmp_path / "schedule")
     text = txt.read_text()
     assert "plan: " in text and "region[" in text and "# scanned" in text
+
+
+def test_a_window_whose_length_moves_with_the_loop_is_not_scanned(caplog) -> None:
+    """``y[i, t:min(t + 2, T)]`` summed in a loop over t: the windows differ in length, so the
+    plan says why that loop is not one scan (before, the scan failed at run time and fell
+    back to running statement by statement)."""
+    got: dict = {}
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        x = trl.empty((), domain=(i, t), name="x")
+        x[i, 0] = trl.const(np.float32(1.0))
+        x[i, t + 1] = x * 0.5 + 1.0
+        m = (x * 2.0)[i, t : trl.min(t + 2, T)].sum(0)
+        z = (m * 3.0)[i, 0:T].sum(0)
+        z.sink(lambda v, p: got.__setitem__(p["i"], float(v)))
+    with caplog.at_level(logging.WARNING, logger="timerl.runtime.scan"):
+        ex = ctx.compile({I: 2, T: 5}, backend="jax")
+        ex.execute()
+    reasons = [ex.plan.why_not_scanned(lp) for lp in walk(ex.plan.ast) if isinstance(lp, Loop)]
+    assert any("whose length changes along the loop" in r for r in reasons), reasons
+    assert not [r for r in caplog.records if "failed to run as one scan" in r.getMessage()]
+    xs = [1.0]
+    for _ in range(4):
+        xs.append(xs[-1] * 0.5 + 1.0)
+    want = sum(3.0 * sum(2.0 * v for v in xs[k : min(k + 2, 5)]) for k in range(5))
+    assert got == pytest.approx({0: want, 1: want})

@@ -318,3 +318,28 @@ def test_take_rejects_a_float_index() -> None:
     ctx = trl.Context(dims=("t",))
     with ctx as ((t, T),), pytest.raises(trl.TimeRLError, match="1-D int RT"):
         trl.const(np.zeros((4, 2), np.float32)).take(trl.const(np.zeros(3, np.float32)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("join", ["stack", "cat"])
+def test_gradient_through_stack_and_cat_of_an_int_and_a_float(backend: str, join: str) -> None:
+    """``stack``/``cat`` of an int64 and a float32 promote to float32 (as a binary op does), so
+    the gradient flows through the float operand. Fuzz seed 941930050: the join took its first
+    operand's dtype (int64), autodiff saw an int op and dropped the parameter's gradient."""
+    gw: dict[Any, np.ndarray] = {}
+    ys: dict[Any, np.ndarray] = {}
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        w = trl.param(W0, name="w")
+        n = trl.as_tensor(t, trl.int64) * 2 + 1  # an int64 value per t
+        nv = n.expand((2,))
+        y = trl.stack([nv, w * 1.0]) if join == "stack" else trl.cat([nv, w * 1.0])
+        assert y.dtype is trl.float32
+        (y * y).sum().backward()
+        y.sink(_by_point(ys, "t"))
+        w.grad.sink(_by_point(gw))
+    ctx.compile({T: 3}, backend=backend).execute()
+    for k in range(3):
+        want = np.concatenate([np.full(2, 2 * k + 1, np.float32), W0])
+        np.testing.assert_allclose(np.ravel(ys[(k,)]), want, **TOL)
+    np.testing.assert_allclose(gw[()], 3 * 2 * W0, **TOL)  # sum over 3 points of d(w*w)/dw

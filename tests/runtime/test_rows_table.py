@@ -44,3 +44,27 @@ def test_put_rows_needs_a_rows_table() -> None:
     store.declare(1, 1)
     assert not store.put_rows(1, 0, [(0,)], be.from_numpy(np.zeros((1, 2), np.float32)), 0)
     assert store.live_points == 0
+
+
+def test_batched_frees_and_rows_over_existing_points_keep_the_accounting() -> None:
+    """``free_points`` of copied-out and lazy rows (and absent points), and ``put_rows`` over
+    points already held (the per-point path), count bytes and points as single calls do."""
+    be = get_backend("torch")
+    store = PointStore(be.nbytes)
+    store.declare(3, 1)
+    tab = RowsTable(be.take, be.nbytes)
+    store.declare_rows(3, 0, tab)
+    row_b = 4 * 4
+    store.put_rows(3, 0, [(k,) for k in range(6)], be.from_numpy(np.ones((6, 4), np.float32)), 0)
+    tab[(1,)]  # copied out
+    assert store.free_points(3, [(0,), (1,), (9,)]) == 2 * row_b
+    assert store.live_points == 4 and store.live_bytes == 4 * row_b
+    tab[(2,)]
+    # rows 2..5 again (2 copied out, 3..5 lazy) plus 6, 7 new: the per-point path
+    store.put_rows(3, 0, [(k,) for k in range(2, 8)], be.from_numpy(np.zeros((6, 4), np.float32)), 0)
+    assert store.live_points == 6 and store.live_bytes == 6 * row_b and tab.lazy_points == 6
+    np.testing.assert_array_equal(be.to_numpy(tab[(2,)]), np.zeros(4))
+    with pytest.raises(ValueError, match="repeat"):
+        RowsTable(be.take, be.nbytes).put_rows([(0,), (0,)], be.from_numpy(np.zeros((2, 4), np.float32)), 0)
+    assert store.free_points(3, [(k,) for k in range(10)]) == 6 * row_b
+    assert store.live_points == 0 and store.live_bytes == 0

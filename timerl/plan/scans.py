@@ -8,12 +8,14 @@ the reason, which the Plan's listing shows and the log reports at INFO."""
 
 from __future__ import annotations
 
-from timerl.pdg.ir import PDG
+from timerl.pdg.ir import PDG, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.regions import FusedExec
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq, walk
-from timerl.symbolic import Sym, free_symbols
+from timerl.symbolic import Slice, Sym, free_symbols, substitute
+from timerl.symbolic.expr import add, mul
+from timerl.symbolic.simplify import simplify
 
 
 def flat(node: AstNode) -> list[AstNode]:
@@ -75,6 +77,24 @@ def why_not_scanned(loop: Loop, pdg: PDG) -> str:
             continue
         if not fusable(n):
             return f"{n.label} ({k.name}) is not a pure op without symbolic attributes"
+    for c in execs:
+        n = pdg.nodes[c.node]
+        window = _varying_window(pdg, n, c, loop.var)
+        if window:
+            return f"{n.label} reads a window of {window} whose length changes along the loop"
+    return ""
+
+
+def _varying_window(pdg: PDG, n: Node, c: Exec, var: Sym) -> str:
+    """The label of a value ``n`` reads through a slice whose length moves with ``var``
+    (its rows cannot be stacked into one scanned input), else ''."""
+    at = dict(zip(n.domain, c.point, strict=True))
+    for e in pdg.data_in_edges(n.id):
+        for ix in (*e.phi, *(x for _, x in e.batch_read)):
+            if isinstance(ix, Slice):
+                length = simplify(add(substitute(ix.stop, at), mul(-1, substitute(ix.start, at))))
+                if var in free_symbols(length):
+                    return pdg.nodes[e.src].label
     return ""
 
 

@@ -657,10 +657,14 @@ def materialize(x: RecurrentTensor) -> RecurrentTensor:
 
 
 def _promote(a: RecurrentTensor, b: RecurrentTensor) -> DType:
-    if a.dtype is b.dtype:
-        return a.dtype
+    return _promote_dtypes(a.dtype, b.dtype)
+
+
+def _promote_dtypes(a: DType, b: DType) -> DType:
+    if a is b:
+        return a
     order = [DType.bool_, DType.int32, DType.int64, DType.float32, DType.float64]
-    return max(a.dtype, b.dtype, key=order.index)
+    return max(a, b, key=order.index)
 
 
 def to_rt(x: Any, like: RecurrentTensor | None = None) -> RecurrentTensor:
@@ -773,7 +777,8 @@ def cat(xs: Sequence[RecurrentTensor], dim: int = 0) -> RecurrentTensor:
             raise ShapeError(f"cat: per-point ranks differ: {[x.shape for x in xs]}")
         size = S.norm_dim(lift(size) + lift(x.shape[d]))
     shape = xs[0].shape[:d] + (size,) + xs[0].shape[d + 1 :]
-    return _apply(OpKind.CAT, xs, shape, xs[0].dtype, dim=d)
+    xs, dt = _common_dtype(xs)
+    return _apply(OpKind.CAT, xs, shape, dt, dim=d)
 
 
 def stack(xs: Sequence[RecurrentTensor], dim: int = 0) -> RecurrentTensor:
@@ -781,7 +786,16 @@ def stack(xs: Sequence[RecurrentTensor], dim: int = 0) -> RecurrentTensor:
     shape = S.broadcast([x.shape for x in xs], "stack")
     d = S.norm_axis(dim, len(shape) + 1, "stack")
     xs = [x if x.shape == shape else x.expand(shape) for x in xs]
-    return _apply(OpKind.STACK, xs, shape[:d] + (len(xs),) + shape[d:], xs[0].dtype, dim=d)
+    xs, dt = _common_dtype(xs)
+    return _apply(OpKind.STACK, xs, shape[:d] + (len(xs),) + shape[d:], dt, dim=d)
+
+
+def _common_dtype(xs: list[RecurrentTensor]) -> tuple[list[RecurrentTensor], DType]:
+    """``xs`` cast to the dtype they promote to (as a binary op promotes its operands)."""
+    dt = xs[0].dtype
+    for x in xs[1:]:
+        dt = _promote_dtypes(dt, x.dtype)
+    return [x.cast(dt) for x in xs], dt
 
 
 def as_float(e: Expr) -> RecurrentTensor:

@@ -219,6 +219,9 @@ class Executor:
         self.row_outputs: set[tuple[int, int]] = set()
         self.store = self._new_store()
         self.exec_count = 0
+        # statements the interpreter ran from Python (a region, a node, a scanned loop entry:
+        # one call each); a scanned loop's iterations are not counted
+        self.dispatches = 0
         self.scanned_entries = 0  # loop entries run as one lax.scan (runtime/scan.py)
         # (node, output) -> {point with None along a scanned dim: (first coordinate, rows, stacked
         # array with the rows after the batch dims)}: the rows a scanned loop stored, kept
@@ -243,6 +246,7 @@ class Executor:
         for h in self.stack_hints.values():
             h.clear()
         self.exec_count = 0
+        self.dispatches = 0
         self.donation_stats[:] = [0, 0, 0]
         self._run()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
@@ -388,6 +392,7 @@ class Executor:
             labels = ", ".join(self.pdg.nodes[m].label for m in members)
 
             def run_fused() -> None:
+                self.dispatches += 1
                 p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of exec {labels}")
                 th = fused.get(key)
                 if th is None:
@@ -402,6 +407,7 @@ class Executor:
             label = self.pdg.nodes[nid].label
 
             def run_exec() -> None:
+                self.dispatches += 1
                 p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of exec {label}")
                 th = thunks.get(nid)
                 if th is None:

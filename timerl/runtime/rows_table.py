@@ -77,6 +77,13 @@ class RowsTable(dict):
         if arr.shape[axis] != n:
             raise ValueError(f"{n} points for {arr.shape[axis]} rows along axis {axis}")
         share = self._nbytes(arr) // n
+        lazy = self._lazy
+        if lazy.keys().isdisjoint(points) and dict.keys(self).isdisjoint(points):  # nothing replaced
+            before = len(lazy)
+            lazy.update(zip(points, [(arr, axis, k, share) for k in range(n)], strict=True))
+            if len(lazy) - before != n:
+                raise ValueError(f"the {n} points for {n} rows repeat some point")
+            return share * n, n
         db = dn = 0
         for k, p in enumerate(points):
             b, m = self.discard(p)
@@ -84,6 +91,22 @@ class RowsTable(dict):
             dn -= m
             self._lazy[p] = (arr, axis, k, share)
         return db + share * n, dn + n
+
+    def discard_many(self, points: Sequence[Point]) -> tuple[int, int]:
+        """:meth:`discard` of each of ``points``; returns the totals."""
+        lazy, nbytes = self._lazy, self._nbytes
+        released = removed = 0
+        for p in points:
+            ent = lazy.pop(p, None)
+            if ent is not None:
+                released += ent[3]
+                removed += 1
+                continue
+            old = dict.pop(self, p, None)
+            if old is not None:
+                released += nbytes(old)
+                removed += 1
+        return released, removed
 
     def discard(self, point: Point) -> tuple[int, int]:
         """Free ``point``; returns ``(bytes released, points removed)``."""

@@ -48,7 +48,7 @@ from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
-from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols
+from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols
 from timerl.symbolic.compile import compile_exprs_elementwise
 from timerl.symbolic.expr import Not
 
@@ -195,6 +195,7 @@ class ScannedLoop:
             env.pop(var, None)
             return
         ex.scanned_entries += 1
+        ex.dispatches += 1
 
     def _point_env(self, m: _Member, v: int) -> tuple[tuple[int, ...], dict[Sym, int]]:
         env = dict(self.ex._env)
@@ -468,7 +469,6 @@ class ScannedLoop:
         import jax.numpy as jnp
 
         from timerl.plan.layout import input_layout
-        from timerl.symbolic import evaluate
 
         e = m.edges[j]
         src = self.ex.pdg.nodes[e.src]
@@ -476,13 +476,24 @@ class ScannedLoop:
         phi_moves = any(free_symbols(c) & m.moving for c in e.phi)
         if len(steps) == 1 and steps[0][0] == "take" and e.select is None and not phi_moves:
             ax, c = steps[0][1]
-            envs = [self._point_env(m, v)[1] for v in vals]
-            rows = [int(evaluate(c, penv)) for penv in envs]
-            raw = self.ex.store.table(e.src, e.oid)[tuple(self.ex._node_expr(e.phi, m.node)(envs[0]))]
-            if all(0 <= r < raw.shape[ax] for r in rows):
+            rows = self._rows_read(m, c, vals)
+            penv0 = self._point_env(m, vals[0])[1]
+            raw = self.ex.store.table(e.src, e.oid)[tuple(self.ex._node_expr(e.phi, m.node)(penv0))]
+            if rows.size and rows.min() >= 0 and rows.max() < raw.shape[ax]:
                 return jnp.moveaxis(jnp.take(raw, jnp.asarray(rows), axis=ax), ax, 0)
         g = m.inputs[j][0]
         return jnp.stack([g(self._point_env(m, v)[1]) for v in vals])
+
+    def _rows_read(self, m: _Member, c: Expr, vals: list[int]) -> np.ndarray:
+        """The row ``c`` (an expression over ``m``'s point) at each of ``vals``: for all of
+        them at once where ``m``'s point evaluates elementwise, else one by one."""
+        n = len(vals)
+        if m.vpoint is not None and not free_symbols(c) & self.ex._dyn.keys():
+            env = {**self.ex._env, self.var: np.asarray(vals, dtype=np.int64)}
+            penv = {**self.ex._static, **dict(zip(m.node.domain, m.vpoint(env), strict=True))}
+            (col,) = compile_exprs_elementwise([c])(penv)
+            return np.broadcast_to(np.asarray(col, dtype=np.int64), (n,))
+        return np.asarray([int(evaluate(c, self._point_env(m, v)[1])) for v in vals], dtype=np.int64)
 
     def _read_unscanned(self, m: _Member, oid: int, kinds: list[list[str]]) -> bool:
         """Whether a member reads this output through an edge the scan does not use."""

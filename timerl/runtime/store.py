@@ -293,7 +293,15 @@ class PointStore:
         if outputs:
             tabs = [tabs[o] for o in outputs if o < len(tabs)]
         host = None if outputs else self._host.get(nid)
-        for point in points:
+        rows = [tab for tab in tabs if type(tab) is RowsTable]
+        if rows:  # rows of scans: freed per table, in one call each
+            points = list(points)
+            for tab in rows:
+                b, n = tab.discard_many(points)
+                released += b
+                removed += n
+            tabs = [tab for tab in tabs if type(tab) is not RowsTable]
+        for point in points if tabs or host else ():
             for tab in tabs:
                 if type(tab) is not dict:
                     b, n = tab.discard(point)
