@@ -135,6 +135,12 @@ def _field_doc(name: str) -> str:
 # --------------------------------------------------------------------------- measuring
 
 
+def _threads() -> int:
+    """torch's intra-op threads: ``OMP_NUM_THREADS`` (1 here, as ``spawn`` sets it;
+    ``benchmarks/peers.py`` sets its ``--threads``)."""
+    return int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
+
+
 def _peak_rss_mb() -> float:
     """This process's peak resident set size (VmHWM), in MB."""
     with open("/proc/self/status") as f:
@@ -261,7 +267,7 @@ def run_torch_eager(cfg: Config, env: str) -> dict:
     import torch
     from torch import nn
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(_threads())
     torch.manual_seed(cfg.seed)
     B, T, M = cfg.num_envs, cfg.num_steps, cfg.num_minibatches
     n_batch = B * T
@@ -520,7 +526,7 @@ def run_child(cfg: Config) -> None:
     if prog.startswith("timerl-torch") or prog == "torch-eager":  # timerl-jax never imports torch
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(_threads())
     res = runners[prog]()
     print("RESULT " + json.dumps(res), flush=True)
 
