@@ -77,7 +77,8 @@ MISMATCHES = {
     "sb3": "clips gradients (max_grad_norm=1e9: the norm is computed, never binding); normalises "
     "advantages per minibatch (= per rollout when M=1); bootstraps truncated episodes with an extra "
     "critic call; a Python CartPole per env (DummyVecEnv)",
-    "rllib": "trains on ~25% more rows (one bootstrap step per episode chunk); constant lr; value "
+    "rllib": "samples whole vector steps until it has B x T, a few more (env steps/s uses its own count); "
+    "adds a bootstrap row per episode chunk to the train batch; constant lr; value "
     "clipping off (vf_clip_param=inf); its connector pipelines run per batch; gymnasium 1.2.2 and a "
     "Python CartPole per env (SyncVectorEnv); a local ray runtime (gcs, raylet) counts in RSS",
 }
@@ -250,16 +251,18 @@ def _run_rllib(spec: dict[str, Any]) -> dict[str, Any]:
     )
     algo = config.build_algo()
     iter_s = []
-    rows = []
+    rows, sampled = [], []
     for k in range(total):
         t0 = time.perf_counter()
         res = algo.train()
         iter_s.append(time.perf_counter() - t0)
         rows.append(_find(res, "num_env_steps_trained_lifetime"))
+        sampled.append(_find(res, "num_env_steps_sampled_lifetime"))
         print(f"iter {k} {iter_s[-1]:.3f}s", flush=True)
     algo.stop()
     ray.shutdown()
-    return {"iter_s": iter_s, "rows_trained_lifetime": rows}
+    per_iter = [b - a for a, b in zip([0, *sampled], sampled, strict=False)] if None not in sampled else None
+    return {"iter_s": iter_s, "env_steps_per_iter": per_iter, "rows_trained_lifetime": rows}
 
 
 def _find(d: Any, key: str) -> Any:
@@ -390,13 +393,16 @@ def run_peer(cfg: Config, peer: str, python: str) -> dict[str, Any]:
         return {"error": why, "rc": proc.returncode, "stderr_tail": "".join(err)[-3000:]}
     iters = result["iter_s"]
     steady = statistics.median(iters[cfg.warmup :] or iters)
+    steps = cfg.num_envs * cfg.num_steps  # RLlib counts its own: it may sample a few more
+    if result.get("env_steps_per_iter"):
+        steps = statistics.median(result["env_steps_per_iter"][cfg.warmup :] or result["env_steps_per_iter"])
     own = result.get("compile_s")
     if own is None and peer == "jax-jit":
         own = iters[0] - steady
     return {
         **result,
         "median_iter_s": steady,
-        "env_steps_per_s": cfg.num_envs * cfg.num_steps / steady,
+        "env_steps_per_s": steps / steady,
         "startup_s": first_done - steady,
         "compile_s": own,
         "peak_rss_mb": max(peak[0], usage.ru_maxrss / 1024.0),
