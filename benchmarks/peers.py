@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -360,8 +361,14 @@ def run_peer(cfg: Config, peer: str, python: str) -> dict[str, Any]:
         json.dumps(spec),
     ]
     t_launch = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=peer_env(cfg), cwd=ROOT
+    proc = subprocess.Popen(  # its own process group: a timeout stops the whole tree (ray's too)
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=peer_env(cfg),
+        cwd=ROOT,
+        start_new_session=True,
     )
     peak = [0.0]
     stop = threading.Event()
@@ -371,21 +378,35 @@ def run_peer(cfg: Config, peer: str, python: str) -> dict[str, Any]:
             peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
 
     err: list[str] = []
-    threading.Thread(target=sample, daemon=True).start()
-    threading.Thread(target=lambda: err.extend(proc.stderr or []), daemon=True).start()
-    first_done = math.nan
-    result: dict[str, Any] | None = None
-    timer = threading.Timer(cfg.timeout, proc.kill)
+    marks: dict[str, Any] = {"first_done": math.nan, "result": None}
+
+    def read() -> None:
+        for line in proc.stdout or []:
+            if line.startswith("iter ") and math.isnan(marks["first_done"]):
+                marks["first_done"] = time.perf_counter() - t_launch
+            elif line.startswith("RESULT "):
+                marks["result"] = json.loads(line[len("RESULT ") :])
+
+    def kill_tree() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    readers = [threading.Thread(target=read, daemon=True)]
+    readers.append(threading.Thread(target=lambda: err.extend(proc.stderr or []), daemon=True))
+    for t in [threading.Thread(target=sample, daemon=True), *readers]:
+        t.start()
+    timer = threading.Timer(cfg.timeout, kill_tree)
     timer.start()
-    for line in proc.stdout or []:
-        if line.startswith("iter ") and math.isnan(first_done):
-            first_done = time.perf_counter() - t_launch
-        elif line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT ") :])
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     timer.cancel()
     stop.set()
+    kill_tree()  # whatever the peer left running (none, normally)
+    for t in readers:
+        t.join(timeout=10)
+    first_done, result = marks["first_done"], marks["result"]
     wall = time.perf_counter() - t_launch
     if result is None:
         tail = "".join(err).strip().splitlines() or [f"rc={proc.returncode}"]
