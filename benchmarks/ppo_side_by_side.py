@@ -27,6 +27,9 @@ of env steps/s to the eager torch PPO on the same env.
     python benchmarks/ppo_side_by_side.py                       # 512 x 250, both envs
     python benchmarks/ppo_side_by_side.py --num-envs 64 --num-steps 128 --env gymnax
     python benchmarks/ppo_side_by_side.py --sweep               # Fig. 9 axes, reduced; PNG
+
+``benchmarks/peers.py`` runs these programs' timerl, eager torch and single-jit runners beside
+Stable-Baselines3's and RLlib's PPO (each from its own virtualenv), pinned alike, as one table.
 """
 
 from __future__ import annotations
