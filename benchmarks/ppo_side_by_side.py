@@ -27,6 +27,9 @@ of env steps/s to the eager torch PPO on the same env.
     python benchmarks/ppo_side_by_side.py                       # 512 x 250, both envs
     python benchmarks/ppo_side_by_side.py --num-envs 64 --num-steps 128 --env gymnax
     python benchmarks/ppo_side_by_side.py --sweep               # Fig. 9 axes, reduced; PNG
+
+``benchmarks/peers.py`` runs these programs' timerl, eager torch and single-jit runners beside
+Stable-Baselines3's and RLlib's PPO (each from its own virtualenv), pinned alike, as one table.
 """
 
 from __future__ import annotations
@@ -133,6 +136,12 @@ def _field_doc(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- measuring
+
+
+def _threads() -> int:
+    """torch's intra-op threads: ``OMP_NUM_THREADS`` (1 here, as ``spawn`` sets it;
+    ``benchmarks/peers.py`` sets its ``--threads``)."""
+    return int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
 
 
 def _peak_rss_mb() -> float:
@@ -261,7 +270,7 @@ def run_torch_eager(cfg: Config, env: str) -> dict:
     import torch
     from torch import nn
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(_threads())
     torch.manual_seed(cfg.seed)
     B, T, M = cfg.num_envs, cfg.num_steps, cfg.num_minibatches
     n_batch = B * T
@@ -520,7 +529,7 @@ def run_child(cfg: Config) -> None:
     if prog.startswith("timerl-torch") or prog == "torch-eager":  # timerl-jax never imports torch
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(_threads())
     res = runners[prog]()
     print("RESULT " + json.dumps(res), flush=True)
 
