@@ -60,6 +60,11 @@ class Args(ppo.PPOArgs):
     demo_min_speedup: float = 1.15
     """with --bc-coef > 0: imitate a problem's best episode once it beats the untuned nest by
     this factor (above the --noise margin: a low reading of the untuned nest is no lesson)"""
+    seed_demos: bool = True
+    """with --bc-coef > 0: before training, rank schedules of each training problem with this
+    CPU's analytic cost model (a beam search and the register tiles), measure the best four
+    and imitate the fastest from the first update (``seed_demos.search_demos``); the agent's
+    own episodes replace a demonstration when they measure faster"""
     noise: float = 0.1
     """reward=log: relative gains below this are timing noise and earn nothing (one
     measurement of the untuned nest can read 10-15 % low on a busy machine)"""
@@ -152,8 +157,22 @@ def train(args: Args, problems: list) -> tuple[list[float], list[float]]:
     envs = []
 
     def env_fn(a: Args, B):
-        envs.append(make_env(a, B, "train", problems, reward=a.reward))
-        return envs[-1]
+        env = make_env(a, B, "train", problems, reward=a.reward)
+        if a.seed_demos and a.bc_coef > 0 and not envs:
+            from timerl.envs.looptune.seed_demos import search_demos
+
+            t = time.perf_counter()
+            demos = search_demos(problems, env.measurer, max_steps=env.episode_len, max_loops=env.max_loops)
+            kept = env.seed_demonstrations(demos)
+            speedups = [d.speedup for d in demos]
+            print(
+                f"demonstrations: {kept} of {len(problems)} training problems, "
+                f"geomean {math.exp(np.mean(np.log(speedups))) if speedups else 1.0:.2f}x untuned "
+                f"({time.perf_counter() - t:.0f}s)",
+                flush=True,
+            )
+        envs.append(env)
+        return env
 
     returns: dict[int, list[float]] = {}
     means: list[float] = []
