@@ -171,3 +171,42 @@ def fresh_measurers(measurer: str) -> Callable[[], Any]:
         return lambda: TVMMeasurer(disk_cache=False)
     model = AnalyticCostModel()
     return lambda: model
+
+
+def curves_from_logs(paths: list[str]) -> dict[str, list[float]]:
+    """Per log of ``examples/ppo_looptune.py`` (its stdout), the mean return per iteration
+    from its ``training: ... mean return per iteration [...]`` line, keyed by the file name
+    without its suffix (``seed3.log`` -> ``seed3``); logs without that line are left out."""
+    import ast
+
+    out = {}
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            if line.startswith("training:") and "mean return per iteration [" in line:
+                out[Path(p).stem] = [float(x) for x in ast.literal_eval(line[line.index("[") :])]
+    return out
+
+
+def plot_curves(curves: dict[str, list[float]], path: Path, title: str = "PPO on LoopTune") -> None:
+    """Every run's mean return per iteration in one plot (e.g. ten seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, means in curves.items():
+        ax.plot(range(len(means)), means, label=label, lw=1)
+    ax.set(xlabel="iteration", ylabel="mean episode return", title=title)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":  # python -m timerl.envs.looptune.ppo_run OUT.png LOG...
+    import sys
+
+    if len(sys.argv) < 3:
+        sys.exit("usage: python -m timerl.envs.looptune.ppo_run OUT.png LOG [LOG ...]")
+    plot_curves(curves_from_logs(sys.argv[2:]), Path(sys.argv[1]))
