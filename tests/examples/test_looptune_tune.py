@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples
 
 import ppo_looptune  # noqa: E402
 
+from timerl.envs.looptune import ppo_run  # noqa: E402
 from timerl.envs.looptune.analytic import AnalyticCostModel  # noqa: E402
 from timerl.envs.looptune.ir import ACTIONS, MAX_LOOPS, NUM_FEATURES, Problem, initial_state  # noqa: E402
 from timerl.envs.looptune.kernels import BMM  # noqa: E402
@@ -64,7 +65,7 @@ def test_numpy_policy_matches_the_rt_program() -> None:
     weights = _weights(16, seed=3)
     problems = [Problem(64, 80, 96), Problem(96, 64, 128), Problem(128, 144, 64)]
     args = ppo_looptune.Args(backend="torch", measurer="analytic", num_envs=3, hidden=16)
-    rt = ppo_looptune.tune_with_policy(args, weights, problems)
+    rt = ppo_run.tune_with_policy(args, weights, problems)
     pol = Policy.from_weights(weights)
     for p in problems:
         _, actions = pol.rollout(initial_state(p), 10)

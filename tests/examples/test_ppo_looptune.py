@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples
 
 import ppo_looptune  # noqa: E402
 
+from timerl.envs.looptune import ppo_run  # noqa: E402
 from timerl.envs.looptune.analytic import AnalyticCostModel  # noqa: E402
 from timerl.envs.looptune.evaluate import state_from_key  # noqa: E402
 from timerl.envs.looptune.ir import apply_action, initial_state  # noqa: E402
@@ -48,4 +49,11 @@ def test_trains_saves_and_tunes_test_problems(tmp_path, capsys) -> None:
     assert len(out["speedups"]) == 2 and all(x > 0 for x in out["speedups"])
     for name in ("results.csv", "results.json", "fig8.png", "fig9.png", "learning_curve.png"):
         assert (tmp_path / name).stat().st_size > 0
-    assert "ppo" in capsys.readouterr().out
+    stdout = capsys.readouterr().out
+    assert "ppo" in stdout and "demonstrations:" in stdout
+    # the ten-seed figure reads the curves back from such logs
+    (tmp_path / "seed7.log").write_text(stdout)
+    curves = ppo_run.curves_from_logs([str(tmp_path / "seed7.log")])
+    assert list(curves) == ["seed7"] and curves["seed7"] == [round(m, 3) for m in out["means"]]
+    ppo_run.plot_curves(curves, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 0

@@ -24,6 +24,13 @@ Footprints come from the kernel's index expressions (``X[i+r, c]`` over a subtre
 spanning ``i`` and ``r`` touches ``span(i) + span(r) - 1`` rows).
 
 Compute and memory overlap: ``max + 0.2 * min``.
+
+:meth:`AnalyticCostModel.for_host` sets the vector width and the register budget from this
+CPU's vector extension (AVX2: 8 lanes, 16 registers; AVX-512: 16 lanes, 32 registers):
+the accumulator tile under the innermost reduction loop must fit the registers left after
+the operands (3/4 of them), else it spills. It is the ranking that
+:mod:`timerl.envs.looptune.seed_demos` uses to pick the schedules it measures for the
+agent's demonstrations; it never rewards the agent.
 """
 
 from __future__ import annotations
@@ -49,23 +56,51 @@ class AnalyticCostModel:
     name = "analytic"
     peak = _FREQ * _FLOP_PER_CYCLE / 1e9
 
-    def __init__(self) -> None:
+    def __init__(
+        self, lanes: int = _LANES, register_floats: int = 256, unroll_vectors: int = 0, warn: bool = True
+    ) -> None:
+        self.lanes = int(lanes)
+        self.unroll_vectors = int(unroll_vectors)
+        self.register_floats = int(register_floats)
         self._mem: dict[str, float] = {}
-        if "PYTEST_CURRENT_TEST" not in os.environ:
+        if warn and "PYTEST_CURRENT_TEST" not in os.environ:
             log.warning(
                 "LoopTune: AnalyticCostModel is a stand-in for CI tests; its GFLOPS are estimates, "
                 "not measurements. Use measurer='tvm' for real results."
             )
 
+    @classmethod
+    def for_host(cls) -> AnalyticCostModel:
+        """The model with this CPU's vector lanes and register budget (a ranking, no warning)."""
+        lanes, registers = host_vector_isa()
+        return cls(
+            lanes=lanes, register_floats=registers * lanes * 3 // 4, unroll_vectors=registers, warn=False
+        )
+
     def gflops(self, state: LoopState) -> float:
         key = state.schedule_key
         if key not in self._mem:
-            cycles = _compute_cycles(state) + _writeback_cycles(state)
+            cycles = _compute_cycles(
+                state, self.lanes, self.register_floats, self.unroll_vectors
+            ) + _writeback_cycles(state)
             self._mem[key] = state.problem.flops / (cycles / _FREQ) / 1e9
         return self._mem[key]
 
 
-def _compute_cycles(state: LoopState) -> float:
+def host_vector_isa() -> tuple[int, int]:
+    """``(float32 lanes, vector registers)`` of this CPU: ``(16, 32)`` with AVX-512F, else
+    ``(8, 16)`` (AVX2; also the guess where ``/proc/cpuinfo`` cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    return (16, 32) if "avx512f" in flags else (8, 16)
+
+
+def _compute_cycles(
+    state: LoopState, lanes_per_vector: int = _LANES, register_floats: int = 256, unroll_vectors: int = 0
+) -> float:
     idx = [i for i, lp in enumerate(state.loops) if lp.nest is Nest.COMPUTE]
     loops = [state.loops[i] for i in idx]
     st = [steps(state)[i] for i in idx]
@@ -75,16 +110,22 @@ def _compute_cycles(state: LoopState) -> float:
     inner = loops[-1]
     lanes = inner.size + (1 if inner.tail else 0)
     if inner.dim == kern.vector_dim:
-        vec = min(1.0, lanes / _LANES)
+        vec = min(1.0, lanes / lanes_per_vector)
     else:
-        vec = 1.0 / _LANES if inner.dim in kern.out_dims else 1.0 / 48
+        vec = 1.0 / lanes_per_vector if inner.dim in kern.out_dims else 1.0 / 48
     last_k = max(i for i, lp in enumerate(loops) if lp.dim in kern.reduction_dims)
     tile = _footprint(kern, loops, span, last_k + 1, (2,)) // 4 if last_k + 1 < len(loops) else 1 << 30
-    reg = 1.0 if tile <= 256 else 0.5
+    reg = 1.0 if tile <= register_floats else 0.5
     flops = state.problem.flops
     compute = flops / _FLOP_PER_CYCLE / (vec * reg)
+    # loop overhead: 2 cycles per run of the innermost loop that is not unrolled (with
+    # ``unroll_vectors``, inner loops whose body stays within that many vector ops are)
+    rolled, body = len(loops) - 1, max(1.0, lanes / lanes_per_vector)
+    while unroll_vectors and rolled > 0 and body * trips[rolled - 1] <= unroll_vectors:
+        rolled -= 1
+        body *= trips[rolled]
     outer_runs = 1.0
-    for t in trips[:-1]:
+    for t in trips[:rolled]:
         outer_runs *= t
     compute += 2.0 * outer_runs
     if any(lp.tail for lp in loops):

@@ -446,6 +446,16 @@ class LoopTuneEnv(GymEnv):
         )
         return obs, act, weight
 
+    def seed_demonstrations(self, demos: Sequence[Any]) -> int:
+        """Add measured demonstrations made outside the env (e.g. :func:`.seed_demos.search_demos`:
+        items with ``problem`` (name), ``speedup`` and ``actions``) to :attr:`demonstrations`;
+        each is kept unless the problem already has a faster one. Returns how many were kept."""
+        kept = 0
+        for d in demos:
+            acts = _effective(initial_state(Problem.from_name(d.problem)), d.actions, self.max_loops)
+            kept += self._state.demos.remember(d.problem, float(d.speedup), acts)
+        return kept
+
     @property
     def demonstrations(self) -> dict[str, tuple[float, tuple[int, ...]]]:
         """Per problem, the kept best measured episode: (speedup over the untuned nest, the
