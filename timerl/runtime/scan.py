@@ -139,6 +139,7 @@ class ScannedLoop:
         # conditions evaluate elementwise (else None: replayed per iteration)
         self.range_frees = _range_frees([c for c in body_nodes if frees_only(c)], ex)
         self._compiled: dict[Any, Callable[..., Any]] = {}
+        self._row_fns: dict[Expr, Callable[..., Any]] = {}  # _rows_read's compiled row expressions
         self._warned = False
         self._broken: str | None = None
         self._store = ex.store
@@ -491,7 +492,10 @@ class ScannedLoop:
         if m.vpoint is not None and not free_symbols(c) & self.ex._dyn.keys():
             env = {**self.ex._env, self.var: np.asarray(vals, dtype=np.int64)}
             penv = {**self.ex._static, **dict(zip(m.node.domain, m.vpoint(env), strict=True))}
-            (col,) = compile_exprs_elementwise([c])(penv)
+            fn = self._row_fns.get(c)
+            if fn is None:  # compiled once per expression, not per loop entry
+                fn = self._row_fns[c] = compile_exprs_elementwise([c])
+            (col,) = fn(penv)
             return np.broadcast_to(np.asarray(col, dtype=np.int64), (n,))
         return np.asarray([int(evaluate(c, self._point_env(m, v)[1])) for v in vals], dtype=np.int64)
 
