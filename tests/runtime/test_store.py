@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from timerl.backends import AbstractBackend
-from timerl.runtime.common import point_seed
+from timerl.runtime.common import point_seed, point_seeds
 from timerl.runtime.interpreter import compile_expr, compile_exprs
 from timerl.runtime.store import PointStore, PoolStats
 from timerl.symbolic import Slice, Sym, evaluate, smax, smin
@@ -39,6 +39,18 @@ def test_point_seed_is_stable_and_distinct() -> None:
     seeds = {point_seed(s, n, p) for s, n, p in itertools.product((0, 1), (0, 7), ((), (0,), (1,), (0, 1)))}
     assert len(seeds) == 16
     assert all(0 <= s < 2**31 for s in seeds)
+
+
+def test_point_seeds_vectorized_equal_point_seed_row_by_row() -> None:
+    """The NumPy seeds (used for vectorized draws) are those of the per-point Python path,
+    including negative coordinates and seeds above 64 bits; they are spread evenly."""
+    rng = np.random.default_rng(0)
+    points = rng.integers(-50, 10**6, size=(3000, 3))
+    seeds = point_seeds(2**70 + 9, 11, points)
+    assert seeds.tolist() == [point_seed(2**70 + 9, 11, tuple(p)) for p in points]
+    assert point_seeds(5, 1, np.zeros((1, 0), np.int64))[0] == point_seed(5, 1, ())
+    counts = np.bincount(seeds % 8, minlength=8)
+    assert counts.min() > 0.8 * len(seeds) / 8
 
 
 def test_compiled_expressions_match_evaluate() -> None:

@@ -1,6 +1,6 @@
 """Helpers shared by the interpreter and the reference evaluator (contracts, not gathering code).
 
-* :func:`point_seed`: the RNG seed of a random op at one point, so that random values
+* :func:`point_seed`, :func:`point_seeds`: the RNG seed of a random op at one point, so that random values
   depend only on ``(seed, node id, point)``, never on execution order.
 * :func:`draw_points`: the same draws for a random op vectorized over some of its dims.
 * :func:`point_dict`: the ``{dim name: value}`` dict handed to UDFs and sinks.
@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import os
 import traceback
 from collections.abc import Sequence
@@ -25,11 +23,44 @@ from timerl.pdg.ir import Node
 from timerl.pdg.ops import OpKind
 from timerl.symbolic import Sym
 
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK64 = 0xFFFFFFFFFFFFFFFF
 
-def point_seed(seed: int, nid: int, point: tuple[int, ...]) -> int:
-    """A 31-bit seed derived from ``(seed, nid, point)`` (stable across runs and processes)."""
-    text = f"{int(seed)}/{int(nid)}/{','.join(str(int(p)) for p in point)}".encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") & 0x7FFFFFFF
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on a uint64 array (wrapping arithmetic, elementwise)."""
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def point_seeds(seed: int, nid: int, points: np.ndarray) -> np.ndarray:
+    """31-bit seeds of ``(seed, nid, point)`` for each row of ``points`` (an ``(n, d)``
+    integer array), computed elementwise in NumPy: stable across runs, processes and
+    machines, and the same as :func:`point_seed` row by row."""
+    pts = np.ascontiguousarray(points, dtype=np.int64)
+    h = np.full(len(pts), int(seed) & _MASK64, dtype=np.uint64)
+    h = _mix(_mix(h) ^ np.uint64((int(nid) * _GOLDEN) & _MASK64))
+    for j in range(pts.shape[1]):
+        h = _mix(h ^ (pts[:, j].view(np.uint64) + np.uint64((_GOLDEN * (j + 1)) & _MASK64)))
+    return (h & np.uint64(0x7FFFFFFF)).astype(np.int64)
+
+
+def _mix_int(z: int) -> int:
+    """:func:`_mix` on one Python int (the same bits)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def point_seed(seed: int, nid: int, point: Sequence[int]) -> int:
+    """The seed :func:`point_seeds` gives ``point``, in plain Python (cheaper for one point)."""
+    h = _mix_int(_mix_int(int(seed) & _MASK64) ^ ((int(nid) * _GOLDEN) & _MASK64))
+    for j, p in enumerate(point):
+        h = _mix_int(h ^ (((int(p) & _MASK64) + ((_GOLDEN * (j + 1)) & _MASK64)) & _MASK64))
+    return h & 0x7FFFFFFF
 
 
 def draw_points(
@@ -46,10 +77,12 @@ def draw_points(
     sizes, full = tuple(node.batch[nfull:]), tuple(node.batch[:nfull])
     coords = dict(zip(node.domain, point, strict=True))
     order = [s for s in dim_order if s in coords or s in pdims]
-    seeds = []
-    for combo in itertools.product(*(range(int(n)) for n in sizes)):
-        coords.update(zip(pdims, combo, strict=True))
-        seeds.append(point_seed(seed, node.id, tuple(coords[s] for s in order)))
+    combos = np.indices(tuple(int(n) for n in sizes)).reshape(len(sizes), -1)
+    column = {s: combos[k] for k, s in enumerate(pdims)}
+    points = np.empty((combos.shape[1], len(order)), np.int64)
+    for j, s in enumerate(order):
+        points[:, j] = column[s] if s in column else coords[s]
+    seeds = point_seeds(seed, node.id, points).tolist()
     shape = tuple(eval_int(x, env) for x in op.attr("shape"))
     out = be.random_points(seeds, full + shape, op.attr("dtype"), op.kind is OpKind.RAND_NORMAL)
     out = out.reshape(sizes + full + shape)

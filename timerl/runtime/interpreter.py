@@ -61,7 +61,6 @@ user code become :class:`~timerl.errors.RuntimeExecutionError` naming the node a
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +90,7 @@ from timerl.runtime.common import (
 from timerl.runtime.fusion import make_fused_thunk
 from timerl.runtime.gc import IterationCollector
 from timerl.runtime.host_memory import keep_freed_host_memory
+from timerl.runtime.points import PointBox
 from timerl.runtime.rows_table import RowsTable
 from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, MemOp, Offload, Seq, walk
@@ -431,9 +431,7 @@ class Executor:
 
         def points() -> Any:
             p = pt(env) if site is None else self._agree(pt, site, lambda: f"the point of {kind} %{nid}")
-            if not batched:
-                return (p,)
-            return itertools.product(*(c if isinstance(c, range) else (c,) for c in p))
+            return PointBox(tuple(p)) if batched else (p,)
 
         if isinstance(node, Fetch):
             outs = node.outputs

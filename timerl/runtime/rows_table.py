@@ -4,9 +4,12 @@ A loop run as one ``lax.scan`` (:mod:`~timerl.runtime.scan`) returns each output
 as one array with a row per iteration. Storing it point by point (one copy per row) cost
 PPO's 250-step rollout about 2,000 copies per iteration, most never read one by one: the
 learning phase reads the whole rollout at once (a slice read served from the stacked array,
-``Executor.stack_hints``). A :class:`RowsTable` records the rows instead (point ->
-``(stack, row)``) and copies a row out the first time that point is read; frees drop the
-record; the stacked array is released with its last row (and the hint that holds it).
+``Executor.stack_hints``). A :class:`RowsTable` records the rows instead, one record per
+stacked array (the points as an ``(n, d)`` array, which are still held), and copies a row
+out the first time that point is read; frees clear the rows' flags (in NumPy, for all the
+points of a scanned loop at once); the stacked array is released with its last row (and
+the hint that holds it). The Python work of a scan's rows is thus per loop entry, not per
+iteration.
 
 It is a ``dict`` so the executor's point reads stay plain subscripts; a row not copied out
 yet is produced by ``__missing__``. ``get``, ``in``, ``len`` and iteration see both kinds of
@@ -17,10 +20,43 @@ accounting (a row counts its share of the stacked array's bytes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-Point = tuple[int, ...]
+import numpy as np
+
+from timerl.runtime.points import Point, PointBox, PointRows, member_mask, repeats, within
+
+
+class _Stack:
+    """The rows of one stacked array still held as points (not copied out, not freed)."""
+
+    __slots__ = ("arr", "axis", "share", "cols", "alive", "count", "_index")
+
+    def __init__(self, arr: Any, axis: int, share: int, cols: np.ndarray) -> None:
+        self.arr, self.axis, self.share, self.cols = arr, axis, share, cols
+        self.alive = np.ones(len(cols), dtype=bool)
+        self.count = len(cols)
+        self._index: dict[Point, int] | None = None  # point -> row, built on the first point lookup
+
+    def row(self, point: Point) -> int:
+        """The row of ``point`` if it is held here, else -1."""
+        if self._index is None:
+            self._index = {p: k for k, p in enumerate(map(tuple, self.cols.tolist()))}
+        k = self._index.get(point, -1)
+        return k if k >= 0 and self.alive[k] else -1
+
+    def drop(self, mask: np.ndarray) -> int:
+        """Drop the held rows where ``mask``; returns how many."""
+        hit = mask & self.alive
+        n = int(np.count_nonzero(hit))
+        if n:
+            self.alive &= ~hit
+            self.count -= n
+        return n
+
+    def points(self) -> Iterator[Point]:
+        return map(tuple, self.cols[self.alive].tolist())
 
 
 class RowsTable(dict):
@@ -30,37 +66,55 @@ class RowsTable(dict):
         super().__init__()
         self._take = take  # take(array, axis, index): the row, axis removed
         self._nbytes = nbytes
-        self._lazy: dict[Point, tuple[Any, int, int, int]] = {}  # point -> (array, axis, row, bytes)
+        self._stacks: list[_Stack] = []
+
+    def _find(self, point: Point) -> tuple[_Stack, int] | None:
+        for st in self._stacks:
+            k = st.row(point)
+            if k >= 0:
+                return st, k
+        return None
+
+    def _drop(self, st: _Stack, mask: np.ndarray) -> int:
+        n = st.drop(mask)
+        if st.count == 0:
+            self._stacks.remove(st)  # its array goes with its last row
+        return n
 
     # -- reads ------------------------------------------------------------------------------
     def __missing__(self, point: Point) -> Any:
-        arr, axis, row, _ = self._lazy.pop(point)  # KeyError(point) when absent
-        v = self._take(arr, axis, row)
+        found = self._find(point)
+        if found is None:
+            raise KeyError(point)
+        st, k = found
+        v = self._take(st.arr, st.axis, k)
+        self._drop(st, np.arange(len(st.cols)) == k)
         dict.__setitem__(self, point, v)
         return v
 
     def __contains__(self, point: object) -> bool:
-        return dict.__contains__(self, point) or point in self._lazy
+        return dict.__contains__(self, point) or (isinstance(point, tuple) and self._find(point) is not None)
 
     def get(self, point: Point, default: Any = None) -> Any:  # type: ignore[override]
-        if dict.__contains__(self, point) or point in self._lazy:
+        if point in self:
             return self[point]
         return default
 
     def __iter__(self) -> Iterator[Point]:
         yield from list(dict.keys(self))
-        yield from list(self._lazy)
+        for st in list(self._stacks):
+            yield from list(st.points())
 
     def keys(self) -> list[Point]:  # type: ignore[override]
         return list(self)
 
     def __len__(self) -> int:
-        return dict.__len__(self) + len(self._lazy)
+        return dict.__len__(self) + self.lazy_points
 
     @property
     def lazy_points(self) -> int:
         """How many points are rows not copied out yet."""
-        return len(self._lazy)
+        return sum(st.count for st in self._stacks)
 
     # -- writes and frees ---------------------------------------------------------------------
     def put(self, point: Point, value: Any) -> tuple[int, int]:
@@ -69,51 +123,56 @@ class RowsTable(dict):
         dict.__setitem__(self, point, value)
         return self._nbytes(value) - db, 1 - dn
 
-    def put_rows(self, points: Sequence[Point], arr: Any, axis: int) -> tuple[int, int]:
-        """Record ``points[k]`` as row ``k`` of ``arr`` along ``axis`` (nothing copied)."""
+    def put_rows(self, points: Sequence[Point] | PointRows, arr: Any, axis: int) -> tuple[int, int]:
+        """Record ``points[k]`` as row ``k`` of ``arr`` along ``axis`` (nothing copied);
+        points already held are replaced."""
         n = len(points)
         if n == 0:
             return 0, 0
         if arr.shape[axis] != n:
             raise ValueError(f"{n} points for {arr.shape[axis]} rows along axis {axis}")
+        if isinstance(points, PointRows):
+            rows = points
+        else:
+            first = next(iter(points))
+            rows = PointRows.of(points, len(first))
+        if repeats(rows.cols):
+            raise ValueError(f"the {n} points for {n} rows repeat some point")
+        db, dn = self.discard_many(rows) if len(self) else (0, 0)
         share = self._nbytes(arr) // n
-        lazy = self._lazy
-        if lazy.keys().isdisjoint(points) and dict.keys(self).isdisjoint(points):  # nothing replaced
-            before = len(lazy)
-            lazy.update(zip(points, [(arr, axis, k, share) for k in range(n)], strict=True))
-            if len(lazy) - before != n:
-                raise ValueError(f"the {n} points for {n} rows repeat some point")
-            return share * n, n
-        db = dn = 0
-        for k, p in enumerate(points):
-            b, m = self.discard(p)
-            db -= b
-            dn -= m
-            self._lazy[p] = (arr, axis, k, share)
-        return db + share * n, dn + n
+        self._stacks.append(_Stack(arr, axis, share, rows.cols))
+        return share * n - db, n - dn
 
-    def discard_many(self, points: Sequence[Point]) -> tuple[int, int]:
-        """:meth:`discard` of each of ``points``; returns the totals."""
-        lazy, nbytes = self._lazy, self._nbytes
+    def discard_many(self, points: Iterable[Point]) -> tuple[int, int]:
+        """:meth:`discard` of each of ``points`` (a :class:`PointBox` or :class:`PointRows`
+        in NumPy per stacked array); returns the totals."""
         released = removed = 0
-        for p in points:
-            ent = lazy.pop(p, None)
-            if ent is not None:
-                released += ent[3]
-                removed += 1
-                continue
-            old = dict.pop(self, p, None)
-            if old is not None:
-                released += nbytes(old)
-                removed += 1
+        if not isinstance(points, PointBox | PointRows):
+            listed = list(points)
+            points = (
+                PointRows.of(listed, self._stacks[0].cols.shape[1]) if self._stacks and listed else listed
+            )
+        for st in list(self._stacks):
+            n = self._drop(st, member_mask(st.cols, points))
+            released += n * st.share
+            removed += n
+        if dict.__len__(self):
+            nbytes = self._nbytes
+            for p in within(points, dict.keys(self)):
+                old = dict.pop(self, p, None)
+                if old is not None:
+                    released += nbytes(old)
+                    removed += 1
         return released, removed
 
     def discard(self, point: Point) -> tuple[int, int]:
         """Free ``point``; returns ``(bytes released, points removed)``."""
-        ent = self._lazy.pop(point, None)
-        if ent is not None:
-            return ent[3], 1
         old = dict.pop(self, point, None)
-        if old is None:
+        if old is not None:
+            return self._nbytes(old), 1
+        found = self._find(point)
+        if found is None:
             return 0, 0
-        return self._nbytes(old), 1
+        st, k = found
+        self._drop(st, np.arange(len(st.cols)) == k)
+        return st.share, 1

@@ -36,7 +36,7 @@ reorders, as in fused regions). The switch is ``CompileOptions.scan_loops``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
+from timerl.runtime.points import PointRows
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols
 from timerl.symbolic.compile import compile_exprs_elementwise
@@ -425,13 +426,14 @@ class ScannedLoop:
                     free()
             env.pop(self.var, None)
 
-    def _points(self, m: _Member, vals: list[int]) -> list[tuple[int, ...]]:
-        """``m``'s point at each of ``vals`` (elementwise where its point expressions allow)."""
+    def _points(self, m: _Member, vals: list[int]) -> PointRows | list[tuple[int, ...]]:
+        """``m``'s point at each of ``vals`` (elementwise, as rows, where its point expressions
+        allow)."""
         if m.vpoint is None:
             return [self._point_env(m, v)[0] for v in vals]
         n = len(vals)
         cols = m.vpoint({**self.ex._env, self.var: np.asarray(vals, dtype=np.int64)})
-        return list(zip(*(np.broadcast_to(c, (n,)).tolist() for c in cols), strict=True))
+        return PointRows(_columns(cols, n))
 
     def _descends(self, m: _Member, vals: list[int]) -> bool:
         """Whether one coordinate of ``m``'s points counts down by one as the loop goes on."""
@@ -652,13 +654,22 @@ def _range_free(node: Dealloc, conds: tuple[Expr, ...]) -> Callable[[Any, dict[S
             mask &= np.broadcast_to(np.asarray(c, dtype=bool), (n,))
         if not mask.any():
             return
-        pts = zip(*(c[mask].tolist() for c in cols), strict=True) if k else [()] * int(mask.sum())
+        pts = PointRows(_columns(cols, n)[mask])
         if outs:
             store.free_points(nid, pts, outs)
         else:
             store.free_points(nid, pts)
 
     return free
+
+
+def _columns(cols: Sequence[Any], n: int) -> np.ndarray:
+    """The ``(n, len(cols))`` int64 array of points whose coordinates are ``cols`` (each an
+    array of ``n`` values or one value)."""
+    out = np.empty((n, len(cols)), dtype=np.int64)
+    for j, c in enumerate(cols):
+        out[:, j] = c
+    return out
 
 
 def _edge_varies(e: Edge, moving: set[Sym]) -> bool:

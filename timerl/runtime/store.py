@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timerl.runtime.block_store import BlockTable
+from timerl.runtime.points import PointBox, PointRows, within
 from timerl.runtime.rows_table import RowsTable
 
 Point = tuple[int, ...]
@@ -293,30 +294,32 @@ class PointStore:
         if outputs:
             tabs = [tabs[o] for o in outputs if o < len(tabs)]
         host = None if outputs else self._host.get(nid)
-        rows = [tab for tab in tabs if type(tab) is RowsTable]
-        if rows:  # rows of scans: freed per table, in one call each
+        if not isinstance(points, PointBox | PointRows):
             points = list(points)
-            for tab in rows:
+        for tab in tabs:
+            kind = type(tab)
+            if kind is RowsTable:  # rows of scans: freed in one call per table
                 b, n = tab.discard_many(points)
-                released += b
-                removed += n
-            tabs = [tab for tab in tabs if type(tab) is not RowsTable]
-        for point in points if tabs or host else ():
-            for tab in tabs:
-                if type(tab) is not dict:
-                    b, n = tab.discard(point)
-                    released += b
-                    removed += n
-                    continue
-                old = tab.pop(point, None)
-                if old is not None:
-                    released += self._nbytes(old)
-                    removed += 1
-            if host:
-                hs = host.pop(point, None)
-                if hs is not None:
-                    host_b += sum(self._host_nbytes(h) for h in hs if h is not None)
-                    host_n += sum(h is not None for h in hs)
+            elif kind is dict:
+                b = n = 0
+                for point in within(points, tab):
+                    old = tab.pop(point, None)
+                    if old is not None:
+                        b += self._nbytes(old)
+                        n += 1
+            else:  # a block table
+                b = n = 0
+                for point in points:
+                    db, dn = tab.discard(point)
+                    b += db
+                    n += dn
+            released += b
+            removed += n
+        for point in within(points, host) if host else ():
+            hs = host.pop(point, None)
+            if hs is not None:
+                host_b += sum(self._host_nbytes(h) for h in hs if h is not None)
+                host_n += sum(h is not None for h in hs)
         if removed:
             self._account(nid, -released, -removed)
         if host_n:
