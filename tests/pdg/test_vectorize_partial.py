@@ -27,19 +27,21 @@ def _close(a: list, b: list, tol: float) -> None:
 
 
 PASSES = ("simplify", "broadcast", "cse", "contract", "scan_lift", "vectorize_time")
+ALONE_ON_JAX = frozenset({0, 1, 2, 3, 6, 7})  # the programs whose passes alone run on JAX
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_same_values_with_and_without(backend: str, seed: int) -> None:
     """All passes together against all of them off, on both backends; every pass alone on
-    one backend per program, taking turns (each backend sees every pass alone on half of
-    the programs, batched and not)."""
+    one backend per program (each backend sees every pass alone on half of the programs,
+    batched and not; the largest programs, 10 and 11, on torch, where their unvectorized
+    loops run 5x faster than JAX's per-point compiles)."""
     batch = seed % 2 == 1
     off = {p: False for p in PASSES}
     base = outputs(seed, batch, backend, **off)
     assert base
-    if backend == ("torch", "jax")[seed // 2 % 2]:
+    if backend == ("jax" if seed in ALONE_ON_JAX else "torch"):
         for p in PASSES:
             _close(outputs(seed, batch, backend, **{**off, p: True}), base, 1e-5)
     _close(outputs(seed, batch, backend), base, 1e-5)

@@ -123,6 +123,8 @@ class _Clusterer:
         # per cluster, (dims, state) -> where one step from the cluster in that state
         # leads (see :meth:`_successors`); dropped when the cluster changes
         self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], Vec], tuple[tuple[int, Vec], ...]]] = {}
+        self._src_of = [e.src for e in pdg.edges]
+        self._into_cache: dict[int, list[int]] = {}  # see :meth:`_into`
 
     def _aligned(self, dims: tuple[Sym, ...]) -> list[tuple[_Step, ...]]:
         """Per edge, how it moves a path's distance along each of ``dims`` (see :func:`_step`),
@@ -292,26 +294,33 @@ class _Clusterer:
         return True
 
     def _reaching(self, inside: set[int], edges: frozenset[int] | None = None) -> set[int]:
-        """Clusters (outside ``inside``) from which some path (along ``edges`` only, when
-        given) leads into ``inside``."""
+        """Clusters (outside ``inside``, a union of clusters) from which some path (along
+        ``edges`` only, when given) leads into ``inside``: a walk back over the edges into
+        each cluster from the others (a path reaching one member reaches all of it)."""
+        cluster_of, src_of, into = self.cluster_of, self._src_of, self._into
+        start = {cluster_of[m] for m in inside}
         out: set[int] = set()
-        stack = list(inside)
-        seen_nodes = set(inside)
+        stack = list(start)
         while stack:
-            n = stack.pop()
-            for k in self.inn[n]:
+            cl = stack.pop()
+            for k in into(cl):
                 if edges is not None and k not in edges:
                     continue
-                src = self.pdg.edges[k].src
-                if src in seen_nodes:
-                    continue
-                cl = self.cluster_of[src]
-                out.add(cl)
-                for m in self.members[cl]:  # a path reaching one member reaches all of it
-                    if m not in seen_nodes:
-                        seen_nodes.add(m)
-                        stack.append(m)
+                scl = cluster_of[src_of[k]]
+                if scl not in out and scl not in start:
+                    out.add(scl)
+                    stack.append(scl)
         return out
+
+    def _into(self, cl: int) -> list[int]:
+        """The edges into cluster ``cl``'s members from other clusters (kept per cluster; a
+        merged cluster's are those of its parts from outside it)."""
+        got = self._into_cache.get(cl)
+        if got is None:
+            cluster_of, src_of = self.cluster_of, self._src_of
+            got = [k for m in self.members[cl] for k in self.inn[m] if cluster_of[src_of[k]] != cl]
+            self._into_cache[cl] = got
+        return got
 
     def _lex_safe(self, dims: tuple[Sym, ...]) -> dict[tuple[int, ...], int]:
         """Per loop direction ``signs`` over ``dims``: the longest prefix of dims along which
@@ -448,12 +457,15 @@ class _Clusterer:
         if not self._paths_ok(inside, dims, signs_ok):
             self._refused.add(key)
             return False
+        into = [k for r in reps for k in self._into(r) if self._src_of[k] not in inside]
         for m in inside:
             self.cluster_of[m] = reps[0]
         for r in reps:
             self._succ_cache.pop(r, None)
+            self._into_cache.pop(r, None)
             self._intra.pop(r, None)
             self._signs.pop(r, None)
+        self._into_cache[reps[0]] = into
         self._intra[reps[0]] = intra
         self._signs[reps[0]] = tuple(signs_ok)
         self.members[reps[0]] = order
