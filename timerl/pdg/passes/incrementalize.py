@@ -147,8 +147,9 @@ def _named(n: Node) -> bool:
 
 class _Stacked:
     """The stacked per-point axes in front of what ``sink`` reads through ``e`` (the runtime's
-    layout, ``timerl/plan/layout.py``): source batch dims the sink lacks (a slice read
-    along one of them moved last among them), then ``phi``'s slices but the ``to_batch`` one."""
+    layout, ``timerl/plan/layout.py``): source batch dims the sink lacks, and the one read by
+    a slice (moved last among them, even when the sink has it: each point reads all its
+    rows), then ``phi``'s slices but the ``to_batch`` one."""
 
     def __init__(self, pdg: PDG, e: Edge) -> None:
         src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
