@@ -5,7 +5,8 @@
 Each program (``fuzz_programs.generate(seed)``) runs with the default options on both
 backends, then with ``--off`` more option sets per program, each flipping one switch from
 its default (every switch in turn over the seeds, :data:`FLIPS`) on one backend (each
-switch on both backends in turn). Every run is one JSON
+switch on both backends in turn), and with ``--incrementalize`` incrementalize's option
+sets (:data:`INCREMENTALIZE`) on one backend (by the seed's parity). Every run is one JSON
 line: seed, backend, options, outcome (``ok``, ``mismatch``: a value differs from the
 independent interpreter, ``refused``: a ``TimeRLError``, ``crash``: any other exception,
 ``hang``: over ``--timeout`` seconds), checks, compile and run seconds. The totals are
@@ -28,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fuzz_programs import generate, render  # noqa: E402
-from test_fuzz import ATOL, RTOL, SWITCHES, W0, IllConditioned, expected  # noqa: E402
+from test_fuzz import ATOL, RTOL, SWITCHES, W0, IllConditioned, _option_sets, expected  # noqa: E402
 
 from timerl.compile import CompileOptions  # noqa: E402
 from timerl.errors import TimeRLError  # noqa: E402
@@ -38,6 +39,8 @@ FLIPS: list[dict[str, Any]] = [
     for name in SWITCHES
 ]
 """One switch flipped from its default each (``swap`` on with a threshold that makes it fire)."""
+INCREMENTALIZE: list[dict[str, Any]] = [o for o in _option_sets(long=True) if "incrementalize" in o]
+"""The long profile's option sets with a tiny incrementalization threshold (alone, and with swapping)."""
 
 
 class Hang(Exception):
@@ -114,6 +117,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=2_000_000)
     ap.add_argument("--programs", type=int, default=100)
     ap.add_argument("--off", type=int, default=2, help="option sets with one switch flipped, per program")
+    ap.add_argument("--incrementalize", action="store_true", help="incrementalize's option sets too")
     ap.add_argument("--timeout", type=int, default=120, help="seconds a compile and run may take")
     ap.add_argument("--out", type=Path, default=Path("campaign.jsonl"))
     ap.add_argument("--summary", type=Path, default=None, help="only summarise this file")
@@ -137,6 +141,8 @@ def main() -> None:
             for _ in range(args.off):
                 plan.append((("torch", "jax")[k_off // len(FLIPS) % 2], FLIPS[k_off % len(FLIPS)]))
                 k_off += 1
+            if args.incrementalize:
+                plan += [(("torch", "jax")[seed % 2], opts) for opts in INCREMENTALIZE]
             for backend, opts in plan:
                 rec = {"seed": seed, **run_one(prog, want, backend, opts, args.timeout)}
                 lines.append(rec)

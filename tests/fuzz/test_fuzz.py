@@ -7,8 +7,7 @@ Three profiles:
 * quick (default test run): one program focused on each feature, a few option sets;
 * fresh (default test run, so in CI): programs of seeds that change every run, drawn at
   random and printed (``TIMERL_FUZZ_SEED=<n>`` repeats a run from seed ``n``), each with the
-  default options on both backends and one more option set (not incrementalize's while
-  its open failure class stands), until ``TIMERL_FUZZ_BUDGET``
+  default options on both backends and one more option set, until ``TIMERL_FUZZ_BUDGET``
   seconds (default 45) or ``TIMERL_FUZZ_FRESH`` programs (default 40) are spent; a failing
   program is written to ``TIMERL_FUZZ_ARTIFACTS`` (default ``fuzz-failures/``) with its seed,
   options, error and the command that repeats it;
@@ -34,7 +33,6 @@ import pytest
 from fuzz_programs import FEATURES, Program, features, generate, reference, render
 
 from timerl.compile import CompileOptions
-from timerl.errors import PDGError
 
 W0 = np.array([0.3, -0.2], np.float32)
 SWITCHES = [f.name for f in fields(CompileOptions) if f.type in ("bool", bool)]
@@ -202,17 +200,13 @@ def _save_failure(seed: int, backend: str, opts: dict[str, Any], exc: BaseExcept
 
 def test_fuzz_fresh(capsys: pytest.CaptureFixture[str]) -> None:
     """Programs never run before, within a time budget (module doc): defaults on both
-    backends, and one more option set per program (the long profile's, in turn, but incrementalize's)."""
+    backends, and one more option set per program (the long profile's, in turn)."""
     first = _fresh_seed()
     budget = float(os.environ.get("TIMERL_FUZZ_BUDGET", FRESH_BUDGET_S))
     most = int(os.environ.get("TIMERL_FUZZ_FRESH", FRESH_PROGRAMS))
     with capsys.disabled():
         print(f"\nfuzz fresh: from seed {first} (TIMERL_FUZZ_SEED={first} repeats this run)", flush=True)
-    # incrementalize's open failure class (issue 38: blocks of a mask read of all rows,
-    # refused by verify_pdg; ~1 % of programs, test_fuzz_incrementalized_mask_of_a_floor_div_read)
-    # would make every run red by chance: its option sets stay in the quick and long profiles
-    # until it is fixed
-    extra = [o for o in _option_sets(long=True)[1:] if "incrementalize" not in o]
+    extra = _option_sets(long=True)[1:]
     stats = {"programs": 0, "ill_conditioned": 0, "checks": 0}
     failures: list[str] = []
     t0 = time.perf_counter()
@@ -289,11 +283,26 @@ def test_fuzz_regressions(seed: int, backend: str) -> None:
     assert check_program(prog, backend, {}) > 0
 
 
-@pytest.mark.xfail(strict=True, raises=PDGError, reason="open: incrementalize (see docstring)")
 def test_fuzz_incrementalized_mask_of_a_floor_div_read() -> None:
     """Seed 29 with ``incrementalize=8``: the gradient of ``x0[t // 2]`` masks the sink points
-    with ``EQ(comp(q)[0:T], s)``; incrementalize tiles that EQ into blocks of one row but
-    keeps its read of all ``T`` rows of ``comp`` (``batch[t=0:T]``), and ``w.grad`` came out
-    wrong (1.31 for 1.26). ``verify_pdg`` now refuses the PDG (``PDGError`` naming the pass)
-    instead; this test passes once incrementalize reads the block's rows."""
+    with ``EQ(comp(q)[0:T], s)``, vectorized over ``t``; incrementalize took its read of all
+    ``T`` rows of ``comp`` (``batch[t=0:T]``) for the sink's own batch dim, tiled the EQ into
+    blocks of one row and kept reading all ``T`` rows: ``w.grad`` came out wrong (1.31 for
+    1.26), then ``verify_pdg`` refused the PDG (issue 38). The read is now a stacked axis cut
+    to the block's rows."""
     assert check_program(generate(29), "torch", {"incrementalize": 8}) > 0
+
+
+INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783)
+"""Programs of a fresh campaign that failed with incrementalize's option sets only (issue 38):
+nodes vectorized over ``t`` that read all ``T`` rows of a node vectorized over ``t``
+(``batch[t=0:T]``: one-hot masks ``EQ(comp[0:T], s)`` of gradients of reads at another
+point of ``t``, and in 997487759 an ``IDENTITY`` of such a read) were tiled into blocks of
+one row that still read all rows (``PDGError`` from ``verify_pdg``)."""
+
+
+@pytest.mark.parametrize("opts", [o for o in _option_sets(long=True) if "incrementalize" in o], ids=str)
+@pytest.mark.parametrize("seed", INCREMENTALIZE_SEEDS)
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_fuzz_incrementalize_regressions(seed: int, backend: str, opts: dict[str, Any]) -> None:
+    assert check_program(generate(seed), backend, opts) > 0

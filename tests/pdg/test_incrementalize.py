@@ -336,3 +336,41 @@ def test_reductions_of_large_steps_run_per_step(backend: str) -> None:
         assert (t in mm.domain) == (thr is not None)
     peak = {thr: ex.memory_stats().peak_bytes for thr, (_, ex) in runs.items()}
     assert peak[None] > 16 * 2048 > 2 * peak[16384]  # all 16 images live / a few
+
+
+def _floor_div_program() -> tuple[trl.Context, dict, list]:
+    """A parameter's gradient through a read at ``t // 2`` (issue 38's class): the gradient
+    sums the reads' cotangents per source point with a one-hot mask ``EQ(comp[0:T], s)``,
+    vectorized over ``t`` and reading all ``T`` rows of ``comp`` at every point."""
+    out: list = []
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        w = trl.param(np.float32(0.3), name="w")
+        x = trl.const(np.array([0.5, -0.25], np.float32)) * w + trl.as_tensor(t) * 0.1
+        y = x[t // 2].tanh()
+        (y * y).sum().backward()
+        w.grad.sink(_sink(out, "g"))
+    return ctx, {T: 4}, out
+
+
+def test_a_mask_over_all_rows_reads_the_block_of_rows() -> None:
+    """The mask's read ``comp[t = 0:T]`` is a stacked axis of each point (the runtime's layout),
+    not the sink's batch dim ``t``: its block copies read ``comp[t = di : di + 1]``, one row
+    per block, as their per-point shape ``(1,)`` says (``verify_pdg`` inside ``build_pdg``)."""
+    ctx, bounds, _ = _floor_div_program()
+    pdg = build_pdg(ctx, bounds, CompileOptions(incrementalize=8))
+    masks = [n for n in pdg if n.op.kind is OpKind.EQ and n.outputs[0].shape]
+    assert masks and all(n.outputs[0].shape == (1,) for n in masks)
+    reads = [e for m in masks for e in pdg.data_in_edges(m.id) if e.batch_read]
+    assert reads
+    for e in reads:
+        ((d, comp),) = e.batch_read
+        assert isinstance(comp, Slice) and free_symbols(comp.start) and d.name == "t", e
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_mask_over_all_rows_same_values(backend: str) -> None:
+    base = _run(_floor_div_program, backend)
+    assert len(base) == 1
+    _close(_run(_floor_div_program, backend, incrementalize=8), base, 1e-6)
+    _close(_reference(_floor_div_program, backend, incrementalize=8), base, 1e-6)

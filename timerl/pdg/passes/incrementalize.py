@@ -147,8 +147,9 @@ def _named(n: Node) -> bool:
 
 class _Stacked:
     """The stacked per-point axes in front of what ``sink`` reads through ``e`` (the runtime's
-    layout, ``timerl/plan/layout.py``): source batch dims the sink lacks (a slice read
-    along one of them moved last among them), then ``phi``'s slices but the ``to_batch`` one."""
+    layout, ``timerl/plan/layout.py``): source batch dims the sink lacks, and the one read by
+    a slice (moved last among them, even when the sink has it: each point reads all its
+    rows), then ``phi``'s slices but the ``to_batch`` one."""
 
     def __init__(self, pdg: PDG, e: Edge) -> None:
         src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
@@ -165,8 +166,11 @@ class _Stacked:
                 narrowed = d
                 size[d] = _fixed(pdg, simplify(comp.stop - comp.start))
                 cur.append(d)
-        self.batched = bool(sink.batch_dims) and any(d in sink.batch_dims for d in cur)
-        extra = [d for d in cur if d not in sink.batch_dims] if self.batched else cur
+        # a dim read by a slice is a stacked axis even when the sink is vectorized over it
+        # too (each point reads all the rows, e.g. a one-hot mask ``EQ(comp[0:T], s)``)
+        kept = [d for d in cur if d in sink.batch_dims and d is not narrowed]
+        self.batched = bool(kept)
+        extra = [d for d in cur if d not in kept]
         slices = [(k, c) for k, c in enumerate(e.phi) if isinstance(c, Slice)]
         if e.to_batch is not None:
             slices = slices[1:]
