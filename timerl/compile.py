@@ -258,6 +258,7 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
 def plan_options(options: CompileOptions) -> Any:
     """The :class:`~timerl.plan.plan.PlanOptions` of ``options`` (donation needs the frees)."""
     from timerl.plan.plan import PlanOptions
+    from timerl.units import parse_bytes
 
     return PlanOptions(
         fuse=options.fuse,
@@ -265,6 +266,7 @@ def plan_options(options: CompileOptions) -> Any:
         scan_loops=options.scan_loops,
         free_iterations=options.free_iterations,
         block_store=options.block_store,
+        memory_budget=None if options.memory_budget is None else parse_bytes(options.memory_budget),
     )
 
 

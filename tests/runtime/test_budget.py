@@ -72,3 +72,21 @@ def test_dynamic_bounds_are_estimated_at_their_smallest() -> None:
     est = ex.plan.peak
     ex.execute()
     assert 0 < est.peak_bytes <= ex.memory_stats().peak_bytes
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_run_over_the_budget_stops_with_an_error_naming_the_tensor(backend: str) -> None:
+    """Dynamic episodes are estimated at T = 1, so a 64 KiB budget fits before running; without
+    frees a 400-step episode keeps 400 observations of 1 KiB: the store stops the run when it
+    passes the budget. With frees the same budget holds the whole run."""
+    ctx, bounds = nstep_program(400, 8, lambda v, p: None)
+    ex = ctx.compile(bounds, backend=backend, dealloc=False, memory_budget="64KiB")
+    assert ex.plan.peak.peak_bytes <= 64 << 10
+    with pytest.raises(MemoryBudgetError) as info:
+        ex.execute()
+    msg = str(info.value)
+    assert "memory_budget=64.00 KiB exceeded at run time" in msg and "obs" in msg and "Fix:" in msg
+    ctx, bounds = nstep_program(400, 8, lambda v, p: None)
+    ok = ctx.compile(bounds, backend=backend, dealloc=True, memory_budget="64KiB")
+    ok.execute()
+    assert 0 < ok.memory_stats().pools[0][1].peak_bytes <= 64 << 10

@@ -79,6 +79,7 @@ class PlanOptions:
     scan_loops: bool = False  # static loops of traceable statements as one compiled scan (needs fuse)
     free_iterations: bool = False  # free whole iterations at the iteration loop's steps
     block_store: bool = True  # slice-read outputs in block buffers (plan/storage.py)
+    memory_budget: int | None = None  # bytes the device store may hold; checked at run time too
 
 
 @dataclass(frozen=True, eq=False)

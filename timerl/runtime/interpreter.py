@@ -253,7 +253,15 @@ class Executor:
 
     def _new_store(self) -> PointStore:
         be = self.backend
-        store = PointStore(be.nbytes, be.to_host, be.from_host, be.host_nbytes)
+        budget = self.plan.options.memory_budget
+        store = PointStore(
+            be.nbytes,
+            be.to_host,
+            be.from_host,
+            be.host_nbytes,
+            budget=budget,
+            labels={n.id: n.label for n in self.pdg} if budget is not None else None,
+        )
         for n in self.pdg:
             store.declare(n.id, max(1, len(n.outputs)))
         for (nid, oid), spec in self.block_plan.items():

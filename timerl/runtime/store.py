@@ -39,9 +39,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from timerl.errors import MemoryBudgetError
 from timerl.runtime.block_store import BlockTable
 from timerl.runtime.points import PointBox, PointRows, within
 from timerl.runtime.rows_table import RowsTable
+from timerl.units import fmt_bytes
 
 Point = tuple[int, ...]
 
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 POOLS = ("device", "host")
 """Memory pools of a store (see the module doc)."""
 _HOST = POOLS.index("host")
+_DEVICE = POOLS.index("device")
 
 DEFAULT_TOP = 10
 """How many tensors :meth:`PointStore.stats` lists, largest peak first."""
@@ -156,8 +159,14 @@ class PointStore:
         to_host: Callable[[Any], Any] | None = None,
         from_host: Callable[[Any], Any] | None = None,
         host_nbytes: Callable[[Any], int] | None = None,
+        budget: int | None = None,
+        labels: Mapping[int, str] | None = None,
     ) -> None:
         self._nbytes = nbytes
+        # the user's memory_budget: a put that takes the device pool above it raises
+        # MemoryBudgetError naming the tensor (labels: node id -> label, for the message)
+        self._budget = budget
+        self._labels = labels or {}
         # swapping (offload / fetch): per node, point -> host copies of its outputs (None
         # where an output holds nothing), in the "host" pool
         self._to_host = to_host
@@ -252,11 +261,32 @@ class PointStore:
         self._pool_live[k] += db
         if self._pool_live[k] > self._pool_peak[k]:
             self._pool_peak[k] = self._pool_live[k]
+            if self._budget is not None and k == _DEVICE and self._pool_live[k] > self._budget:
+                self._over_budget(nid)
         self.live_bytes += db
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
         if self._timeline is not None and db:
             self._timeline.append((time.perf_counter() - self._t0, *self._pool_live))
+
+    def _over_budget(self, nid: int) -> None:
+        """Raise :class:`MemoryBudgetError`: storing ``nid`` took the device pool over the budget."""
+        labels = self._labels
+        live = sorted(
+            ((acc[0], n) for n, acc in self._nodes.items() if acc[0] > 0 and acc[3] == _DEVICE), reverse=True
+        )
+        rows = "\n".join(
+            f"  {labels.get(n, f'%{n}')}: {fmt_bytes(b)} in {self._nodes[n][2]} points"
+            for b, n in live[:DEFAULT_TOP]
+        )
+        raise MemoryBudgetError(
+            f"memory_budget={fmt_bytes(self._budget or 0)} exceeded at run time: storing "
+            f"{labels.get(nid, f'%{nid}')} ({self._nodes[nid][2]} points, {fmt_bytes(self._nodes[nid][0])} live) "
+            f"brings the device store to {fmt_bytes(self._pool_live[_DEVICE])}. The compile-time estimate "
+            "walks dynamic bounds at 1 (and cannot see every run's sizes). Live tensors, largest first:\n"
+            f"{rows}\nFix: raise memory_budget, or shrink the largest tensors (fewer envs or steps, "
+            "shorter episodes), or free them earlier (dealloc=True, a smaller swap_threshold)."
+        )
 
     def put(self, nid: int, oid: int, point: Point, value: Any) -> None:
         """Store ``value`` as output ``oid`` of ``nid`` at ``point`` (replacing any old value)."""
