@@ -119,19 +119,20 @@ def _demo_probability(weights: dict[str, np.ndarray]) -> float:
 @pytest.mark.parametrize("bc_coef", [0.0, 1.0])
 def test_ppo_buffer_imitation_learns_the_demonstrated_move(tmp_path, bc_coef: float) -> None:
     """PPO with ``bc_coef`` makes the demonstrated actions likely on every problem (a planted
-    demonstration, as a search would give); without it they stay near uniform (1/10)."""
+    demonstration, as a search would give); without it they stay near uniform (1/10). Over
+    random streams (seeds 1-3), 60 iterations gave 0.64-0.90 with ``bc_coef`` (40: 0.52-0.73)."""
     args = ppo.PPOArgs(
         env_id="looptune.mm",
         backend="torch",
         num_envs=3,
-        iterations=40,
+        iterations=60,
         hidden=32,
         norm_adv=False,
         lr=1e-2,
         bc_coef=bc_coef,
         demo_min_speedup=1.1,
         out_dir=str(tmp_path),
-        checkpoint_every=40,
+        checkpoint_every=60,
         checkpoint_dir=str(tmp_path / "ckpt"),
         quiet=True,
     )
@@ -148,9 +149,9 @@ def test_ppo_buffer_imitation_learns_the_demonstrated_move(tmp_path, bc_coef: fl
     latest = {k: v[max(v)] for k, v in read_values(str(tmp_path / "ckpt")).items() if k.startswith("dnn.")}
     prob = _demo_probability(latest)
     if bc_coef:
-        assert prob > 0.6
+        assert prob > 0.6, prob
     else:
-        assert prob < 0.3
+        assert prob < 0.3, prob
 
 
 def test_bc_needs_an_env_with_demonstrations(tmp_path) -> None:

@@ -42,7 +42,7 @@ def test_best_of_episodes_counts_distinct_measurements() -> None:
         for s in ("0:U(4)", "0:U(4) 1:U(4)", "0:U(8)")
     }
     seen[task.initial.key] = task.seconds(task.initial)
-    assert best.key == min(seen, key=seen.get)
+    assert seen[best.key] == min(seen.values())  # the fastest (its times can tie: any of those)
 
 
 def test_sampled_rollouts_episodes_per_program() -> None:
