@@ -105,7 +105,6 @@ def test_bc_off_or_nothing_to_imitate_leaves_the_training_unchanged(tmp_path) ->
     off, env_off = _train(args, 100.0)
     # bc on, but the demonstration is below --demo-min-speedup: every slot has weight 0
     empty, env_empty = _train(_args(tmp_path, 1.0, iterations=4), 1.05)
-    on, _ = _train(_args(tmp_path, 2.0, iterations=4), 100.0)
     # the same episodes (the program's random streams are unchanged by the imitation's ops) ...
     assert [r.actions for r in env_off.history] == [r.actions for r in env_empty.history]
     assert off.keys() == empty.keys()
@@ -115,7 +114,6 @@ def test_bc_off_or_nothing_to_imitate_leaves_the_training_unchanged(tmp_path) ->
         return float(np.sqrt(sum(((x[n] - y[n]) ** 2).sum() for n in off)))
 
     # ... and the same updates, up to rounding (Adam scales a rounding difference in a
-    # near-zero gradient to a step): far closer than the training moved the weights, or
-    # than the imitation of a real demonstration moves them
+    # near-zero gradient to a step): far closer than the training moved the weights (that
+    # imitating a real demonstration moves them is test_bc_raises_the_demonstration_actions_probability)
     assert dist(off, empty) < 0.02 * dist(off, init), (dist(off, empty), dist(off, init))
-    assert dist(off, empty) < 0.05 * dist(off, on), (dist(off, empty), dist(off, on))
