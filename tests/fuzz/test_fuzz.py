@@ -257,7 +257,7 @@ def test_fuzz_fresh_saves_a_failing_program(tmp_path: Path, monkeypatch: pytest.
     assert "ValueError: boom" in text and prog.describe() in text
 
 
-REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088, 941930050)
+REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088, 941930050, 517300100)
 """Programs of long runs that failed before their fix, checked with the defaults on every run.
 
 9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
@@ -273,7 +273,11 @@ its gradient's ``ADD`` at (1,) operands (issue 38; here the values stayed right,
 did not: ``verify_pdg`` rejects it).
 941930050: ``stack`` of an int64 and a float32 value took the int64 dtype: autodiff dropped
 the parameter's gradient through it (issue 38), and a window of varying length made a scan
-fail at run time (now planned as unscanned)."""
+fail at run time (now planned as unscanned).
+517300100: the gradient of ``x1[min(i + 1, I - 1), max(t - 1, 0)]`` (``x1`` a recurrence)
+reads all of its incoming gradient, ``g[0:I, 0:T]``; ``vectorize_partial`` vectorized ``g``
+over ``t`` and made that slice the first stacked dim: an ``IDENTITY`` of shape (I, T, 2)
+received (T, I, 2) (``PDGError``, every option set; issue 38)."""
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
