@@ -297,7 +297,7 @@ def test_fuzz_incrementalized_mask_of_a_floor_div_read() -> None:
     assert check_program(generate(29), "torch", {"incrementalize": 8}) > 0
 
 
-INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783, 517300057)
+INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783, 517300057, 517300046)
 """Programs of a fresh campaign that failed with incrementalize's option sets only (issue 38):
 nodes vectorized over ``t`` that read all ``T`` rows of a node vectorized over ``t``
 (``batch[t=0:T]``: one-hot masks ``EQ(comp[0:T], s)`` of gradients of reads at another
@@ -306,7 +306,10 @@ one row that still read all rows (``PDGError`` from ``verify_pdg``).
 517300057 (JAX): a read at ``max(t - 1, 0)`` of a block of an incrementalized node, in the
 loop over the blocks inside the loop over ``t``: at ``t = 0`` the read is of its own point,
 so the block loop was scanned with the source kept inside the scan, never stored; at
-``t = 1`` the loop ran unscanned and missed it (``RuntimeExecutionError``, runtime/scan.py)."""
+``t = 1`` the loop ran unscanned and missed it (``RuntimeExecutionError``, runtime/scan.py).
+517300046 (Torch, with swapping): a region wrote its result into a donated tensor whose
+host copy the store kept for an earlier offload of another point holding it; offloading
+the result reused that stale copy (wrong ``w.grad``, runtime/store.py)."""
 
 
 @pytest.mark.parametrize("opts", [o for o in _option_sets(long=True) if "incrementalize" in o], ids=str)
