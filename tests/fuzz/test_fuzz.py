@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzz_programs import FEATURES, Program, features, generate, reference, render
+from fuzz_programs import FEATURES, Program, _udf_reads_self, features, generate, reference, render
 
 from timerl.compile import CompileOptions
 
@@ -151,6 +151,15 @@ def test_quick_profile_covers_every_feature() -> None:
     }
     for f in (*FEATURES, *sorted(basics)):
         assert any(f in s for s in seen), f"feature {f} missing from the quick profile"
+
+
+def test_no_host_call_reads_a_shifted_recurrence_itself() -> None:
+    """A host call runs at every point of its own domain: in the step of a recurrence over a
+    shifted ``i`` (``x[i + 1, t + 1] = udf(x[i + 1, t])``) it would read ``x[I, t]`` at
+    ``i = I - 1``, undefined (the library refuses it: seed 517400018 was ill-formed)."""
+    for seed in (517400018, *range(1_000_000, 1_000_300)):
+        for x in generate(seed).tensors:
+            assert not (x.shift and _udf_reads_self(x.step)), f"seed {seed}: {x.name}"
 
 
 @pytest.mark.parametrize("seed", QUICK_SEEDS)
