@@ -305,6 +305,15 @@ def _has(e: Any, kind: str) -> bool:
     )
 
 
+def _udf_reads_self(e: Any) -> bool:
+    """Whether a host call in ``e`` reads the recurrence's own value ("self")."""
+    if not isinstance(e, tuple) or not e:
+        return False
+    if e[0] == "udf" and _has(e[3], "self"):
+        return True
+    return any(_udf_reads_self(x) for x in e[1:] if isinstance(x, tuple) and x and isinstance(x[0], str))
+
+
 def _expr_tensor(name: str, e: Any, prog: Program, by_name: dict[str, Tensor]) -> Tensor:
     dom = _dom(e, prog, by_name)
     if prog.dynamic_t and "t" in dom and "i" not in dom:  # one T per i: t needs i
@@ -364,6 +373,9 @@ def generate(seed: int) -> Program:
             and (x.kind == "expr" or x.domain == ("i", "t"))
             and "i" not in prog.per_point_dims()
             and extras.random() < 0.3
+            # a host call runs at every point of its own (unshifted) domain: reading "self"
+            # (x[i + 1, t]) at i = I - 1 it would read x[I, t], undefined (seed 517400018)
+            and not _udf_reads_self(x.step)
         ):
             x.shift = True
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fuzz_programs import FEATURES, Program, features, generate, reference, render
+from fuzz_programs import FEATURES, Program, _udf_reads_self, features, generate, reference, render
 
 from timerl.compile import CompileOptions
 
@@ -153,6 +153,15 @@ def test_quick_profile_covers_every_feature() -> None:
         assert any(f in s for s in seen), f"feature {f} missing from the quick profile"
 
 
+def test_no_host_call_reads_a_shifted_recurrence_itself() -> None:
+    """A host call runs at every point of its own domain: in the step of a recurrence over a
+    shifted ``i`` (``x[i + 1, t + 1] = udf(x[i + 1, t])``) it would read ``x[I, t]`` at
+    ``i = I - 1``, undefined (the library refuses it: seed 517400018 was ill-formed)."""
+    for seed in (517400018, *range(1_000_000, 1_000_300)):
+        for x in generate(seed).tensors:
+            assert not (x.shift and _udf_reads_self(x.step)), f"seed {seed}: {x.name}"
+
+
 @pytest.mark.parametrize("seed", QUICK_SEEDS)
 def test_fuzz_quick(seed: int) -> None:
     """A few programs (one test each), all options on and all off, both backends."""
@@ -257,7 +266,7 @@ def test_fuzz_fresh_saves_a_failing_program(tmp_path: Path, monkeypatch: pytest.
     assert "ValueError: boom" in text and prog.describe() in text
 
 
-REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088, 941930050)
+REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088, 941930050, 517300100)
 """Programs of long runs that failed before their fix, checked with the defaults on every run.
 
 9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
@@ -273,7 +282,11 @@ its gradient's ``ADD`` at (1,) operands (issue 38; here the values stayed right,
 did not: ``verify_pdg`` rejects it).
 941930050: ``stack`` of an int64 and a float32 value took the int64 dtype: autodiff dropped
 the parameter's gradient through it (issue 38), and a window of varying length made a scan
-fail at run time (now planned as unscanned)."""
+fail at run time (now planned as unscanned).
+517300100: the gradient of ``x1[min(i + 1, I - 1), max(t - 1, 0)]`` (``x1`` a recurrence)
+reads all of its incoming gradient, ``g[0:I, 0:T]``; ``vectorize_partial`` vectorized ``g``
+over ``t`` and made that slice the first stacked dim: an ``IDENTITY`` of shape (I, T, 2)
+received (T, I, 2) (``PDGError``, every option set; issue 38)."""
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
@@ -293,12 +306,19 @@ def test_fuzz_incrementalized_mask_of_a_floor_div_read() -> None:
     assert check_program(generate(29), "torch", {"incrementalize": 8}) > 0
 
 
-INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783)
+INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783, 517300057, 517300046)
 """Programs of a fresh campaign that failed with incrementalize's option sets only (issue 38):
 nodes vectorized over ``t`` that read all ``T`` rows of a node vectorized over ``t``
 (``batch[t=0:T]``: one-hot masks ``EQ(comp[0:T], s)`` of gradients of reads at another
 point of ``t``, and in 997487759 an ``IDENTITY`` of such a read) were tiled into blocks of
-one row that still read all rows (``PDGError`` from ``verify_pdg``)."""
+one row that still read all rows (``PDGError`` from ``verify_pdg``).
+517300057 (JAX): a read at ``max(t - 1, 0)`` of a block of an incrementalized node, in the
+loop over the blocks inside the loop over ``t``: at ``t = 0`` the read is of its own point,
+so the block loop was scanned with the source kept inside the scan, never stored; at
+``t = 1`` the loop ran unscanned and missed it (``RuntimeExecutionError``, runtime/scan.py).
+517300046 (Torch, with swapping): a region wrote its result into a donated tensor whose
+host copy the store kept for an earlier offload of another point holding it; offloading
+the result reused that stale copy (wrong ``w.grad``, runtime/store.py)."""
 
 
 @pytest.mark.parametrize("opts", [o for o in _option_sets(long=True) if "incrementalize" in o], ids=str)

@@ -233,3 +233,30 @@ def test_random_draws_vectorized_keep_their_per_point_values(backend: str) -> No
     reference_evaluate(build_pdg(ctx, {B: 4, I: 2, T: 5}, CompileOptions()), get_backend(backend))
     for k in on:
         np.testing.assert_allclose(ref[k], on[k], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_a_read_of_all_rows_behind_another_slice(backend: str) -> None:
+    """The gradient of ``x[min(i + 1, I - 1), max(t - 1, 0)]`` (``x`` a recurrence over t)
+    reads all of its incoming gradient, ``g[0:I, 0:T]``, in a node over (i, t): with ``g``
+    vectorized over t, the slice of t, which becomes the first stacked dim, is not the first
+    slice of the read. ``g`` stays per point (it made an (I, T, 2) IDENTITY receive
+    (T, I, 2): PDGError, fuzz seed 517300100), and ``w.grad`` is the same as with the pass off."""
+
+    def run(**options: bool) -> list:
+        got: list = []
+        ctx = trl.Context(dims=("i", "t"))
+        with ctx as ((i, I), (t, T)):
+            w = trl.param(np.array([0.3, -0.2], np.float32), name="w")
+            x = trl.empty((2,), domain=(i, t), name="x")
+            x[i, T - 1] = w * 1.0
+            x[i, t] = x[i, t + 1] * 0.5 + w
+            y = x[trl.min(i + 1, I - 1), trl.max(t - 1, 0)]
+            (y * w * (trl.as_tensor(t).cast(trl.float32) + 1.0)).sum().backward()
+            w.grad.sink(lambda v, p: got.append(np.array(v)))
+        ctx.compile({I: 2, T: 4}, backend=backend, **options).execute()
+        return got
+
+    on, off = run(), run(vectorize_time=False)
+    assert len(on) == len(off) == 1
+    np.testing.assert_allclose(on[0], off[0], rtol=1e-6)

@@ -24,6 +24,7 @@ from timerl.compile import CompileOptions, build_pdg
 from timerl.plan.donate import merge_moves
 from timerl.plan.regions import FusedExec
 from timerl.runtime.reference import reference_evaluate
+from timerl.symbolic import Sym
 
 N = 512  # floats per parameter
 
@@ -244,3 +245,41 @@ def test_in_place_members_never_overwrite_a_buffer_read_later() -> None:
     # signature mismatch, or not stored: nothing
     assert in_place_members(nodes, plans, [1], {0: ((), (N, 2), trl.float32)}) == {}
     assert in_place_members(nodes, plans, [], {0: sig}) == {}
+
+
+def test_a_donated_buffer_offloaded_again_is_copied_anew() -> None:
+    """Torch: ``a`` is offloaded (its host copy is kept for the tensor, which the ``MERGE`` ``m``
+    stores too); the region ``y = m * k``, the last reader of ``m``, writes ``y`` into that
+    tensor (donation); offloading ``y`` then must copy the tensor's new contents, not reuse
+    ``a``'s host copy (``y`` came back as ``a``: fuzz seed 517300046, issue 38)."""
+    from helpers_rt import interpret
+    from runtime_pdgs import Builder, T, const, ex, free
+
+    from timerl.pdg.ir import TensorSpec
+    from timerl.pdg.ops import DType, OpKind
+    from timerl.schedule.ast import Fetch, Offload, Seq
+
+    b = Builder()
+    v2 = TensorSpec((2,), DType.float32)
+    c = b.add(OpKind.CONST, (), (v2,), "c", **const([1.0, 2.0]))
+    k = b.add(OpKind.CONST, name="k", **const(3.0))
+    a = b.add(OpKind.ADD, (), (v2,), "a")
+    m = b.add(OpKind.MERGE, (), (v2,), "m")
+    y = b.add(OpKind.MUL, (), (v2,), "y")
+    s = b.add(OpKind.ADD, (), (v2,), "s")
+    b.read(a, c, ())
+    b.read(a, k, ())
+    b.read(m, a, ())
+    b.read(y, m, ())
+    b.read(y, k, ())
+    z = b.add(OpKind.NEG, (), (v2,), "z")  # a read of a outside its region: m does not move a
+    b.read(s, y, ())
+    b.read(s, c, ())
+    b.read(z, a, ())
+    body = (ex(c), ex(k), ex(a), ex(m), Offload(a, ()), ex(y), free(m), Offload(y, ()), Fetch(y, ()), ex(s))
+    body += (Fetch(a, ()), ex(z))
+    e = interpret(b.pdg(((Sym("t"), T),), {T: 1}), Seq(body), get_backend("torch"), donate=True)
+    e.execute()
+    assert e.donation_stats[0] == 1  # y was written into a's (and m's) tensor
+    np.testing.assert_array_equal(e.value(s, ()), [13.0, 17.0])  # (c + k) * k + c
+    np.testing.assert_array_equal(e.value(z, ()), [-4.0, -5.0])

@@ -110,6 +110,48 @@ def test_a_loop_counting_down_is_scanned_and_read_whole() -> None:
     assert_matches_reference(runs[True], reference_evaluate(prog.pdg, be), prog.pdg, min_points=13)
 
 
+def _lagged_read_program(n: int = 3, m: int = 2):
+    """a[t, j] = c + k; g[t, j] = tanh(a[max(t - 1, 0), j]) in one loop over j inside a loop
+    over t; s = max(g[0:T, 0:J])."""
+    from runtime_pdgs import Builder, Program, T, c0, c1, const, ex, loop, t
+
+    from timerl.pdg.ir import TensorSpec
+    from timerl.pdg.ops import DType, OpKind
+    from timerl.schedule.ast import Seq
+    from timerl.symbolic import ZERO, Slice, Sym, smax
+
+    j, J = Sym("j"), Sym("J", True)
+    b = Builder()
+    v2 = TensorSpec((2,), DType.float32)
+    c = b.add(OpKind.CONST, (), (v2,), "c", **const([0.25, -1.0]))
+    k = b.add(OpKind.CONST, name="k", **const(0.5))
+    a = b.add(OpKind.ADD, (t, j), (v2,), "a")
+    g = b.add(OpKind.TANH, (t, j), (v2,), "g")
+    s = b.add(OpKind.MAX, (), (v2,), "s", dims=(0, 1), keepdim=False)
+    b.read(a, c, ())
+    b.read(a, k, ())
+    b.read(g, a, (smax(t - 1, 0), j))
+    b.read(s, g, (Slice(ZERO, T), Slice(ZERO, J)))
+    inner = loop(c1, 0, c1 < J, ex(a, c0, c1), ex(g, c0, c1))
+    ast = Seq((ex(c), ex(k), loop(c0, 0, c0 < T, inner), ex(s)))
+    return Program(b.pdg(((t, T), (j, J)), {T: n, J: m}), ast, {"a": a, "g": g, "s": s})
+
+
+def test_a_read_local_at_one_entry_only_keeps_its_source() -> None:
+    """``g[t, j]`` reads ``a[max(t - 1, 0), j]``: at ``t = 0`` its own point, so the loop over
+    ``j`` is scanned with the read inside the step; at ``t = 1`` the read is of the previous
+    entry's point, the loop runs statement by statement and needs ``a[0, j]`` from the store
+    (it was kept inside the scan only: RuntimeExecutionError, fuzz seed 517300057)."""
+    from helpers_rt import interpret
+
+    prog = _lagged_read_program()
+    e = interpret(prog.pdg, prog.ast, get_backend("jax"), scan_loops=True)
+    e.execute()
+    assert e.scanned_entries == 1  # t = 0 only
+    want = np.tanh(np.array([0.75, -0.5]))
+    np.testing.assert_allclose(e.value(prog.ids["s"], ()), want, rtol=1e-6)
+
+
 def test_a_loop_with_a_sink_is_not_scanned() -> None:
     ctx, bounds, seen = _program(sink_inside=True)
     ex = ctx.compile(bounds, backend="jax", scan_loops=True)

@@ -187,6 +187,8 @@ def make_fused_thunk(
             # a Torch view holds its base, and a view itself is not donated)
             ok = tuple(k for k in dpos if refcount(ext[k]) == 2 and getattr(ext[k], "_base", None) is None)
             if ok:
+                for k in ok:  # its contents change: a host copy of them is no longer its copy
+                    store.forget_host_copy(ext[k])
                 fn = giving(ok)
                 stats[0] += len(ok)
                 stats[2] += sum(nbytes(ext[k]) for k in ok)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,9 +49,10 @@ from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
 from timerl.runtime.points import PointRows
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
-from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols
+from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols, lift, substitute
 from timerl.symbolic.compile import compile_exprs_elementwise
 from timerl.symbolic.expr import Not
+from timerl.symbolic.simplify import affine_difference
 
 if TYPE_CHECKING:
     from timerl.runtime.interpreter import Executor
@@ -84,6 +85,9 @@ class _Member:
     # the loop variable); None where a condition needs a dynamic bound
     vpoint: Callable[[dict[Sym, Any]], tuple[Any, ...]] | None = None
     vconds: Callable[[dict[Sym, Any]], tuple[Any, ...]] | None = None
+    point_exprs: tuple[Expr | Slice, ...] = ()  # the point, in the loop variables
+    # per edge: whether it reads a member at this member's own point at every loop entry
+    own_point: list[bool] = field(default_factory=list)
 
 
 class ScannedLoop:
@@ -119,6 +123,7 @@ class ScannedLoop:
                 varies,
                 ex._point_env_fns(n)[0],
                 moving,
+                point_exprs=tuple(pt_exprs),
             )
             if n.op.kind is OpKind.UDF:
                 m.pure = n.op.attr("fn").pure_step()
@@ -133,6 +138,8 @@ class ScannedLoop:
             for e in ex.pdg.out_edges(n.id):  # slice reads take the stacked rows (``_hint``),
                 if e.select is None and any(isinstance(c, Slice) for c in e.phi):  # first entry too
                     ex.stack_hints.setdefault((n.id, e.oid), {})
+        for m in self.members:
+            m.own_point = [e.src in self.index and self._reads_own_point(m, e) for e in m.edges]
         body_nodes = flat(loop.body)
         inner = scope | {loop.var}
         self.frees = [ex._compile(c, inner) for c in body_nodes if frees_only(c)]
@@ -358,11 +365,13 @@ class ScannedLoop:
         # iteration (the carry: a recurrence's values stay readable, as unscanned), read by no
         # edge, or a MERGE/UDF output (never inside a fused region); a pure op read only at
         # its own point inside the body stays inside the scan, as in a fused region
+        # (a read that is local at this entry only, ``x[max(t - 1, 0)]`` at ``t = 0``, reads
+        # another point at the next entries, which may run unscanned: its source is kept)
         local = {
             (self.index[e.src], e.oid)
             for m, r in zip(self.members, kinds, strict=True)
-            for e, kd in zip(m.edges, r, strict=True)
-            if kd == "local"
+            for e, kd, own in zip(m.edges, r, m.own_point, strict=True)
+            if kd == "local" and own
         }
         carried = set(carry_src)
         stored: list[tuple[int, int]] = []
@@ -500,6 +509,19 @@ class ScannedLoop:
             (col,) = fn(penv)
             return np.broadcast_to(np.asarray(col, dtype=np.int64), (n,))
         return np.asarray([int(evaluate(c, self._point_env(m, v)[1])) for v in vals], dtype=np.int64)
+
+    def _reads_own_point(self, m: _Member, e: Edge) -> bool:
+        """Whether ``e`` (from a member) reads its source at the point where ``m`` runs, for
+        every value of the loop variables (the points composed symbolically, not evaluated)."""
+        src = self.members[self.index[e.src]]
+        at = dict(zip(m.node.domain, m.point_exprs, strict=True))
+        for c, want in zip(e.phi, src.point_exprs, strict=True):
+            if isinstance(c, Slice) or isinstance(want, Slice):
+                return False
+            got = substitute(c, at)
+            if isinstance(got, Slice) or affine_difference(lift(got), want) != 0:
+                return False
+        return True
 
     def _read_unscanned(self, m: _Member, oid: int, kinds: list[list[str]]) -> bool:
         """Whether a member reads this output through an edge the scan does not use."""

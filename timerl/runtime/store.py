@@ -399,7 +399,8 @@ class PointStore:
 
     def _host_copy(self, v: Any) -> Any:
         """``to_host(v)``, shared by the points that store the same tensor (a ``MERGE`` stores
-        its branch's tensor): one host copy per tensor, as on the device. (The accounting
+        its branch's tensor): one host copy per tensor, as on the device, until the tensor is
+        overwritten (:meth:`forget_host_copy`). (The accounting
         still counts each point, like the device pool's.)"""
         key = id(v)
         hit = self._host_of.get(key)
@@ -418,6 +419,12 @@ class PointStore:
             }
             self._prune_at = max(1024, 2 * len(self._host_of))
         return h
+
+    def forget_host_copy(self, v: Any) -> None:
+        """Stop sharing the host copy of tensor ``v`` (:meth:`_host_copy`): its buffer is about
+        to be overwritten (donated to a region that writes its result into it, Torch's
+        ``out=``), and a later offload of the same object must copy what it then holds."""
+        self._host_of.pop(id(v), None)
 
     def fetch(self, nid: int, points: Iterable[Point], outputs: Sequence[int] = ()) -> int:
         """Move the outputs of ``nid`` at ``points`` (those in ``outputs``, default all) back

@@ -26,7 +26,9 @@ vectorized when
 **Edges** (the rules of Alg. 2). Both ends vectorized: the ``d`` index is dropped (a
 constant index becomes a ``batch_read``). Source vectorized, sink not: the index becomes
 a ``batch_read`` (a row, or a slice that becomes the first stacked per-point dim).
-Sink vectorized, source not: the edge reads ``0:D`` and the stacked axis becomes the
+(Both vectorized and ``d`` read at a slice: the slice is the first stacked dim, so it must
+come first among ``phi``'s slices, as for a sink per point.) Sink vectorized, source not:
+the edge reads ``0:D`` and the stacked axis becomes the
 sink's batch axis (``to_batch``). Source without ``d``: the runtime broadcasts it.
 (:mod:`~timerl.plan.layout` carries these out.)
 
@@ -287,16 +289,21 @@ def vectorizable_nodes(pdg: PDG, d: Sym, stream: int | None = None) -> set[int]:
             if c is not d or others or e.select is not None:
                 ok.discard(e.sink)
                 changed = True
-        # a source read by a sink that stays per point: a slice of d must come first
+        # a source read along d other than at d (a batch_read: a sink that stays per point,
+        # or a vectorized one reading all rows, ``x[0:I, 0:T]``): the slice of d becomes the
+        # first stacked dim, so it must come first in phi; a per-point sink's select reads at d
         for e in pdg.edges:
-            if e.src not in ok or e.sink in ok or e.order_only:
+            if e.src not in ok or e.order_only:
                 continue
             src = pdg.nodes[e.src]
             c = _comp(e, src, d)
             if c is None:
                 continue
             first = next((x for x in e.phi if isinstance(x, Slice)), None)
-            if (isinstance(c, Slice) and first is not c) or (e.select is not None and c is not d):
+            per_point = e.sink not in ok
+            if (isinstance(c, Slice) and first is not c) or (
+                per_point and e.select is not None and c is not d
+            ):
                 ok.discard(e.src)
                 changed = True
         # trivial cycles: all or none
