@@ -55,6 +55,11 @@ class _Stack:
             self.count -= n
         return n
 
+    def drop_row(self, k: int) -> None:
+        """Drop held row ``k``."""
+        self.alive[k] = False
+        self.count -= 1
+
     def points(self) -> Iterator[Point]:
         return map(tuple, self.cols[self.alive].tolist())
 
@@ -77,9 +82,16 @@ class RowsTable(dict):
 
     def _drop(self, st: _Stack, mask: np.ndarray) -> int:
         n = st.drop(mask)
+        self._release_if_empty(st)
+        return n
+
+    def _drop_row(self, st: _Stack, k: int) -> None:
+        st.drop_row(k)
+        self._release_if_empty(st)
+
+    def _release_if_empty(self, st: _Stack) -> None:
         if st.count == 0:
             self._stacks.remove(st)  # its array goes with its last row
-        return n
 
     # -- reads ------------------------------------------------------------------------------
     def __missing__(self, point: Point) -> Any:
@@ -88,7 +100,7 @@ class RowsTable(dict):
             raise KeyError(point)
         st, k = found
         v = self._take(st.arr, st.axis, k)
-        self._drop(st, np.arange(len(st.cols)) == k)
+        self._drop_row(st, k)
         dict.__setitem__(self, point, v)
         return v
 
@@ -174,5 +186,5 @@ class RowsTable(dict):
         if found is None:
             return 0, 0
         st, k = found
-        self._drop(st, np.arange(len(st.cols)) == k)
+        self._drop_row(st, k)
         return st.share, 1
