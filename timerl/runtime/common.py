@@ -23,8 +23,8 @@ from timerl.pdg.ir import Node
 from timerl.pdg.ops import OpKind
 from timerl.symbolic import Sym
 
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # SplitMix64's multipliers
+_MIX1, _MIX2 = np.uint64(_M1), np.uint64(_M2)
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 
@@ -50,8 +50,8 @@ def point_seeds(seed: int, nid: int, points: np.ndarray) -> np.ndarray:
 
 def _mix_int(z: int) -> int:
     """:func:`_mix` on one Python int (the same bits)."""
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    z = ((z ^ (z >> 30)) * _M1) & _MASK64
+    z = ((z ^ (z >> 27)) * _M2) & _MASK64
     return z ^ (z >> 31)
 
 
