@@ -149,6 +149,16 @@ class AbstractBackend(abc.ABC):
         ``batched[k]``: whether ``inputs[k]`` carries those leading dims; ``env``: values
         of the symbols appearing in the op's attributes.
         """
+        if len(inputs) != len(batched):
+            raise BackendError(f"{op!r}: got {len(inputs)} inputs but {len(batched)} batched flags")
+        return self.prepare(op, batch, batched, env)(inputs)
+
+    def prepare(
+        self, op: Op, batch: tuple[int, ...], batched: Sequence[bool], env: Mapping[Sym, int]
+    ) -> Callable[[Sequence[Any]], Any]:
+        """:meth:`run` with everything but the inputs bound: the kernel looked up and its
+        call built once (a fused region calls each member's this way, with no per-call checks
+        but the kernel's own)."""
         kernel = self.kernels.get(op.kind)
         if kernel is None:
             if op.kind in RUNTIME_OPS:
@@ -157,24 +167,25 @@ class AbstractBackend(abc.ABC):
                     f"the runtime must handle {op.kind.name} before calling {self.name} backend's run()"
                 )
             raise BackendError(f"the {self.name} backend has no kernel for {op.kind.name} ({op!r})")
-        if len(inputs) != len(batched):
-            raise BackendError(f"{op!r}: got {len(inputs)} inputs but {len(batched)} batched flags")
         batch = tuple(int(b) for b in batch)
-        flags = tuple(bool(b) for b in batched) if batch else (False,) * len(inputs)
+        flags = tuple(bool(b) for b in batched) if batch else (False,) * len(batched)
         call = KernelCall(op, batch, flags, env)
-        try:
-            out = kernel(self, call, inputs)
-        except BackendError:
-            raise
-        except Exception as e:  # wrap native errors with the op and shapes involved
-            shapes = [tuple(x.shape) for x in inputs]
-            raise BackendError(
-                f"{self.name} kernel for {op!r} failed on input shapes {shapes} "
-                f"(batch={batch}, batched={list(flags)}): {type(e).__name__}: {e}"
-            ) from e
-        if batch and not call.any_batched and not _batch_native(op):
-            out = self.broadcast_batch(out, batch)
-        return out
+        widen = bool(batch) and not call.any_batched and not _batch_native(op)
+
+        def invoke(inputs: Sequence[Any]) -> Any:
+            try:
+                out = kernel(self, call, inputs)
+            except BackendError:
+                raise
+            except Exception as e:  # wrap native errors with the op and shapes involved
+                shapes = [tuple(x.shape) for x in inputs]
+                raise BackendError(
+                    f"{self.name} kernel for {op!r} failed on input shapes {shapes} "
+                    f"(batch={batch}, batched={list(flags)}): {type(e).__name__}: {e}"
+                ) from e
+            return self.broadcast_batch(out, batch) if widen else out
+
+        return invoke
 
     def const_value(self, op: Op) -> Any:
         """The ``CONST`` op's value as a backend tensor, converted once per op."""

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from timerl.envs.common import static_num_envs
+from timerl.envs.common import jax_argument, static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
 from timerl.symbolic import Sym
@@ -213,12 +213,10 @@ class _BraxState:
 
         if self.state is None:
             raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
-        if not isinstance(action, jax.Array):
-            action = jax.dlpack.from_dlpack(action)  # a torch tensor: shares its buffer
+        action = jax_argument(action, self.c.device)
         if not self.batched:
             action = action[None]
         with jax.enable_x64(False), self.c.tracing("step", self.n):
-            action = jax.device_put(action, self.c.device)
             limit = jax.device_put(np.int32(self.max_steps), self.c.device)
             self.state, self.last_obs, rew, self.done, self.steps = self.c.step(
                 self.state, self.last_obs, self.done, self.steps, action, limit

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,3 +28,26 @@ def pick_batch(items: Sequence[T], k: int, n: int, in_order: bool, seed: int) ->
         return [items[(k * n + e) % len(items)] for e in range(n)]
     rng = np.random.default_rng(seed + 7919 * k)
     return [items[int(i)] for i in rng.integers(0, len(items), n)]
+
+
+def jax_argument(x: Any, device: Any) -> Any:
+    """``x`` (a ``jax.Array``, or a DLPack exporter such as a torch tensor) as an argument of a
+    function jitted for ``device``.
+
+    A ``jax.Array`` already committed to ``device`` goes as it is. A host buffer for a host
+    device goes as a NumPy view, copied in by the jitted call itself: importing it through
+    ``jax.dlpack.from_dlpack`` and ``device_put`` cost about 0.35 ms a step at 512 envs
+    (2-core CPU), seven times the call. Anything else is imported and placed on ``device``.
+    """
+    import jax
+
+    if isinstance(x, jax.Array):
+        if x.committed and x.devices() == {device}:
+            return x
+        return jax.device_put(x, device)
+    if device.platform == "cpu" and x.__dlpack_device__()[0] == _DLPACK_CPU:
+        return np.from_dlpack(x)
+    return jax.device_put(jax.dlpack.from_dlpack(x), device)
+
+
+_DLPACK_CPU = 1  # kDLCPU in DLPack's DLDeviceType

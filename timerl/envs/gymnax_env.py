@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from timerl.envs.common import static_num_envs
+from timerl.envs.common import jax_argument, static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.symbolic import Sym
@@ -215,11 +215,9 @@ class _GymnaxState:
         if self.state is None:
             raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
         with jax.enable_x64(False):
-            if not isinstance(action, jax.Array):
-                action = jax.dlpack.from_dlpack(action)  # a torch tensor: shares its buffer
+            action = jax_argument(action, self.c.device)
             if not self.batched:
                 action = action[None]
-            action = jax.device_put(action, self.c.device)
             if self.autoreset:
                 self.state, self.key, obs, rew, done = self.c.step_autoreset(self.state, self.key, action)
                 return self._out(obs), self._out(rew), self._out(done)

@@ -112,20 +112,31 @@ def make_fused_thunk(
     def make_region(
         specs: list[tuple[Any, tuple[Any, ...]]], static: dict[Sym, int]
     ) -> Callable[..., tuple[Any, ...]]:
+        # Per member: its kernel bound once (``prepare``, on the first call: a padded
+        # region's batch is symbolic until its buckets are known) and its inputs as
+        # (external?, position, layout) triples.
+        steps = [
+            [(kind == "ext", k, layouts.get((m, j))) for j, (kind, k) in enumerate(plan)]
+            for m, plan in enumerate(plans)
+        ]
+        calls: list[Callable[[Sequence[Any]], Any]] = []
+
         def region(*ext: Any, _into: dict[int, int] | None = None) -> tuple[Any, ...]:
+            if not calls:
+                calls.extend(
+                    be.prepare(op, batch, fl, static) for (op, batch), fl in zip(specs, flags, strict=True)
+                )
             outs: list[Any] = []
-            for m, ((op, batch), plan, fl) in enumerate(zip(specs, plans, flags, strict=True)):
-                ins = []
-                for j, (kind, k) in enumerate(plan):
-                    if kind == "ext":
-                        ins.append(ext[k])
-                        continue
-                    lay = layouts.get((m, j))
-                    ins.append(outs[k] if lay is None else lay.apply(outs[k], static, be))
+            for m, step in enumerate(steps):
+                ins = [
+                    ext[k] if is_ext else (outs[k] if lay is None else lay.apply(outs[k], static, be))
+                    for is_ext, k, lay in step
+                ]
                 out = None
                 if _into and m in _into:
-                    out = be.run_into(op, ins, batch, fl, static, ext[_into[m]])
-                outs.append(be.run(op, ins, batch, fl, static) if out is None else out)
+                    op, batch = specs[m]
+                    out = be.run_into(op, ins, batch, flags[m], static, ext[_into[m]])
+                outs.append(calls[m](ins) if out is None else out)
             return tuple(outs[k] for k in keep)
 
         return region
