@@ -93,3 +93,35 @@ def test_numpy_udf_unchanged() -> None:
         y.sink(lambda v, pt: got.append(float(v)))
     ctx.compile({I: 2}, backend="jax", **OPTS).execute()
     assert sorted(got) == [0.0, 3.0]
+
+
+class _Keeps(UDFFn):
+    """Returns a fresh tensor per point and keeps it (as a JAX env keeps its last observation)."""
+
+    array_io = "dlpack"
+
+    def __init__(self) -> None:
+        super().__init__(self._call, "keeps")
+        self.kept: list[tuple[int, torch.Tensor]] = []
+
+    def _call(self, inputs: list, point: dict[str, int]) -> list:
+        x = torch.full((4,), float(point["i"]))
+        self.kept.append((point["i"], x))
+        return [x]
+
+
+def test_a_dlpack_udf_output_is_never_donated() -> None:
+    """A region that is the last reader of a DLPack UDF's output must not write into its
+    buffer: the UDF may still hold it."""
+    udf = _Keeps()
+    got: list[tuple[int, list[float]]] = []
+    ctx = trl.Context(dims=("i",))
+    with ctx as ((i, I),):
+        w = trl.empty((4,), domain=(i,), name="w")
+        w[0] = trl.zeros((4,))
+        (y,) = trl.udf(udf, [((4,), DType.float32)], (i,), [w[i]], name="keeps")
+        w[i + 1] = y * 3.0 + 1.0  # one region, the last reader of y[i], storing a (4,) float32
+        w[i].sink(lambda v, pt: got.append((pt["i"], v.tolist())))
+    ctx.compile({I: 3}, backend="torch", **OPTS).execute()
+    assert sorted(got) == [(0, [0.0] * 4), (1, [1.0] * 4), (2, [4.0] * 4)]
+    assert [(k, x.tolist()) for k, x in udf.kept] == [(k, [float(k)] * 4) for k in range(3)]

@@ -18,7 +18,8 @@ The input is donated to that statement when
 * it is a region (``FusedExec``, or an ``Exec`` of a fusable node, made a region of one),
   ``X`` is not one of its members, and exactly one of its members' edges may read ``X[p]``,
   reading it at exactly ``p`` (no slice, condition, selection or batch read);
-* ``X`` has one output, with a static shape, and some output the region stores has ``X``'s
+* ``X`` is not a DLPack UDF's output (its buffer may be the user's), has one output, with a
+  static shape, and some output the region stores has ``X``'s
   batch, shape and dtype (XLA writes that output into the donated buffer; the number of
   donated inputs of one shape is at most the number of such outputs).
 
@@ -127,6 +128,13 @@ class _Donor:
         return slots
 
 
+def _shared(x: Node) -> bool:
+    """Whether ``x``'s tensors may share their buffer with the user's code: a UDF with
+    ``array_io = "dlpack"`` hands back arrays it may still hold (a JAX env's last
+    observation); writing into them would change the env's state."""
+    return x.op.kind is OpKind.UDF and getattr(x.op.attr("fn"), "array_io", "numpy") == "dlpack"
+
+
 def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
     """The statements of one ``Seq`` (after region planning) with donated inputs marked on
     their regions (``FusedExec.donate``: ``(member, input id)`` pairs); see the module doc."""
@@ -140,7 +148,7 @@ def plan_donations(children: Sequence[AstNode], pdg: PDG) -> list[AstNode]:
         if x is None:
             continue
         sig = static_signature(x)
-        if sig is None or st.outputs or _mentions_dynamic(st.point, pdg) or _batched(st):
+        if sig is None or st.outputs or _mentions_dynamic(st.point, pdg) or _batched(st) or _shared(x):
             continue
         k = j - 1
         while k >= 0 and isinstance(out[k], Dealloc):
