@@ -1,6 +1,7 @@
-"""Static loops run as one ``lax.scan`` (``runtime/scan.py``, option ``scan_loops``): the same
-values as the loop run statement by statement and as the reference evaluator, and only
-loops whose statements are all traceable are scanned."""
+"""Static loops run as one call (``runtime/scan.py``, option ``scan_loops``: one ``lax.scan``
+on JAX, one loop over prepared kernels on Torch): the same values as the loop run statement
+by statement and as the reference evaluator, and only loops whose statements are all
+traceable are scanned."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_a_pure_recurrence_is_scanned_with_the_same_values(backend: str) -> None
         runs[scan] = (seen["sum"], ex._interp.scanned_entries)
     (off, n_off), (on, n_on) = runs[False], runs[True]
     assert n_off == 0
-    assert n_on == (3 if backend == "jax" else 0)  # one scan per iteration i; JAX only
+    assert n_on == 3  # one scan per iteration i
     assert sorted(on) == [0, 1, 2] and len({round(v, 4) for v in on.values()}) == 3  # w moved
     for k in on:
         np.testing.assert_allclose(on[k], off[k], rtol=1e-6)
@@ -83,13 +84,14 @@ def _countdown_program(n: int = 6):
     return Program(b.pdg(((t, T),), {T: n}), ast, {"x": x, "y": y, "s": s})
 
 
-def test_a_loop_counting_down_is_scanned_and_read_whole() -> None:
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_loop_counting_down_is_scanned_and_read_whole(backend: str) -> None:
     """The scan flips the rows of a loop that counts its points down, so the stacked array a
     slice read takes ascends like a stack of the points (peeled base case at the end)."""
     from helpers_rt import assert_matches_reference, interpret
 
     prog = _countdown_program()
-    be = get_backend("jax")
+    be = get_backend(backend)
     runs = {}
     for scan in (False, True):
         e = interpret(prog.pdg, prog.ast, be, scan_loops=scan)
@@ -137,7 +139,8 @@ def _lagged_read_program(n: int = 3, m: int = 2):
     return Program(b.pdg(((t, T), (j, J)), {T: n, J: m}), ast, {"a": a, "g": g, "s": s})
 
 
-def test_a_read_local_at_one_entry_only_keeps_its_source() -> None:
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_read_local_at_one_entry_only_keeps_its_source(backend: str) -> None:
     """``g[t, j]`` reads ``a[max(t - 1, 0), j]``: at ``t = 0`` its own point, so the loop over
     ``j`` is scanned with the read inside the step; at ``t = 1`` the read is of the previous
     entry's point, the loop runs statement by statement and needs ``a[0, j]`` from the store
@@ -145,23 +148,25 @@ def test_a_read_local_at_one_entry_only_keeps_its_source() -> None:
     from helpers_rt import interpret
 
     prog = _lagged_read_program()
-    e = interpret(prog.pdg, prog.ast, get_backend("jax"), scan_loops=True)
+    e = interpret(prog.pdg, prog.ast, get_backend(backend), scan_loops=True)
     e.execute()
     assert e.scanned_entries == 1  # t = 0 only
     want = np.tanh(np.array([0.75, -0.5]))
     np.testing.assert_allclose(e.value(prog.ids["s"], ()), want, rtol=1e-6)
 
 
-def test_a_loop_with_a_sink_is_not_scanned() -> None:
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_loop_with_a_sink_is_not_scanned(backend: str) -> None:
     ctx, bounds, seen = _program(sink_inside=True)
-    ex = ctx.compile(bounds, backend="jax", scan_loops=True)
+    ex = ctx.compile(bounds, backend=backend, scan_loops=True)
     ex.execute()
     assert ex._interp.scanned_entries == 0
     assert len(seen["inside"]) == 3 * 7
 
 
+@pytest.mark.parametrize("backend", ["jax", "torch"])
 @pytest.mark.parametrize("epochs", [1, 2])
-def test_ppo_on_gymnax_scans_its_rollout(epochs: int) -> None:
+def test_ppo_on_gymnax_scans_its_rollout(epochs: int, backend: str) -> None:
     """PPO's acting loop on gymnax (observation branch, policy, env step in the carry) runs as
     one scan per iteration: the same rollouts, the same parameters to float rounding."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -171,7 +176,7 @@ def test_ppo_on_gymnax_scans_its_rollout(epochs: int) -> None:
     for scan in (False, True):
         args = ppo.Args(
             env_id="gymnax.CartPole-v1",
-            backend="jax",
+            backend=backend,
             num_envs=4,
             num_steps=12,
             iterations=3,
@@ -203,7 +208,8 @@ def test_ppo_on_gymnax_scans_its_rollout(epochs: int) -> None:
         np.testing.assert_allclose(w0[k], w1[k], rtol=1e-5, atol=1e-6)
 
 
-def test_a_loop_with_nothing_read_per_iteration_from_outside_is_scanned(caplog) -> None:
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_loop_with_nothing_read_per_iteration_from_outside_is_scanned(caplog, backend: str) -> None:
     """No scanned input (only the carry): the scan gets its length explicitly."""
     got: dict = {}
     ctx = trl.Context(dims=("i", "t"))
@@ -216,7 +222,7 @@ def test_a_loop_with_nothing_read_per_iteration_from_outside_is_scanned(caplog) 
         w[i + 1] = w - 0.1 * w.grad
         w.sink(lambda v, p: got.__setitem__(p["i"], np.array(v)))
     with caplog.at_level("WARNING", logger="timerl.runtime.scan"):
-        ex = ctx.compile({I: 3, T: 4}, backend="jax", scan_loops=True)
+        ex = ctx.compile({I: 3, T: 4}, backend=backend, scan_loops=True)
         ex.execute()
     assert not caplog.records and ex._interp.scanned_entries == 3
     want, wv = {}, np.ones(2, np.float32)

@@ -102,6 +102,10 @@ class AbstractBackend(abc.ABC):
     kernels: ClassVar[Mapping[OpKind, Kernel]]
     static_shapes: ClassVar[bool] = False
     donates: ClassVar[bool] = False
+    scans: ClassVar[str] = ""
+    """How a static loop of traceable statements runs as one call (``runtime/scan.py``):
+    ``"compiled"`` (one ``lax.scan`` in one compiled function), ``"host"`` (one Python loop
+    over the statements' prepared kernels, no store work per iteration), or ``""`` (not)."""
     """Whether :meth:`compile` honours ``donate`` (compiled regions write into donated buffers)."""
     """Whether every new input shape costs a compilation (the runtime then pads slice reads
     of zero-padding-safe reductions to power-of-two lengths, see ``runtime.interpreter``)."""

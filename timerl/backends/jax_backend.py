@@ -233,6 +233,7 @@ class JaxBackend(AbstractBackend):
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
     static_shapes: ClassVar[bool] = True
     donates: ClassVar[bool] = True
+    scans: ClassVar[str] = "compiled"
 
     def __init__(self, seed: int = 0, host_blocks: bool = False) -> None:
         super().__init__()

@@ -224,12 +224,21 @@ runs with ``out=``: the same kernel, so the values are the same bit for bit."""
 
 
 @final
+def _on_jax_host(obj: Any) -> bool:
+    """Whether ``obj`` is a ``jax.Array`` on one CPU device (no JAX import: its type's module)."""
+    if not type(obj).__module__.startswith("jax"):
+        return False
+    dev = getattr(obj, "device", None)
+    return getattr(dev, "platform", None) == "cpu"
+
+
 class TorchBackend(AbstractBackend):
     """Runs ops with eager PyTorch; RNG is one ``torch.Generator``."""
 
     name: ClassVar[str] = "torch"
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
     donates: ClassVar[bool] = True  # through run_into (regions write one member's result in place)
+    scans: ClassVar[str] = "host"
 
     def run_into(
         self,
@@ -365,7 +374,12 @@ class TorchBackend(AbstractBackend):
         return x.detach()
 
     def from_dlpack(self, obj: Any) -> torch.Tensor:
-        """``torch.from_dlpack``: zero-copy; the result aliases ``obj``'s buffer (do not write into it)."""
+        """``torch.from_dlpack``: zero-copy; the result aliases ``obj``'s buffer (do not write into it).
+
+        A JAX array on the host goes through its NumPy view (``np.asarray``: 7 us against 16 us
+        for JAX's own ``__dlpack__``, which checks its sharding at every call)."""
+        if self.device.type == "cpu" and _on_jax_host(obj):
+            obj = np.asarray(obj)
         try:
             x = torch.from_dlpack(obj)
         except (TypeError, BufferError, RuntimeError) as e:

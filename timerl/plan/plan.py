@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 class Target:
     """What the backend that runs a Plan can do: ``donates`` (a compiled region writes an
     output into a donated input's buffer), ``scans`` (a static loop of traceable statements
-    runs as one compiled scan)."""
+    runs as one call: a compiled scan on JAX, one loop over prepared kernels on Torch)."""
 
     name: str
     donates: bool = False
@@ -63,7 +63,7 @@ class Target:
     def of(backend: Any) -> Target:
         """The target of a backend object (``timerl.backends``)."""
         name = str(getattr(backend, "name", type(backend).__name__))
-        return Target(name, bool(getattr(backend, "donates", False)), name == "jax")
+        return Target(name, bool(getattr(backend, "donates", False)), bool(getattr(backend, "scans", "")))
 
 
 NO_TARGET = Target("any")

@@ -1,4 +1,5 @@
-"""A static loop whose body has no host effect runs as one compiled ``lax.scan`` (JAX).
+"""A static loop whose body has no host effect runs as one call: one compiled ``lax.scan``
+on JAX, one Python loop over the statements' prepared kernels on Torch (``_build_host``).
 
 TimeRL's interpreter dispatches every statement of a loop body once per iteration. PPO's
 acting loop on a JAX-native environment (gymnax, brax) is three statements per step — the
@@ -30,7 +31,15 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
 
 Values are those of the interpreted loop: the same ops on the same inputs, with XLA free
 to fuse across the statements (float results may differ in the last bits where XLA
-reorders, as in fused regions). The switch is ``CompileOptions.scan_loops``.
+reorders, as in fused regions; Torch's host loop runs the very kernels the interpreter
+would, so its values are the same bits). The switch is ``CompileOptions.scan_loops``.
+
+**Torch** (``AbstractBackend.scans == "host"``): what a scan saves there is the
+interpreter's work per statement and iteration (gathers, store puts and frees, point
+environments); the kernels still run one by one. A UDF's pure form (a JAX env's step) is
+called eagerly with NumPy views of the actions and its outputs imported through DLPack.
+``torch.compile`` of the loop body is not used: on the 2-core CPU inductor took 27 s to
+compile PPO's actor (512 x 4 -> 64 -> 64 -> 2) and ran it in 512 us against 425 us eager.
 """
 
 from __future__ import annotations
@@ -470,7 +479,11 @@ class ScannedLoop:
             tab = self.ex.store.table(m.node.id, oid)
             rows = [tab[self._point_env(m, v)[0]] for v in (reversed(peeled) if flip else peeled)]
             before, after = ([], rows) if flip else (rows, [])
-            hints[key] = (pts[0][k], len(order), _Joined(before, ys, after, len(m.node.batch)))
+            hints[key] = (
+                pts[0][k],
+                len(order),
+                _Joined(before, ys, after, len(m.node.batch), self.ex.backend),
+            )
         else:
             hints[key] = (pts[0][k], len(order), ys)
 
@@ -478,6 +491,9 @@ class ScannedLoop:
         """Input ``j`` of ``m`` at every scanned iteration, stacked on a new leading axis. A row
         read of a value vectorized along the loop's dim (``batch_read`` at ``t``) is one
         ``take`` of those rows; anything else is gathered per iteration and stacked."""
+        if self.ex.backend.scans != "compiled":  # a host loop reads them one by one
+            g = m.inputs[j][0]
+            return [g(self._point_env(m, v)[1]) for v in vals]
         import jax.numpy as jnp
 
         from timerl.plan.layout import input_layout
@@ -540,6 +556,8 @@ class ScannedLoop:
         length: int,
         flips: tuple[bool, ...],
     ) -> Callable[..., Any]:
+        if self.ex.backend.scans != "compiled":
+            return self._build_host(plan, choice, carry_src, stored, length, flips)
         import jax
         import jax.numpy as jnp
         from jax import lax
@@ -599,23 +617,110 @@ class ScannedLoop:
 
         return jax.jit(run)
 
+    def _build_host(
+        self,
+        plan: list[list[tuple[str, int]]],
+        choice: list[int | None],
+        carry_src: list[tuple[int, int]],
+        stored: list[tuple[int, int]],
+        length: int,
+        flips: tuple[bool, ...],
+    ) -> Callable[..., Any]:
+        """The scan as one Python loop (a backend that does not compile loops: Torch): per
+        iteration, each member's prepared kernel (``AbstractBackend.prepare``) on the values
+        of this iteration, the carry and the loop-invariant inputs, and the pure form of a
+        UDF called eagerly; no store, gather or free per iteration. The stored outputs are
+        stacked once at the end, after the batch dims."""
+        be = self.ex.backend
+        static = dict(self.ex._static)
+        members = self.members
+        runs: list[Callable[[list[Any], Any, int], list[Any]]] = []
+        for k, m in enumerate(members):
+            n = m.node
+            if n.op.kind is OpKind.MERGE:
+                j = choice[k]
+                assert j is not None
+                widen = tuple(n.batch) if n.batch and not m.inputs[j][1] else None
+
+                def merge(ins: list[Any], state: Any, v: int, j: int = j, widen: Any = widen) -> list[Any]:
+                    return [ins[j] if widen is None else be.broadcast_batch(ins[j], widen)]
+
+                runs.append(merge)
+            elif m.pure is not None:
+                runs.append(_host_pure_step(m, be))
+            else:
+                call = be.prepare(n.op, tuple(n.batch), [b for _, b in m.inputs], static)
+                runs.append(lambda ins, state, v, call=call: [call(ins)])
+        axes = [len(members[k].node.batch) for k, _ in stored]
+
+        def run(carry0: tuple[Any, ...], inv: tuple[Any, ...], xs: tuple[Any, ...], states0: tuple[Any, ...]):
+            carry, states = carry0, list(states0)
+            rows: list[list[Any]] = [[] for _ in stored]
+            for it in range(length):
+                vals: dict[int, Any] = {}
+                src = {"local": vals, "carry": carry, "inv": inv}
+                for k, (row, fn) in enumerate(zip(plan, runs, strict=True)):
+                    ins = [
+                        None if kind == "unused" else xs[i][it] if kind == "xs" else src[kind][i]
+                        for kind, i in row
+                    ]
+                    out = fn(ins, states[k], it)
+                    if members[k].pure is not None:
+                        states[k], out = out
+                    for oid, o in enumerate(out):
+                        vals[k * 16 + oid] = o
+                carry = tuple(vals[mk * 16 + oid] for mk, oid in carry_src)
+                for r, (k, oid) in zip(rows, stored, strict=True):
+                    r.append(vals[k * 16 + oid])
+            ys = tuple(be.stack(r[::-1] if f else r, a) for r, a, f in zip(rows, axes, flips, strict=True))
+            return states, ys
+
+        return run
+
+
+def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]:
+    """A UDF's pure form called eagerly from a host loop: the inputs handed over as JAX
+    takes them (host buffers as NumPy views), the outputs imported as backend tensors
+    (``udf_dlpack_outputs``: shapes checked, dtypes cast to the declared ones)."""
+    from timerl.runtime.common import udf_dlpack_outputs
+
+    pure, node = m.pure, m.node
+    assert pure is not None
+
+    def step(ins: list[Any], state: Any, it: int) -> tuple[Any, list[Any]]:
+        state, outs = pure.step(state, [_jax_input(be.to_dlpack(x)) for x in ins])
+        return state, udf_dlpack_outputs(node, outs, {"scan step": it}, be)
+
+    return step
+
+
+def _jax_input(x: Any) -> Any:
+    """``x`` (a backend tensor) as an argument of a JAX function: a NumPy view of a host
+    buffer, else imported through DLPack."""
+    import jax
+
+    if isinstance(x, jax.Array):
+        return x
+    try:
+        return np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError):
+        return jax.dlpack.from_dlpack(x)
+
 
 class _Joined:
     """Peeled rows ``before`` and ``after`` the scan's stacked rows (after ``axis`` batch
     dims), concatenated along ``axis`` when first read."""
 
-    def __init__(self, before: list[Any], tail: Any, after: list[Any], axis: int) -> None:
-        self.before, self.tail, self.after, self.axis = before, tail, after, axis
+    def __init__(self, before: list[Any], tail: Any, after: list[Any], axis: int, be: Any) -> None:
+        self.before, self.tail, self.after, self.axis, self.be = before, tail, after, axis, be
         self._full: Any = None
 
     def full(self) -> Any:
-        import jax
-        import jax.numpy as jnp
-        import numpy as np
-
         if self._full is None:
-            ax = self.axis
-            if all(d.platform == "cpu" for d in self.tail.devices()):  # on the host: no compilation
+            ax, be = self.axis, self.be
+            if be.scans == "compiled" and all(d.platform == "cpu" for d in self.tail.devices()):
+                import jax  # JAX on the host: joined in NumPy, no compilation per shape
+
                 parts = (
                     [np.expand_dims(np.asarray(x), ax) for x in self.before]
                     + [np.asarray(self.tail)]
@@ -623,11 +728,11 @@ class _Joined:
                 )
                 self._full = jax.device_put(np.concatenate(parts, axis=ax))
             else:
-                parts = [jnp.stack(self.before, axis=ax)] if self.before else []
+                parts = [be.stack(self.before, ax)] if self.before else []
                 parts.append(self.tail)
                 if self.after:
-                    parts.append(jnp.stack(self.after, axis=ax))
-                self._full = jnp.concatenate(parts, axis=ax)
+                    parts.append(be.stack(self.after, ax))
+                self._full = be.concat(parts, ax)
             self.before, self.tail, self.after = [], None, []
         return self._full
 
