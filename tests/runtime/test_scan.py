@@ -15,6 +15,7 @@ import timerl as trl
 from timerl.backends import get_backend
 from timerl.compile import CompileOptions, build_pdg
 from timerl.runtime.reference import reference_evaluate
+from timerl.schedule.ast import Loop, walk
 
 W = np.array([[0.5, -0.3], [0.2, 0.8]], np.float32)
 TAB = np.linspace(-1.0, 1.0, 14, dtype=np.float32).reshape(7, 2)
@@ -276,3 +277,60 @@ def test_scans_plan_and_free_every_iteration_at_once(monkeypatch) -> None:
     assert [k for k, _ in log0] == [k for k, _ in log1] == [0, 1, 2]
     for (_, a), (_, b) in zip(log0, log1, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_ppo_on_gymnasium_scans_its_rollout_on_torch() -> None:
+    """Torch's host loop calls a UDF without a pure form (gymnasium's NumPy CartPole) as the
+    interpreter does: the same rollouts bit for bit, the same parameters to float rounding
+    (the learner reads the rows stacked once by the loop, not per point)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import ppo
+
+    runs = {}
+    for scan in (False, True):
+        args = ppo.Args(
+            env_id="gym.CartPole-v1", backend="torch", num_envs=4, num_steps=12, iterations=3, seed=1
+        )
+        log: list = []
+        ex = ppo.build_fixed(
+            args, lambda v, p, log=log: log.append((p["i"], v.copy())), scan_loops=scan, dealloc=False
+        )
+        ex.execute()
+        params = {n.name: ex._interp.value(n.id, (2,)) for n in ex.pdg if n.name in ("dnn.w0", "dnn.vw2")}
+        runs[scan] = (log, params, ex._interp.scanned_entries)
+    (log0, w0, n0), (log1, w1, n1) = runs[False], runs[True]
+    assert n0 == 0 and n1 >= 3
+    assert [k for k, _ in log0] == [k for k, _ in log1] == [0, 1, 2]
+    for (_, a), (_, b) in zip(log0, log1, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert w0.keys() == w1.keys() == {"dnn.w0", "dnn.vw2"}
+    for k in w0:
+        np.testing.assert_allclose(w0[k], w1[k], rtol=1e-6, atol=1e-7)
+
+
+def test_a_udf_raising_inside_a_host_loop_names_itself_and_runs_nothing_twice() -> None:
+    """An exception of a UDF in a Torch host loop is the user's error (UDF, point), raised
+    once: the loop is not rerun statement by statement (the UDF would be called twice)."""
+    from timerl.errors import RuntimeExecutionError
+    from timerl.pdg.ops import DType
+
+    calls: list[int] = []
+
+    def step(ins: list, pt: dict) -> list:
+        calls.append(pt["t"])
+        if pt["t"] == 3:
+            raise ValueError("env broke")
+        return [ins[0] * 0.5 + 1.0]
+
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        x = trl.empty((2,), domain=(i, t), name="x")
+        x[i, 0] = trl.ones((2,))
+        (y,) = trl.udf(step, [((2,), DType.float32)], (i, t), [x[i, t]], name="env")
+        x[i, t + 1] = y * 1.0
+        x[i, T - 1].sink(lambda v, p: None)
+    ex = ctx.compile({I: 2, T: 6}, backend="torch")
+    assert any(ex.plan.scanned(lp) for lp in walk(ex.plan.ast) if isinstance(lp, Loop))
+    with pytest.raises(RuntimeExecutionError, match=r"UDF 'env' .*ValueError: env broke .*'t': 3"):
+        ex.execute()
+    assert calls == [0, 1, 2, 3]

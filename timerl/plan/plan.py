@@ -52,18 +52,29 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Target:
     """What the backend that runs a Plan can do: ``donates`` (a compiled region writes an
-    output into a donated input's buffer), ``scans`` (a static loop of traceable statements
-    runs as one call: a compiled scan on JAX, one loop over prepared kernels on Torch)."""
+    output into a donated input's buffer), ``scans``: how a static loop of traceable
+    statements runs as one call (``"compiled"``: a compiled scan, JAX; ``"host"``: one loop
+    over prepared kernels, Torch, where UDFs without a pure form may take part; ``""``: not).
+    A ``"host"`` target runs ``"compiled"`` Plans, not the other way round."""
 
     name: str
     donates: bool = False
-    scans: bool = False
+    scans: str = ""
+
+    def runs(self, plan_target: Target) -> bool:
+        """Whether this target can run a Plan made for ``plan_target``."""
+        if plan_target.donates and not self.donates:
+            return False
+        return plan_target.scans in ("", self.scans) or (plan_target.scans, self.scans) == (
+            "compiled",
+            "host",
+        )
 
     @staticmethod
     def of(backend: Any) -> Target:
         """The target of a backend object (``timerl.backends``)."""
         name = str(getattr(backend, "name", type(backend).__name__))
-        return Target(name, bool(getattr(backend, "donates", False)), bool(getattr(backend, "scans", "")))
+        return Target(name, bool(getattr(backend, "donates", False)), str(getattr(backend, "scans", "")))
 
 
 NO_TARGET = Target("any")
@@ -218,7 +229,12 @@ def make_plan(
         from timerl.plan.scans import scan_verdicts
 
         scans = MappingProxyType(
-            scan_verdicts(planned, pdg, found[0] if found and options.free_iterations else None)
+            scan_verdicts(
+                planned,
+                pdg,
+                found[0] if found and options.free_iterations else None,
+                host_udfs=target.scans == "host",
+            )
         )
     elif options.scan_loops and options.fuse:
         why = f"the {target.name} backend runs loops statement by statement"

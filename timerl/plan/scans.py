@@ -2,8 +2,8 @@
 
 A loop is scanned when every statement of its body (nested ``Seq``s inlined, regions
 expanded into their members, frees aside: they run after the scan) is an ``Exec`` of a pure
-op without symbolic attributes, a ``MERGE``, or a UDF with a pure form (``fn.pure_step()``),
-its bounds are static, and no member takes part in a dynamic bound. Every other loop gets
+op without symbolic attributes, a ``MERGE``, or a UDF with a pure form (``fn.pure_step()``;
+on Torch's host loops any UDF), its bounds are static, and no member takes part in a dynamic bound. Every other loop gets
 the reason, which the Plan's listing shows and the log reports at INFO."""
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ def _dynamic_parts(pdg: PDG) -> tuple[frozenset[Sym], frozenset[int], list[froze
     return frozenset(pdg.dynamic_bounds), frozenset(setters), enclosing
 
 
-def why_not_scanned(loop: Loop, pdg: PDG) -> str:
-    """Why ``loop`` cannot run as one scan ('' when it can)."""
+def why_not_scanned(loop: Loop, pdg: PDG, host_udfs: bool = False) -> str:
+    """Why ``loop`` cannot run as one scan ('' when it can). ``host_udfs``: the scan is a
+    host loop (Torch), where a UDF without a pure form is called as the interpreter calls it."""
     execs: list[Exec] = []
     for c in flat(loop.body):
         if frees_only(c):
@@ -72,7 +73,7 @@ def why_not_scanned(loop: Loop, pdg: PDG) -> str:
             continue
         if k is OpKind.UDF:
             pure = getattr(n.op.attr("fn"), "pure_step", None)
-            if pure is None or pure() is None:
+            if not host_udfs and (pure is None or pure() is None):
                 return f"the UDF {n.label} has no pure form"
             continue
         if not fusable(n):
@@ -98,13 +99,16 @@ def _varying_window(pdg: PDG, n: Node, c: Exec, var: Sym) -> str:
     return ""
 
 
-def scan_verdicts(ast: AstNode, pdg: PDG, gc_loop: Loop | None) -> dict[int, str]:
+def scan_verdicts(ast: AstNode, pdg: PDG, gc_loop: Loop | None, host_udfs: bool = False) -> dict[int, str]:
     """Per loop of ``ast`` (by ``id``): '' when it runs as one scan, else why not. The loop
-    at whose steps whole iterations are freed (``gc_loop``) is not scanned."""
+    at whose steps whole iterations are freed (``gc_loop``) is not scanned; ``host_udfs``: see
+    :func:`why_not_scanned`."""
     out = {}
     for lp in walk(ast):
         if isinstance(lp, Loop):
             out[id(lp)] = (
-                "whole iterations are freed at its steps" if lp is gc_loop else why_not_scanned(lp, pdg)
+                "whole iterations are freed at its steps"
+                if lp is gc_loop
+                else why_not_scanned(lp, pdg, host_udfs)
             )
     return out

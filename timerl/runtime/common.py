@@ -188,6 +188,22 @@ def udf_dlpack_outputs(node: Node, result: Any, pd: dict[str, int], be: Any) -> 
     return out
 
 
+def call_udf(node: Node, fn: Any, ins: Sequence[Any], pd: dict[str, int], be: Any) -> list[Any]:
+    """Run UDF ``fn`` of ``node`` on backend tensors ``ins`` at point ``pd``; its outputs as
+    backend tensors. ``array_io = "dlpack"``: tensors in and out through DLPack; else NumPy
+    copies in, checked and cast arrays out (``udf_outputs``). An exception of ``fn`` becomes
+    :func:`user_code_error`."""
+    dlpack = getattr(fn, "array_io", "numpy") == "dlpack"
+    args = [be.to_dlpack(x) for x in ins] if dlpack else [np.array(be.to_numpy(x)) for x in ins]
+    try:
+        res = fn(args, pd)
+    except Exception as exc:
+        raise user_code_error("UDF", node, exc, pd) from exc
+    if dlpack:
+        return udf_dlpack_outputs(node, res, pd, be)
+    return [be.from_numpy(a) for a in udf_outputs(node, res, pd)]
+
+
 def eval_shape(shape: Sequence[Any], env: Any, node: Node) -> tuple[int, ...]:
     """A per-point shape with symbolic entries evaluated in ``env``."""
     from timerl.symbolic import Expr, evaluate

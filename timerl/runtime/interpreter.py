@@ -79,12 +79,11 @@ from timerl.plan.regions import FusedExec
 from timerl.plan.storage import BlockSpec, slice_axis
 from timerl.runtime.block_store import BlockTable
 from timerl.runtime.common import (
+    call_udf,
     draw_points,
     eval_shape,
     point_dict,
     point_seed,
-    udf_dlpack_outputs,
-    udf_outputs,
     user_code_error,
 )
 from timerl.runtime.fusion import make_fused_thunk
@@ -180,7 +179,7 @@ class Executor:
     ) -> None:
         pdg, ast = plan.pdg, plan.ast
         have = Target.of(backend)
-        if (plan.target.donates and not have.donates) or (plan.target.scans and not have.scans):
+        if not have.runs(plan.target):
             raise ScheduleError(
                 f"this plan was made for the {plan.target.name} backend (donation={plan.target.donates}, "
                 f"scans={plan.target.scans}); {have.name} cannot run it: make the plan for Target.of(backend)"
@@ -682,25 +681,11 @@ class Executor:
 
         elif kind is OpKind.UDF:
             fn = op.attr("fn")
-            # array_io="dlpack": backend tensors in and out through DLPack (no host copies).
-            dlpack = getattr(fn, "array_io", "numpy") == "dlpack"
 
             def compute(v: Env, point: Point) -> None:
-                if dlpack:
-                    ins = [be.to_dlpack(g(v)) for g in gathers]
-                else:
-                    ins = [np.array(be.to_numpy(g(v))) for g in gathers]
-                pd = point_dict(domain, point)
-                try:
-                    res = fn(ins, pd)
-                except Exception as exc:
-                    raise user_code_error("UDF", node, exc, pd) from exc
-                if dlpack:
-                    for k, x in enumerate(udf_dlpack_outputs(node, res, pd, be)):
-                        put(nid, k, point, x)
-                    return
-                for k, a in enumerate(udf_outputs(node, res, pd)):
-                    put(nid, k, point, be.from_numpy(a))
+                outs = call_udf(node, fn, [g(v) for g in gathers], point_dict(domain, point), be)
+                for k, x in enumerate(outs):
+                    put(nid, k, point, x)
 
         elif kind is OpKind.SINK:
             fn = op.attr("fn")

@@ -32,7 +32,7 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
 Values are those of the interpreted loop: the same ops on the same inputs, with XLA free
 to fuse across the statements (float results may differ in the last bits where XLA
 reorders, as in fused regions; Torch's host loop runs the very kernels the interpreter
-would, so its values are the same bits). The switch is ``CompileOptions.scan_loops``.
+would, and a GEMM over the rows it stacks may round differently in the last bit). The switch is ``CompileOptions.scan_loops``.
 
 **Torch** (``AbstractBackend.scans == "host"``): what a scan saves there is the
 interpreter's work per statement and iteration (gathers, store puts and frees, point
@@ -135,7 +135,8 @@ class ScannedLoop:
                 point_exprs=tuple(pt_exprs),
             )
             if n.op.kind is OpKind.UDF:
-                m.pure = n.op.attr("fn").pure_step()
+                pure_step = getattr(n.op.attr("fn"), "pure_step", None)
+                m.pure = pure_step() if pure_step is not None else None  # None: a host loop calls it
             if n.op.kind is OpKind.MERGE:
                 m.branch_conds = [ex._node_expr((e.cond,), n, False) for e in edges]
                 if not any(free_symbols(e.cond) & ex._dyn.keys() for e in edges):
@@ -198,6 +199,8 @@ class ScannedLoop:
         except TimeRLError:
             raise
         except Exception as exc:  # tracing or compiling the scan failed: say so, run as before
+            if ex.backend.scans != "compiled":  # a host loop ran its UDFs: no second run of them
+                raise
             self._broken = f"the scan failed before ({type(exc).__name__})"
             log.warning(
                 "loop over %s [%s] failed to run as one scan (%s: %s); running it statement by "
@@ -417,7 +420,8 @@ class ScannedLoop:
                 len(xs),
                 len(stored),
             )
-        states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0))
+        host = ex.backend.scans != "compiled"
+        states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0), *([vals] if host else []))
         for m, st in zip(self.members, states, strict=True):
             if m.pure is not None:
                 m.pure.set_state(st)
@@ -648,15 +652,23 @@ class ScannedLoop:
                 runs.append(merge)
             elif m.pure is not None:
                 runs.append(_host_pure_step(m, be))
+            elif n.op.kind is OpKind.UDF:
+                runs.append(self._host_udf(m))
             else:
                 call = be.prepare(n.op, tuple(n.batch), [b for _, b in m.inputs], static)
                 runs.append(lambda ins, state, v, call=call: [call(ins)])
         axes = [len(members[k].node.batch) for k, _ in stored]
 
-        def run(carry0: tuple[Any, ...], inv: tuple[Any, ...], xs: tuple[Any, ...], states0: tuple[Any, ...]):
+        def run(
+            carry0: tuple[Any, ...],
+            inv: tuple[Any, ...],
+            xs: tuple[Any, ...],
+            states0: tuple[Any, ...],
+            vals: Sequence[int] = (),
+        ) -> tuple[list[Any], tuple[Any, ...]]:
             carry, states = carry0, list(states0)
             rows: list[list[Any]] = [[] for _ in stored]
-            for it in range(length):
+            for it, v in enumerate(vals):
                 vals: dict[int, Any] = {}
                 src = {"local": vals, "carry": carry, "inv": inv}
                 for k, (row, fn) in enumerate(zip(plan, runs, strict=True)):
@@ -664,7 +676,7 @@ class ScannedLoop:
                         None if kind == "unused" else xs[i][it] if kind == "xs" else src[kind][i]
                         for kind, i in row
                     ]
-                    out = fn(ins, states[k], it)
+                    out = fn(ins, states[k], v)
                     if members[k].pure is not None:
                         states[k], out = out
                     for oid, o in enumerate(out):
@@ -677,6 +689,18 @@ class ScannedLoop:
 
         return run
 
+    def _host_udf(self, m: _Member) -> Callable[[list[Any], Any, int], list[Any]]:
+        """A UDF without a pure form called from a host loop as the interpreter calls it, at
+        its point for the loop value."""
+        from timerl.runtime.common import call_udf, point_dict
+
+        be, node, fn = self.ex.backend, m.node, m.node.op.attr("fn")
+
+        def udf(ins: list[Any], state: Any, v: int) -> list[Any]:
+            return call_udf(node, fn, ins, point_dict(node.domain, self._point_env(m, v)[0]), be)
+
+        return udf
+
 
 def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]:
     """A UDF's pure form called eagerly from a host loop: the inputs handed over as JAX
@@ -687,9 +711,9 @@ def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]
     pure, node = m.pure, m.node
     assert pure is not None
 
-    def step(ins: list[Any], state: Any, it: int) -> tuple[Any, list[Any]]:
+    def step(ins: list[Any], state: Any, v: int) -> tuple[Any, list[Any]]:
         state, outs = pure.step(state, [_jax_input(be.to_dlpack(x)) for x in ins])
-        return state, udf_dlpack_outputs(node, outs, {"scan step": it}, be)
+        return state, udf_dlpack_outputs(node, outs, {"loop value": v}, be)
 
     return step
 
