@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,7 +57,7 @@ from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
-from timerl.runtime.points import PointRows
+from timerl.runtime.points import PointRows, member_mask
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols, lift, substitute
 from timerl.symbolic.compile import compile_exprs_elementwise
@@ -420,16 +421,25 @@ class ScannedLoop:
                 len(xs),
                 len(stored),
             )
-        host = ex.backend.scans != "compiled"
-        states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0), *([vals] if host else []))
+        keeps: list[np.ndarray | None] = [None] * len(stored)
+        if ex.backend.scans == "compiled":
+            states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0))
+        else:
+            keeps = self._host_keeps(stored, vals)
+            states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0), vals, keeps)
         for m, st in zip(self.members, states, strict=True):
             if m.pure is not None:
                 m.pure.set_state(st)
         n = len(vals)
-        for (k, oid), y, flip in zip(stored, ys, flips, strict=True):
+        for (k, oid), y, flip, keep in zip(stored, ys, flips, keeps, strict=True):
             m = self.members[k]
             axis = len(m.node.batch)  # the scan's rows come after the batch dims
             pts = self._points(m, list(reversed(vals)) if flip else vals)
+            if keep is not None:  # a host loop kept only the rows its body does not free
+                if not keep.any():
+                    continue
+                keep = keep[::-1] if flip else keep
+                pts = PointRows(pts.cols[keep]) if isinstance(pts, PointRows) else list(compress(pts, keep))
             if not store.put_rows(m.node.id, oid, pts, y, axis):
                 for p, row in zip(pts, self.ex.backend.unstack(y, axis), strict=True):
                     store.put(m.node.id, oid, p, row)
@@ -447,6 +457,39 @@ class ScannedLoop:
                 for free in self.frees:
                     free()
             env.pop(self.var, None)
+
+    def _host_keeps(self, stored: list[tuple[int, int]], vals: list[int]) -> list[np.ndarray | None]:
+        """Per stored output of a host loop, which iterations' rows to keep (None: all): the
+        rows whose points the loop body itself frees are read inside the loop only (by the
+        carry), so the host loop drops them as it goes and the peak does not grow with the
+        loop (the interpreter frees them one by one). Outputs read as stacked slices
+        (``stack_hints``) keep every row."""
+        out: list[np.ndarray | None] = [None] * len(stored)
+        if not self.range_frees:
+            return out
+        n = len(vals)
+        env = {**self.ex._env, self.var: np.asarray(vals, dtype=np.int64)}
+        freed_by: dict[tuple[int, int], list[PointRows]] = {}
+        for free in self.range_frees:
+            pts = free.points(env, n)
+            if pts is None:
+                continue
+            for k, oid in stored:
+                if free.node == self.members[k].node.id and (not free.outputs or oid in free.outputs):
+                    freed_by.setdefault((k, oid), []).append(pts)
+        for s, (k, oid) in enumerate(stored):
+            m = self.members[k]
+            frees = freed_by.get((k, oid))
+            if not frees or (m.node.id, oid) in self.ex.stack_hints:
+                continue
+            own = self._points(m, vals)
+            cols = own.cols if isinstance(own, PointRows) else np.asarray(own, dtype=np.int64).reshape(n, -1)
+            freed = np.zeros(n, dtype=bool)
+            for pts in frees:
+                freed |= member_mask(cols, pts)
+            if freed.any():
+                out[s] = ~freed
+        return out
 
     def _points(self, m: _Member, vals: list[int]) -> PointRows | list[tuple[int, ...]]:
         """``m``'s point at each of ``vals`` (elementwise, as rows, where its point expressions
@@ -664,10 +707,12 @@ class ScannedLoop:
             inv: tuple[Any, ...],
             xs: tuple[Any, ...],
             states0: tuple[Any, ...],
-            vals: Sequence[int] = (),
+            vals: Sequence[int],
+            keeps: Sequence[np.ndarray | None],
         ) -> tuple[list[Any], tuple[Any, ...]]:
             carry, states = carry0, list(states0)
             rows: list[list[Any]] = [[] for _ in stored]
+            kept = [np.ones(len(vals), dtype=bool) if kp is None else kp for kp in keeps]
             for it, v in enumerate(vals):
                 vals: dict[int, Any] = {}
                 src = {"local": vals, "carry": carry, "inv": inv}
@@ -682,9 +727,13 @@ class ScannedLoop:
                     for oid, o in enumerate(out):
                         vals[k * 16 + oid] = o
                 carry = tuple(vals[mk * 16 + oid] for mk, oid in carry_src)
-                for r, (k, oid) in zip(rows, stored, strict=True):
-                    r.append(vals[k * 16 + oid])
-            ys = tuple(be.stack(r[::-1] if f else r, a) for r, a, f in zip(rows, axes, flips, strict=True))
+                for r, (k, oid), kp in zip(rows, stored, kept, strict=True):
+                    if kp[it]:
+                        r.append(vals[k * 16 + oid])
+            ys = tuple(
+                be.stack(r[::-1] if f else r, a) if r else None
+                for r, a, f in zip(rows, axes, flips, strict=True)
+            )
             return states, ys
 
         return run
@@ -761,15 +810,13 @@ class _Joined:
         return self._full
 
 
-def _range_frees(
-    stmts: list[AstNode], ex: Executor
-) -> list[Callable[[Any, dict[Sym, Any], int], None]] | None:
+def _range_frees(stmts: list[AstNode], ex: Executor) -> list[_RangeFree] | None:
     """The frees of a scanned body (``Dealloc``s, under ``If``s) as functions ``(store, env,
     n)`` freeing their points for the ``n`` iterations whose loop variable ``env`` maps to an
     array: conditions and points evaluated elementwise, one batched store call per free.
     None when some free cannot be (a batched free, or a point or condition that needs a
     dynamic bound): the frees are then replayed per iteration."""
-    out: list[Callable[[Any, dict[Sym, Any], int], None]] = []
+    out: list[_RangeFree] = []
     dyn = ex._dyn.keys()
 
     def leaves(node: AstNode, conds: tuple[Expr, ...]) -> bool:
@@ -792,26 +839,38 @@ def _range_frees(
     return out
 
 
-def _range_free(node: Dealloc, conds: tuple[Expr, ...]) -> Callable[[Any, dict[Sym, Any], int], None]:
+@dataclass(frozen=True)
+class _RangeFree:
+    """One free of a scanned body for every scanned iteration at once: its points and
+    conditions evaluated elementwise, one batched store call."""
 
-    f = compile_exprs_elementwise(list(node.point) + list(conds))
-    k, nid, outs = len(node.point), node.node, node.outputs
+    node: int
+    outputs: tuple[int, ...]
+    k: int  # coordinates of a point (the expressions after them are conditions)
+    exprs: Callable[[dict[Sym, Any]], Any]
 
-    def free(store: Any, env: dict[Sym, Any], n: int) -> None:
-        vals = f(env)
-        cols = [np.broadcast_to(c, (n,)) for c in vals[:k]]
+    def points(self, env: dict[Sym, Any], n: int) -> PointRows | None:
+        """The points freed over the ``n`` iterations ``env`` maps the loop variable to."""
+        vals = self.exprs(env)
+        cols = [np.broadcast_to(c, (n,)) for c in vals[: self.k]]
         mask = np.ones(n, dtype=bool)
-        for c in vals[k:]:
+        for c in vals[self.k :]:
             mask &= np.broadcast_to(np.asarray(c, dtype=bool), (n,))
-        if not mask.any():
-            return
-        pts = PointRows(_columns(cols, n)[mask])
-        if outs:
-            store.free_points(nid, pts, outs)
-        else:
-            store.free_points(nid, pts)
+        return PointRows(_columns(cols, n)[mask]) if mask.any() else None
 
-    return free
+    def __call__(self, store: Any, env: dict[Sym, Any], n: int) -> None:
+        pts = self.points(env, n)
+        if pts is None:
+            return
+        if self.outputs:
+            store.free_points(self.node, pts, self.outputs)
+        else:
+            store.free_points(self.node, pts)
+
+
+def _range_free(node: Dealloc, conds: tuple[Expr, ...]) -> _RangeFree:
+    f = compile_exprs_elementwise(list(node.point) + list(conds))
+    return _RangeFree(node.node, tuple(node.outputs), len(node.point), f)
 
 
 def _columns(cols: Sequence[Any], n: int) -> np.ndarray:
