@@ -52,7 +52,9 @@ def nstep_program(
             return [nxt, onehot, reward, np.array(pt["t"] + 1 >= length)]
 
         specs = [((obs,), trl.float32), ((N_ACTIONS,), trl.float32), ((), trl.float32), ((), trl.bool_)]
-        nxt, onehot, reward, done = trl.udf(step, specs, domain=(i, t), inputs=[o, logits.detach()], name="env")
+        nxt, onehot, reward, done = trl.udf(
+            step, specs, domain=(i, t), inputs=[o, logits.detach()], name="env"
+        )
         o[i, t + 1] = nxt
         r = (trl.log_softmax(logits, -1) * onehot).sum() * reward
         g = r[i, t : trl.min(t + n, T)].sum(0)
@@ -101,7 +103,7 @@ def main() -> None:
                 est = ex.plan.peak.peak_bytes / mb
                 chosen = {
                     k: getattr(ex.options, k)
-                    for k in ("dealloc", "incrementalize", "swap", "vectorize_time", "vectorize_dynamic")
+                    for k in ("dealloc", "accumulate", "incrementalize", "swap", "vectorize_dynamic")
                     if getattr(ex.options, k) != getattr(base.options, k)
                 }
                 print(
