@@ -9,8 +9,8 @@ episode length is either static (``T: length``) or dynamic (``T: done``, the fla
 true at step ``length - 1``).
 
 Prints, per backend, T kind and T, the store's peak bytes with the default options and with
-``memory_budget=--budget`` (or the ``MemoryBudgetError`` raised), the budget's estimate and
-the options it chose, and whether the trained weights equal the default's (``allclose``).
+``memory_budget=--budget`` (or the ``MemoryBudgetError`` raised), the budget's estimate (a
+dynamic ``T``: at ``T = 128``, ``plan.peak.dynamic_growth``) and the options it chose, and whether the trained weights equal the default's (``allclose``).
 
     python benchmarks/memory_nstep.py                               # both backends, T = 100, 1000
     python benchmarks/memory_nstep.py --backends torch --lengths 100 1000 --budget 4MB
@@ -75,6 +75,7 @@ def run(length: int, dynamic: bool, backend: str, n: int, obs: int, **options: A
 
 def main() -> None:
     from timerl.errors import MemoryBudgetError  # noqa: PLC0415
+    from timerl.plan.peak import dynamic_growth  # noqa: PLC0415
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backends", nargs="+", default=["jax", "torch"])
@@ -100,7 +101,8 @@ def main() -> None:
                 same = len(got) == len(want) and all(
                     np.allclose(x, y, rtol=1e-4, atol=1e-6) for x, y in zip(got, want, strict=True)
                 )
-                est = ex.plan.peak.peak_bytes / mb
+                growth = dynamic_growth(ex.plan)  # dynamic T: the estimate at T = 128
+                est = (ex.plan.peak.peak_bytes if growth is None else growth.peaks[-1]) / mb
                 chosen = {
                     k: getattr(ex.options, k)
                     for k in ("dealloc", "accumulate", "incrementalize", "swap", "vectorize_dynamic")
