@@ -32,6 +32,10 @@ class CompileOptions:
     cse: bool = True  # common-subexpression elimination
     broadcast: bool = True  # elementwise readers of an EXPAND read its operand (NumPy broadcasting)
     contract: bool = True  # summed outer products (weight gradients) as one matmul
+    # sums over a whole episode of a dynamic T (x[0:T].sum(0), weight gradients) as running
+    # sums while it goes on, so their terms are not all held until it ends (chosen by
+    # memory_budget when a peak grows with T; pdg/passes/accumulate.py)
+    accumulate: bool = False
     scan_lift: bool = True  # first-order linear recurrences (GAE, returns) as one scan op
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
@@ -207,6 +211,10 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
         from timerl.pdg.passes.cse import eliminate_common_subexpressions
 
         pdg = verified(eliminate_common_subexpressions(pdg), "eliminate_common_subexpressions")
+    if options.accumulate:  # before contract: the sums it rewrites are not contracted
+        from timerl.pdg.passes.accumulate import accumulate_episode_sums
+
+        pdg = verified(accumulate_episode_sums(pdg), "accumulate_episode_sums")
     if options.contract:
         from timerl.pdg.passes.contract import contract_outer_products
 
@@ -316,6 +324,41 @@ def _swapped(pdg: PDG, options: CompileOptions, threshold: int | None = None) ->
 
 
 def _fit_budget(
+    pdg: PDG,
+    sched: Any,
+    options: CompileOptions,
+    budget: int,
+    backend: Any,
+    rebuild_with: Callable[[CompileOptions], PDG] | None = None,
+) -> tuple[PDG, Any, CompileOptions]:
+    """The PDG, schedule and options to run within ``budget`` bytes. With dynamic bounds,
+    first a schedule whose peak does not grow with them (``timerl/fit_dynamic.py``; the
+    program rebuilt by ``rebuild_with(options)``), kept if its peak fits; then
+    :func:`_fit_search`, whose choice must not grow either."""
+    if not pdg.dynamic_bounds:
+        rebuild = None if rebuild_with is None else _rebuilder(rebuild_with, options)
+        return _fit_search(pdg, sched, options, budget, backend, rebuild)
+    from timerl.fit_dynamic import check_dynamic, fit_dynamic
+
+    pdg, sched, options, growth = fit_dynamic(pdg, sched, options, budget, backend, rebuild_with)
+    if growth.peaks[-1] <= budget:
+        return pdg, sched, options
+    rebuild = None if rebuild_with is None else _rebuilder(rebuild_with, options)
+    pdg, sched, options = _fit_search(pdg, sched, options, budget, backend, rebuild)
+    check_dynamic(pdg, sched, options, budget, backend)
+    return pdg, sched, options
+
+
+def _rebuilder(
+    rebuild_with: Callable[[CompileOptions], PDG], options: CompileOptions
+) -> Callable[[int], PDG]:
+    def rebuild(thr: int) -> PDG:
+        return rebuild_with(replace(options, incrementalize=thr))
+
+    return rebuild
+
+
+def _fit_search(
     pdg: PDG,
     sched: Any,
     options: CompileOptions,
@@ -482,10 +525,10 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     )
     if budget is not None:
 
-        def rebuild(thr: int, opts: CompileOptions = options) -> PDG:
-            return build_pdg(ctx, bounds, replace(opts, incrementalize=thr))
+        def rebuild_with(opts: CompileOptions) -> PDG:
+            return build_pdg(ctx, bounds, opts)
 
-        pdg, sched, options = _fit_budget(pdg, sched, options, budget, be, rebuild)
+        pdg, sched, options = _fit_budget(pdg, sched, options, budget, be, rebuild_with)
     if options.peel:
         from timerl.schedule.peel import peel_ifs
 

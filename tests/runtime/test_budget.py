@@ -4,10 +4,13 @@ running (``plan/peak.py``), frees turned on when only they fit, and a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from test_dealloc import nstep_program
 from test_donate import N, momentum_program
 
+from timerl.compile import Executor
 from timerl.errors import MemoryBudgetError, TimeRLError
 from timerl.units import parse_bytes
 
@@ -76,11 +79,16 @@ def test_dynamic_bounds_are_estimated_at_their_smallest() -> None:
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_a_run_over_the_budget_stops_with_an_error_naming_the_tensor(backend: str) -> None:
-    """Dynamic episodes are estimated at T = 1, so a 64 KiB budget fits before running; without
-    frees a 400-step episode keeps 400 observations of 1 KiB: the store stops the run when it
-    passes the budget. With frees the same budget holds the whole run."""
+    """Without frees a 400-step episode keeps 400 observations of 1 KiB. The compiler sees the
+    peak grow with the dynamic T and turns the frees on (``fit_dynamic``); an executor made
+    without that search (the Plan's estimate at T = 1 fits 64 KiB) is stopped by the store
+    when the run passes the budget. With frees the same budget holds the whole run."""
     ctx, bounds = nstep_program(400, 8, lambda v, p: None)
-    ex = ctx.compile(bounds, backend=backend, dealloc=False, memory_budget="64KiB")
+    chosen = ctx.compile(bounds, backend=backend, dealloc=False, memory_budget="64KiB")
+    assert chosen.options.dealloc
+    ctx, bounds = nstep_program(400, 8, lambda v, p: None)
+    plain = ctx.compile(bounds, backend=backend, dealloc=False)
+    ex = Executor(plain.pdg, plain.schedule, plain.backend, replace(plain.options, memory_budget="64KiB"))
     assert ex.plan.peak.peak_bytes <= 64 << 10
     with pytest.raises(MemoryBudgetError) as info:
         ex.execute()

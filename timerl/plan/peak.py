@@ -72,20 +72,20 @@ class PeakEstimate:
 
 
 class _Walk:
-    def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int) -> None:
+    def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int, dynamic_value: int = 1) -> None:
         self.pdg = pdg
         self.sizes = sizes
         self.max_steps = max_steps
         self.steps = 0
         self.live: dict[tuple[int, tuple[int, ...]], int] = {}
-        self.out_sizes = output_bytes(pdg)
+        self.out_sizes = output_bytes(pdg, dynamic_value)
         self.freed_outputs: dict[tuple[int, tuple[int, ...]], set[int]] = {}  # points freed in part
         self.host: dict[tuple[int, tuple[int, ...]], int] = {}  # offloaded points (not counted)
         self.total = 0
         self.peak = 0
         self.node_live: dict[int, list[int]] = {}  # nid -> [bytes, points, peak bytes, points then]
         self.env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
-        self.env.update({s: 1 for s in pdg.dynamic_bounds})
+        self.env.update({s: dynamic_value for s in pdg.dynamic_bounds})
 
     def compile(self, node: AstNode) -> Callable[[], None]:
         from timerl.symbolic.compile import compile_expr, compile_exprs
@@ -243,25 +243,102 @@ class _Stop(Exception):
     pass
 
 
-def estimate_peak(plan: Plan, max_steps: int = MAX_STEPS, top: int = 5) -> PeakEstimate:
-    """An estimate of the store's peak bytes when ``plan`` runs (see the module doc): its
-    regions store only the members read outside them, its frees are where it runs them."""
+def _walk(plan: Plan, max_steps: int, dynamic_value: int) -> tuple[_Walk, bool]:
+    """The walk of ``plan``'s AST with every dynamic bound at ``dynamic_value``, and whether
+    it was complete."""
     pdg = plan.pdg
     read = {e.src for e in pdg.edges if not e.order_only}
-    sizes = {nid: b for nid, b in point_bytes(pdg).items() if nid in read}
-    w = _Walk(pdg, sizes, max_steps)
-    complete = True
+    sizes = {nid: b for nid, b in point_bytes(pdg, dynamic_value).items() if nid in read}
+    w = _Walk(pdg, sizes, max_steps, dynamic_value)
     try:
         w.compile(plan.ast)()
     except _Stop:
-        complete = False
+        return w, False
+    return w, True
+
+
+def estimate_peak(
+    plan: Plan, max_steps: int = MAX_STEPS, top: int = 5, dynamic_value: int = 1
+) -> PeakEstimate:
+    """An estimate of the store's peak bytes when ``plan`` runs (see the module doc): its
+    regions store only the members read outside them, its frees are where it runs them;
+    every dynamic bound at ``dynamic_value``."""
+    pdg = plan.pdg
+    w, complete = _walk(plan, max_steps, dynamic_value)
     ranked = sorted(w.node_live.items(), key=lambda kv: (-kv[1][2], kv[0]))[:top]
     tensors = tuple(
-        TensorEstimate(nid, pdg.nodes[nid].label, sizes.get(nid, 0), acc[2], acc[3])
+        TensorEstimate(nid, pdg.nodes[nid].label, w.sizes.get(nid, 0), acc[2], acc[3])
         for nid, acc in ranked
         if acc[2] > 0
     )
     return PeakEstimate(w.peak, tensors, complete, w.steps)
+
+
+DYNAMIC_PROBES = (64, 128)
+"""The values of the dynamic bounds :func:`dynamic_growth` walks a Plan at: above the windows
+the scheduler lets a node wait for (``scheduler.MAX_WINDOW_LAG``), so an n-step window's
+``O(n)`` values do not count as growth."""
+
+
+@dataclass(frozen=True)
+class GrowingTensor:
+    """A node whose most bytes held at once grow with the dynamic bounds: at each probe."""
+
+    node: int
+    label: str
+    peak_bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Growth:
+    """The peak of a Plan as a function of its dynamic bounds, sampled at ``probes`` (every
+    dynamic bound at each value): the peaks, the nodes whose own peak grows (largest growth
+    first), and whether every walk was complete."""
+
+    bounds: tuple[str, ...]
+    probes: tuple[int, ...]
+    peaks: tuple[int, ...]
+    tensors: tuple[GrowingTensor, ...]
+    complete: bool
+
+    @property
+    def grows(self) -> bool:
+        """Whether the peak grows with the dynamic bounds."""
+        return self.peaks[-1] > self.peaks[0]
+
+    def describe(self, top: int = 5) -> str:
+        """The growing tensors as lines: bytes held at each probe."""
+        at = ", ".join(f"{'/'.join(self.bounds)} = {p}" for p in self.probes)
+        rows = [f"  {g.label}: {' -> '.join(fmt_bytes(b) for b in g.peak_bytes)}" for g in self.tensors[:top]]
+        more = len(self.tensors) - top
+        return f"held at {at}:\n" + "\n".join(rows) + (f"\n  ... and {more} more" if more > 0 else "")
+
+
+def dynamic_growth(
+    plan: Plan, probes: tuple[int, ...] = DYNAMIC_PROBES, max_steps: int = MAX_STEPS
+) -> Growth | None:
+    """How ``plan``'s estimated peak grows with its dynamic bounds (None without any): the
+    estimate walked at each of ``probes``. A tensor held for a whole episode grows (one
+    point per step, or a batch axis padded to ``bucket(T)``); an n-step window does not."""
+    pdg = plan.pdg
+    if not pdg.dynamic_bounds:
+        return None
+    walks = [_walk(plan, max_steps, v) for v in probes]
+    per_node: dict[int, list[int]] = {}
+    for k, (w, _) in enumerate(walks):
+        for nid, acc in w.node_live.items():
+            per_node.setdefault(nid, [0] * len(probes))[k] = acc[2]
+    growing = sorted(
+        ((nid, b) for nid, b in per_node.items() if b[-1] > b[0]),
+        key=lambda kv: (kv[1][0] - kv[1][-1], kv[0]),
+    )
+    return Growth(
+        tuple(sorted(s.name for s in pdg.dynamic_bounds)),
+        tuple(probes),
+        tuple(w.peak for w, _ in walks),
+        tuple(GrowingTensor(nid, pdg.nodes[nid].label, tuple(b)) for nid, b in growing),
+        all(c for _, c in walks),
+    )
 
 
 def check_budget(plan: Plan, budget: int, what: str = "") -> PeakEstimate:

@@ -106,7 +106,23 @@ MAX_LOOP_ITERATIONS = 10**7
 
 Env = dict[Sym, int]
 
+
 # -- dynamic bounds -------------------------------------------------------------------------
+def _dyn_attr_exprs(node: Node, dyn: frozenset[Sym]) -> dict[Sym, list[Callable[[Env], Any]]]:
+    """Per dynamic bound in ``dyn``, the compiled op-attribute expressions of ``node`` using it."""
+    out: dict[Sym, list[Callable[[Env], Any]]] = {}
+
+    def visit(x: Any) -> None:
+        if isinstance(x, Expr):
+            for b in free_symbols(x) & dyn:
+                out.setdefault(b, []).append(compile_expr(x))
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                visit(y)
+
+    if node.op.symbols() & dyn:
+        visit(tuple(v for _, v in node.op.attrs))
+    return out
 
 
 @dataclass(eq=False)
@@ -601,6 +617,11 @@ class Executor:
             if set(db.enclosing) <= dom
         ]
         other = tuple(db for db in self._dyn.values() if not set(db.enclosing) <= dom)
+        # op attributes using a bound that a window makes known before the episode ends
+        # (``expand(min(t + n, T) - t)``, run n - 1 steps later by the schedule): an unknown
+        # bound takes its lower bound when that gives every attribute its value for any T
+        attr_exprs = _dyn_attr_exprs(node, frozenset(db.sym for db, _ in local))
+        windowed = [(db, idx) for db, idx in local if db.sym in attr_exprs]
 
         def point_env(point: Point) -> Env:
             v = dict(static)
@@ -609,6 +630,11 @@ class Executor:
                 val = db.known.get(tuple(point[j] for j in idx))
                 if val is not None:
                     v[db.sym] = val
+            for db, idx in windowed:
+                if db.sym not in v:
+                    lb = db.lb(tuple(point[j] for j in idx))
+                    if all(f({**v, db.sym: lb}) == f({**v, db.sym: BIG}) for f in attr_exprs[db.sym]):
+                        v[db.sym] = lb
             for db in other:  # the node lacks T's enclosing dims: the current episode's T
                 val = db.value(db.key)
                 if val is not None:

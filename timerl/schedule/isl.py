@@ -519,11 +519,11 @@ class IslProgram:
             raise ScheduleError(f"isl cannot generate an AST for the schedule: {exc}") from exc
         return _AstConverter(self).node(node, frozenset()), node.to_C_str()
 
-    def known_early(self, e: Expr, dims: tuple[Sym, ...], t: Sym, bound: Sym) -> bool:
+    def known_early(self, e: Expr, dims: tuple[Sym, ...], t: Sym, bound: Sym, lag: int = 0) -> bool:
         """Whether ``e`` (over ``dims``) has one value at each point ``t`` for every value of
-        the dynamic bound ``bound >= t + 1``: what the runtime knows of ``bound`` at ``t``
-        once the bound's setter ran at ``t - 1``. ``T - 1 - t`` is not; ``t < T`` and
-        ``min(t + 1, T)`` are."""
+        the dynamic bound ``bound >= t + 1 + lag``: what the runtime knows of ``bound`` at
+        ``t`` once the bound's setter ran at ``t - 1 + lag``. ``T - 1 - t`` is not (at any
+        lag); ``t < T`` and ``min(t + 1, T)`` are; ``min(t + 8, T)`` is at lag 7."""
         if bound not in free_symbols(e):
             return True
         scope = {d: f"d{k}" for k, d in enumerate(dims)}
@@ -539,7 +539,7 @@ class IslProgram:
             b = self.pdg.bound_of(d)
             if b in self.static:
                 cons.append(f"{scope[d]} < {self.static[b]}")
-        cons += [f"ba > {scope[t]}", f"bb > {scope[t]}", differ]
+        cons += [f"ba > {scope[t]} + {int(lag)}", f"bb > {scope[t]} + {int(lag)}", differ]
         names = ", ".join([scope[d] for d in dims] + ["ba", "bb"])
         ctx_cons = " and ".join(f"{p} >= 1" for p in self.params)
         text = f"{self.prefix}{{ [{names}] : {' and '.join(cons)}{' and ' + ctx_cons if ctx_cons else ''} }}"

@@ -49,7 +49,7 @@ from timerl.schedule.distance import edge_offsets
 from timerl.schedule.isl import IslProgram, ScheduleBudgetExceeded
 from timerl.schedule.swap import expand_swaps, postprocess
 from timerl.symbolic import Const, Expr, Slice, Sym, free_symbols
-from timerl.symbolic.expr import cmp_le
+from timerl.symbolic.expr import cmp_le, cmp_lt
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,12 @@ MAX_UNCLUSTERED = 40
 
 BOUND_ORDER_IID = -2
 """``iid`` of the order-only edges :func:`bound_order_edges` adds (validity, not proximity)."""
+
+WINDOW_ORDER_IID = -3
+"""``iid`` of :func:`bound_order_edges`' edges that wait a few steps for a dynamic bound
+(``Z[e, min(t + k, T - 1)]``): validity and proximity, so isl keeps the node ``k`` steps
+behind the setter (an n-step window's gradient inside the acting loop) rather than after
+the episode."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def schedule_pdg(
     statements are then post-processed (``swap.postprocess``: redundant moves dropped,
     memory-only static loops batched).
     """
-    if not _clustered and not any(e.iid == BOUND_ORDER_IID for e in pdg.edges):
+    if not _clustered and not any(e.iid in (BOUND_ORDER_IID, WINDOW_ORDER_IID) for e in pdg.edges):
         pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
     if _episodes is None:
         _episodes = episode_dims(pdg)
@@ -348,12 +354,24 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
             if n.id == zid or not set(enclosing) <= set(n.domain):
                 continue
             if t in n.domain:
-                if not all(
-                    prog().known_early(x, n.domain, t, bound) for x in _value_exprs(n, ins.get(n.id, ()))
-                ):
-                    # its value or the point it reads needs T itself (`as_tensor(T - 1 - t)`, `x[T - 1 - t]`)
-                    phi = _setter_point(pdg, z, t, bound - 1)
-                    out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
+                exprs = _value_exprs(n, ins.get(n.id, ()))
+                if not all(prog().known_early(x, n.domain, t, bound) for x in exprs):
+                    # its value or the point it reads needs T itself (`as_tensor(T - 1 - t)`,
+                    # `x[T - 1 - t]`: after the episode's end), or T within a window
+                    # (`expand(min(t + n, T) - t)`, an n-step window's gradient: n - 1 steps
+                    # later, or at the end)
+                    lag = _window_lag(prog(), exprs, n.domain, t, bound)
+                    if lag is None:
+                        phi = _setter_point(pdg, z, t, bound - 1)
+                        out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
+                    else:  # Z[e, t + lag] while the episode lasts, Z[e, T - 1] near its end
+                        near = cmp_le(t + lag, bound - 1)
+                        phi = _setter_point(pdg, z, t, t + lag)
+                        out.append(Edge(n.id, zid, WINDOW_ORDER_IID, 0, phi, near, None, True))
+                        phi = _setter_point(pdg, z, t, bound - 1)
+                        out.append(
+                            Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, cmp_lt(bound - 1, t + lag), None, True)
+                        )
                     continue
                 if any(_reads_later(pdg, e, t, enclosing) for e in ins.get(n.id, ()) if e.src in over):
                     continue
@@ -363,6 +381,27 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
                 phi = _setter_point(pdg, z, t, bound - 1)
                 out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
     return tuple(out)
+
+
+MAX_WINDOW_LAG = 64
+"""Steps after ``t`` a node over ``t`` may wait for its dynamic bound (:func:`_window_lag`)."""
+
+
+def _window_lag(prog: IslProgram, exprs: list[Expr], dims: tuple[Sym, ...], t: Sym, bound: Sym) -> int | None:
+    """The fewest steps ``k <= MAX_WINDOW_LAG`` after ``t`` once which every expression of
+    ``exprs`` is known (``bound > t + k``): 7 for ``min(t + 8, T)``; None when some needs
+    ``bound``'s value itself (``T - 1 - t``). Found by bisection (known at ``k`` implies
+    known at every larger ``k``)."""
+    if not all(prog.known_early(x, dims, t, bound, MAX_WINDOW_LAG) for x in exprs):
+        return None
+    lo, hi = 0, MAX_WINDOW_LAG  # known at hi, not at lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if all(prog.known_early(x, dims, t, bound, mid) for x in exprs):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def episode_dims(pdg: PDG) -> tuple[tuple[Sym, tuple[Sym, ...]], ...]:
