@@ -63,6 +63,10 @@ class CompileOptions:
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (plan/peak.py)
     memory_budget: str | int | None = None
+    # log at INFO (and keep as executor.memory_explanation) the estimated peak, which tensors
+    # grow with which dynamic bound, the reads that hold them and what would bound them
+    # (plan/explain.py; the tries rebuild the program, so compiling takes longer)
+    explain_memory: bool = False
     # bytes ("64MiB" or an int): reductions reading more are computed in blocks along a new dim
     # (TimeRL Alg. 3, pdg/passes/incrementalize.py; docs/memory.md); None: off
     incrementalize: str | int | None = None
@@ -101,6 +105,8 @@ class Executor:
         self.backend = backend
         self.options = options
         self.plan = plan if plan is not None else make_plan_for(pdg, schedule, options, backend, resume)
+        # compiled with explain_memory=True: what the peak is made of (plan/explain.py)
+        self.memory_explanation: Any = None
         if checkpoint_sinks(pdg) or resume is not None:
             from timerl.runtime.checkpoint import CheckpointingExecutor
 
@@ -529,6 +535,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
             return build_pdg(ctx, bounds, opts)
 
         pdg, sched, options = _fit_budget(pdg, sched, options, budget, be, rebuild_with)
+    explanation = _explain(ctx, bounds, pdg, sched, options, be) if options.explain_memory else None
     if options.peel:
         from timerl.schedule.peel import peel_ifs
 
@@ -542,4 +549,26 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
 
         resume = load_checkpoint(str(options.resume), pdg, options.seed)
     log.info("compiled %d nodes, %d edges in %.2fs", len(pdg.nodes), len(pdg.edges), time.perf_counter() - t0)
-    return Executor(pdg, sched, be, options, resume)
+    ex = Executor(pdg, sched, be, options, resume)
+    ex.memory_explanation = explanation
+    return ex
+
+
+def _explain(
+    ctx: Context, bounds: Mapping[Any, Any], pdg: PDG, sched: Any, options: CompileOptions, backend: Any
+) -> Any:
+    """``explain_memory``: the :class:`~timerl.plan.explain.MemoryExplanation` of the chosen
+    schedule, logged at INFO; with growing tensors, the schedules ``memory_budget`` tries are
+    built to say which would bound them."""
+    from timerl.fit_dynamic import try_growths
+    from timerl.plan.explain import explain
+    from timerl.plan.peak import dynamic_growth
+
+    plan = make_plan_for(pdg, sched, options, backend, estimate=True)
+    growth = dynamic_growth(plan)
+    tries = []
+    if growth is not None and growth.grows:
+        tries = try_growths(pdg, sched, options, backend, lambda opts: build_pdg(ctx, bounds, opts))
+    out = explain(plan.peak, pdg, growth, tries)
+    log.info("%s", out.describe())
+    return out
