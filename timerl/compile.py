@@ -456,8 +456,8 @@ def _fit_both(
                      fmt_bytes(thr), str(exc).splitlines()[0])  # fmt: skip
             thr //= 4
             continue
-        log.warning("memory_budget %s: incrementalizing reductions over %s and swapping", fmt_bytes(budget),
-                    fmt_bytes(thr))  # fmt: skip
+        log.warning("memory_budget %s: incrementalizing reductions over %s%s", fmt_bytes(budget),
+                    fmt_bytes(thr), " and swapping" if opts.swap else "")  # fmt: skip
         return inc, isched, opts
     return None
 
@@ -480,9 +480,8 @@ def _fit_swapping(
 
     eligible = _swapped(pdg, options, threshold=0)
     if not eligible or (options.swap and _swapped(pdg, options) == eligible):
-        check_budget(
-            make_plan_for(pdg, sched, options, backend, estimate=True), budget, "with deallocation"
-        )  # raises
+        check_budget(make_plan_for(pdg, sched, options, backend, estimate=True), budget, "with deallocation")
+        return sched, options  # fits without (more) swapping: nothing (else) can move
     keep = kept_values(pdg)
     sizes = point_bytes(pdg)
     every = schedule_pdg(pdg, dealloc=True, keep=keep, swap=eligible)
