@@ -62,9 +62,12 @@ def _option_sets(long: bool) -> list[dict[str, Any]]:
         {"swap": True, "swap_threshold": 1},
     ]
     if long:
-        sets += [{name: False} for name in SWITCHES if {name: False} not in sets]
+        # each switch that is on by default, off (explain_memory, accumulate: off already)
+        sets += [{name: False} for name in SWITCHES if getattr(default, name) and {name: False} not in sets]
         # both memory passes together (memory_budget's last resort: blocks fetched per block)
         sets.append({"incrementalize": 8, "swap": True, "swap_threshold": 1})
+        # running sums over episodes (memory_budget's first try under a dynamic T)
+        sets.append({"accumulate": True})
     return sets
 
 
