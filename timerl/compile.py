@@ -373,7 +373,8 @@ def _fit_search(
     rebuild: Callable[[int], PDG] | None = None,
 ) -> tuple[PDG, Any, CompileOptions]:
     """The PDG, schedule and options to run within ``budget`` bytes, trying in order: as
-    given; with frees (``dealloc``); with frees and incrementalized reductions, unless
+    given; with frees (``dealloc``); without scanned loops (``scan_loops=False``: a scan holds
+    every iteration's outputs until it ends); with frees and incrementalized reductions, unless
     ``incrementalize`` was given (``budget.fit_by_incrementalizing``: no data moves); with
     frees and swapping (:func:`_fit_swapping`); with frees, incrementalization and swapping
     together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
@@ -398,6 +399,17 @@ def _fit_search(
         sched, options = freed, replace(options, dealloc=True)
         if make_plan_for(pdg, sched, options, backend, estimate=True).peak.peak_bytes <= budget:
             return pdg, sched, options
+    if options.scan_loops:  # a scanned loop holds every iteration's outputs until it ends
+        unscanned = replace(options, scan_loops=False)
+        est = make_plan_for(pdg, sched, unscanned, backend, estimate=True).peak
+        if est.peak_bytes <= budget:
+            log.warning(
+                "memory_budget %s: scanned loops hold their iterations' outputs; running loops "
+                "statement by statement (scan_loops=False, estimated peak %s)",
+                fmt_bytes(budget),
+                fmt_bytes(est.peak_bytes),
+            )
+            return pdg, sched, unscanned
     if options.incrementalize is None:
         got = fit_by_incrementalizing(
             pdg,
