@@ -9,8 +9,9 @@ dims evaluated like bounds).
 
 The estimate approximates the store's peak (``memory_stats().peak_bytes``) for the dynamic
 bounds' smallest value: it leaves out what the runtime adds (block buffers' preallocated
-rows, stacked rows of scanned loops) and what the runtime may free besides the schedule's
-frees: points no edge reads (``free_iterations`` drops them). A ``MERGE``
+rows) and what the runtime may free besides the schedule's frees: points no edge reads
+(``free_iterations`` drops them). A loop the Plan scans runs its body's frees after its
+last iteration, so its outputs are walked as all live at its end. A ``MERGE``
 stores its branch's tensor itself; the store counts it under both nodes, and so does the
 estimate (the branch's node may be freed first: an env step's observation output, freed
 per output once merged, ``dealloc.py``). Donation
