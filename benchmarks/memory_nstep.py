@@ -28,10 +28,18 @@ N_ACTIONS = 2
 
 
 def nstep_program(
-    length: int, dynamic: bool, sink: Any, n: int = 8, obs: int = 4096, iterations: int = 2, lr: float = 1e-3
+    length: int,
+    dynamic: bool,
+    sink: Any,
+    n: int | None = 8,
+    obs: int = 4096,
+    iterations: int = 2,
+    lr: float = 1e-3,
 ) -> tuple[Any, dict]:
     """The n-step REINFORCE-shaped program (module doc); ``sink(w, point)`` gets the weights
-    of every iteration. Returns the context and its bounds."""
+    of every iteration; ``n=None``: Monte-Carlo REINFORCE, ``g = logp * reward[t:T].sum()``
+    (the paper's Fig. 11 pair, ``benchmarks/memory_mc_nstep.py``). Returns the context and
+    its bounds."""
     import timerl as trl  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
@@ -56,8 +64,12 @@ def nstep_program(
             step, specs, domain=(i, t), inputs=[o, logits.detach()], name="env"
         )
         o[i, t + 1] = nxt
-        r = (trl.log_softmax(logits, -1) * onehot).sum() * reward
-        g = r[i, t : trl.min(t + n, T)].sum(0)
+        logp = (trl.log_softmax(logits, -1) * onehot).sum()
+        if n is None:  # REINFORCE: the log-probability times the return over the rest of the episode
+            g = logp * reward[i, t:T].sum(0)
+        else:
+            r = logp * reward
+            g = r[i, t : trl.min(t + n, T)].sum(0)
         (-g).backward()
         trl.optim.SGD([w], lr=lr).step()
         w.sink(sink)

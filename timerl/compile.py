@@ -63,6 +63,10 @@ class CompileOptions:
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (plan/peak.py)
     memory_budget: str | int | None = None
+    # log at INFO (and keep as executor.memory_explanation) the estimated peak, which tensors
+    # grow with which dynamic bound, the reads that hold them and what would bound them
+    # (plan/explain.py; the tries rebuild the program, so compiling takes longer)
+    explain_memory: bool = False
     # bytes ("64MiB" or an int): reductions reading more are computed in blocks along a new dim
     # (TimeRL Alg. 3, pdg/passes/incrementalize.py; docs/memory.md); None: off
     incrementalize: str | int | None = None
@@ -101,6 +105,8 @@ class Executor:
         self.backend = backend
         self.options = options
         self.plan = plan if plan is not None else make_plan_for(pdg, schedule, options, backend, resume)
+        # compiled with explain_memory=True: what the peak is made of (plan/explain.py)
+        self.memory_explanation: Any = None
         if checkpoint_sinks(pdg) or resume is not None:
             from timerl.runtime.checkpoint import CheckpointingExecutor
 
@@ -367,7 +373,8 @@ def _fit_search(
     rebuild: Callable[[int], PDG] | None = None,
 ) -> tuple[PDG, Any, CompileOptions]:
     """The PDG, schedule and options to run within ``budget`` bytes, trying in order: as
-    given; with frees (``dealloc``); with frees and incrementalized reductions, unless
+    given; with frees (``dealloc``); without scanned loops (``scan_loops=False``: a scan holds
+    every iteration's outputs until it ends); with frees and incrementalized reductions, unless
     ``incrementalize`` was given (``budget.fit_by_incrementalizing``: no data moves); with
     frees and swapping (:func:`_fit_swapping`); with frees, incrementalization and swapping
     together (the program rebuilt by ``rebuild(threshold)``, :func:`_fit_both`); else
@@ -392,6 +399,17 @@ def _fit_search(
         sched, options = freed, replace(options, dealloc=True)
         if make_plan_for(pdg, sched, options, backend, estimate=True).peak.peak_bytes <= budget:
             return pdg, sched, options
+    if options.scan_loops:  # a scanned loop holds every iteration's outputs until it ends
+        unscanned = replace(options, scan_loops=False)
+        est = make_plan_for(pdg, sched, unscanned, backend, estimate=True).peak
+        if est.peak_bytes <= budget:
+            log.warning(
+                "memory_budget %s: scanned loops hold their iterations' outputs; running loops "
+                "statement by statement (scan_loops=False, estimated peak %s)",
+                fmt_bytes(budget),
+                fmt_bytes(est.peak_bytes),
+            )
+            return pdg, sched, unscanned
     if options.incrementalize is None:
         got = fit_by_incrementalizing(
             pdg,
@@ -450,8 +468,8 @@ def _fit_both(
                      fmt_bytes(thr), str(exc).splitlines()[0])  # fmt: skip
             thr //= 4
             continue
-        log.warning("memory_budget %s: incrementalizing reductions over %s and swapping", fmt_bytes(budget),
-                    fmt_bytes(thr))  # fmt: skip
+        log.warning("memory_budget %s: incrementalizing reductions over %s%s", fmt_bytes(budget),
+                    fmt_bytes(thr), " and swapping" if opts.swap else "")  # fmt: skip
         return inc, isched, opts
     return None
 
@@ -474,9 +492,8 @@ def _fit_swapping(
 
     eligible = _swapped(pdg, options, threshold=0)
     if not eligible or (options.swap and _swapped(pdg, options) == eligible):
-        check_budget(
-            make_plan_for(pdg, sched, options, backend, estimate=True), budget, "with deallocation"
-        )  # raises
+        check_budget(make_plan_for(pdg, sched, options, backend, estimate=True), budget, "with deallocation")
+        return sched, options  # fits without (more) swapping: nothing (else) can move
     keep = kept_values(pdg)
     sizes = point_bytes(pdg)
     every = schedule_pdg(pdg, dealloc=True, keep=keep, swap=eligible)
@@ -529,6 +546,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
             return build_pdg(ctx, bounds, opts)
 
         pdg, sched, options = _fit_budget(pdg, sched, options, budget, be, rebuild_with)
+    explanation = _explain(ctx, bounds, pdg, sched, options, be) if options.explain_memory else None
     if options.peel:
         from timerl.schedule.peel import peel_ifs
 
@@ -542,4 +560,26 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
 
         resume = load_checkpoint(str(options.resume), pdg, options.seed)
     log.info("compiled %d nodes, %d edges in %.2fs", len(pdg.nodes), len(pdg.edges), time.perf_counter() - t0)
-    return Executor(pdg, sched, be, options, resume)
+    ex = Executor(pdg, sched, be, options, resume)
+    ex.memory_explanation = explanation
+    return ex
+
+
+def _explain(
+    ctx: Context, bounds: Mapping[Any, Any], pdg: PDG, sched: Any, options: CompileOptions, backend: Any
+) -> Any:
+    """``explain_memory``: the :class:`~timerl.plan.explain.MemoryExplanation` of the chosen
+    schedule, logged at INFO; with growing tensors, the schedules ``memory_budget`` tries are
+    built to say which would bound them."""
+    from timerl.fit_dynamic import try_growths
+    from timerl.plan.explain import explain
+    from timerl.plan.peak import dynamic_growth
+
+    plan = make_plan_for(pdg, sched, options, backend, estimate=True)
+    growth = dynamic_growth(plan)
+    tries = []
+    if growth is not None and growth.grows:
+        tries = try_growths(pdg, sched, options, backend, lambda opts: build_pdg(ctx, bounds, opts))
+    out = explain(plan.peak, pdg, growth, tries)
+    log.info("%s", out.describe())
+    return out

@@ -56,6 +56,43 @@ def _growth(pdg: PDG, sched: Any, options: Any, backend: Any) -> Any:
     return dynamic_growth(make_plan_for(pdg, sched, options, backend, estimate=True))
 
 
+def _variant(
+    pdg: PDG, sched: Any, options: Any, change: dict[str, Any], rebuild: Callable[[Any], PDG] | None
+) -> tuple[PDG, Any, Any] | None:
+    """The PDG, schedule and options of ``options`` with ``change`` (the program rebuilt by
+    ``rebuild`` unless only ``dealloc`` changes); None when it needs a rebuild and there is none."""
+    from timerl.compile import _swapped
+    from timerl.plan.iterations import kept_values
+    from timerl.schedule.scheduler import schedule_pdg
+
+    opts = replace(options, **change)
+    if opts == options:
+        return pdg, sched, opts
+    if replace(opts, dealloc=options.dealloc) == options:
+        p = pdg
+    elif rebuild is None:
+        return None
+    else:
+        p = rebuild(opts)
+    return p, schedule_pdg(p, dealloc=True, keep=kept_values(p), swap=_swapped(p, opts)), opts
+
+
+def try_growths(
+    pdg: PDG, sched: Any, options: Any, backend: Any, rebuild: Callable[[Any], PDG] | None
+) -> list[tuple[str, Any]]:
+    """``(what, growth)`` of each of :data:`TRIES` that changes ``options`` (``explain_memory``:
+    what would bound a growing tensor); a try that needs a rebuild without ``rebuild`` is left out."""
+    out = []
+    for what, change in TRIES:
+        if replace(options, **change) == options:
+            continue
+        got = _variant(pdg, sched, options, change, rebuild)
+        if got is not None:
+            how = ", ".join(f"{k}={v}" for k, v in change.items() if k != "dealloc")
+            out.append((f"{what} ({how})" if how else what, _growth(*got, backend)))
+    return out
+
+
 def fit_dynamic(
     pdg: PDG, sched: Any, options: Any, budget: int, backend: Any, rebuild: Callable[[Any], PDG] | None
 ) -> tuple[PDG, Any, Any, Any]:
@@ -63,20 +100,12 @@ def fit_dynamic(
     with the dynamic bounds: its PDG (``rebuild(options)`` builds the program anew), schedule,
     options and :class:`~timerl.plan.peak.Growth`. :class:`MemoryBudgetError` naming the
     growing tensors when every try grows."""
-    from timerl.compile import _swapped
-    from timerl.plan.iterations import kept_values
-    from timerl.schedule.scheduler import schedule_pdg
-
     first = None
     for what, change in TRIES:
-        opts = replace(options, **change)
-        if opts == options:
-            p, s = pdg, sched
-        elif rebuild is None:
+        got = _variant(pdg, sched, options, change, rebuild)
+        if got is None:
             continue
-        else:
-            p = pdg if replace(opts, dealloc=options.dealloc) == options else rebuild(opts)
-            s = schedule_pdg(p, dealloc=True, keep=kept_values(p), swap=_swapped(p, opts))
+        p, s, opts = got
         growth = _growth(p, s, opts, backend)
         log.info(
             "memory_budget %s, %s: estimated peak %s at %s",

@@ -13,7 +13,8 @@ Three profiles:
   options, error and the command that repeats it;
 * long (``pytest -m fuzz``, nightly-sized): ``TIMERL_FUZZ_PROGRAMS`` programs (default 150)
   from seed ``TIMERL_FUZZ_START`` (default 1000), every single option flipped (about 15 s a
-  program on 2 cores).
+  program on 2 cores), and each compiled with a ``memory_budget`` below its default peak
+  (:func:`check_budget`: refused before running, or run within it with equal values).
 
 A failure found by the fresh or long profile becomes a regression: its seed goes into
 :data:`REGRESSION_SEEDS`.
@@ -33,6 +34,7 @@ import pytest
 from fuzz_programs import FEATURES, Program, _udf_reads_self, features, generate, reference, render
 
 from timerl.compile import CompileOptions
+from timerl.errors import MemoryBudgetError
 
 W0 = np.array([0.3, -0.2], np.float32)
 SWITCHES = [f.name for f in fields(CompileOptions) if f.type in ("bool", bool)]
@@ -60,9 +62,12 @@ def _option_sets(long: bool) -> list[dict[str, Any]]:
         {"swap": True, "swap_threshold": 1},
     ]
     if long:
-        sets += [{name: False} for name in SWITCHES if {name: False} not in sets]
+        # each switch that is on by default, off (explain_memory, accumulate: off already)
+        sets += [{name: False} for name in SWITCHES if getattr(default, name) and {name: False} not in sets]
         # both memory passes together (memory_budget's last resort: blocks fetched per block)
         sets.append({"incrementalize": 8, "swap": True, "swap_threshold": 1})
+        # running sums over episodes (memory_budget's first try under a dynamic T)
+        sets.append({"accumulate": True})
     return sets
 
 
@@ -97,6 +102,41 @@ def check_program(
     return n
 
 
+BUDGET_FRACTION = 0.95
+"""``memory_budget`` of :func:`check_budget`: this fraction of the default run's device peak."""
+
+
+def check_budget(prog: Program, backend: str, fraction: float = BUDGET_FRACTION) -> str:
+    """Compile ``prog`` with a ``memory_budget`` below its default run's device peak (issue
+    33: a budget never exceeded at run time). Either :class:`MemoryBudgetError` before
+    anything runs (``"refused"``), or a run whose device peak stays within the budget and
+    whose sunk values equal the reference (``"ran"``). A ``MemoryBudgetError`` raised at run
+    time (the store caught an estimate below the real peak) fails."""
+    want = expected(prog)
+    store: dict[str, dict] = {name: {} for name in want}
+    ctx, bounds = render(prog, W0, store)
+    base = ctx.compile(bounds, backend=backend)
+    base.execute()
+    budget = max(1, int(base.memory_stats().pool("device").peak_bytes * fraction))
+    store = {name: {} for name in want}
+    ctx, bounds = render(prog, W0, store)
+    try:
+        ex = ctx.compile(bounds, backend=backend, memory_budget=budget)
+    except MemoryBudgetError:
+        assert not any(store.values()), "values were sunk before MemoryBudgetError"
+        return "refused"
+    ex.execute()  # a MemoryBudgetError here: the compile-time check missed the real peak
+    peak = ex.memory_stats().pool("device").peak_bytes
+    assert peak <= budget, f"device peak {peak} B over memory_budget={budget} B"
+    for name, points in want.items():
+        got = store[name]
+        assert sorted(got) == sorted(points), f"{name}: sunk at {sorted(got)}, expected {sorted(points)}"
+        for pt, v in points.items():
+            np.testing.assert_allclose(np.asarray(got[pt], np.float64), v, rtol=RTOL, atol=ATOL,
+                                       err_msg=f"{name} at {pt}")  # fmt: skip
+    return "ran"
+
+
 def _run(seeds: range, long: bool, progress: bool = False) -> dict[str, Any]:
     stats: dict[str, Any] = {"programs": 0, "compiles": 0, "checks": 0, "failures": [], "ill_conditioned": 0}
     t0 = time.perf_counter()
@@ -118,6 +158,14 @@ def _run(seeds: range, long: bool, progress: bool = False) -> dict[str, Any]:
                     if progress:
                         print(f"FAILURE {stats['failures'][-1]}", flush=True)
                 stats["compiles"] += 1
+        if long:  # a budget below the default peak, one backend a program in turn (issue 33)
+            backend = ("torch", "jax")[seed % 2]
+            try:
+                outcome = f"budget {check_budget(prog, backend)}"
+                stats[outcome] = stats.get(outcome, 0) + 1
+            except Exception as e:
+                stats["failures"].append(f"seed {seed} {backend} memory_budget: {type(e).__name__}: "
+                                         f"{str(e)[:400]}\n{prog.describe()}")  # fmt: skip
         if progress:
             print(
                 f"fuzz seed {seed}: {stats['compiles']} compiles, {stats['checks']} checks, "
@@ -177,7 +225,9 @@ def test_fuzz_long() -> None:
     stats = _run(range(start, start + n), long=True, progress=True)
     print(
         f"\nfuzz: {stats['programs']} programs ({stats['ill_conditioned']} skipped as ill-conditioned), "
-        f"{stats['compiles']} compiles, {stats['checks']} checks, {len(stats['failures'])} failures, {stats['seconds']}s"
+        f"{stats['compiles']} compiles, {stats['checks']} checks, {len(stats['failures'])} failures, {stats['seconds']}s; "
+        f"memory_budget below the default peak: {stats.get('budget ran', 0)} ran, "
+        f"{stats.get('budget refused', 0)} refused before running"
     )
     assert not stats["failures"], "\n\n".join(stats["failures"][:10])
 
@@ -304,6 +354,37 @@ def test_fuzz_incrementalized_mask_of_a_floor_div_read() -> None:
     1.26), then ``verify_pdg`` refused the PDG (issue 38). The read is now a stacked axis cut
     to the block's rows."""
     assert check_program(generate(29), "torch", {"incrementalize": 8}) > 0
+
+
+LONG = pytest.mark.fuzz
+BUDGET_CASES = (
+    (4, "torch", "refused"),
+    (8, "torch", "ran"),
+    (25, "jax", "ran"),
+    (32, "torch", "ran"),
+    (55, "jax", "ran"),
+    pytest.param(12, "torch", "ran", marks=LONG),
+    pytest.param(34, "torch", "ran", marks=LONG),
+    pytest.param(44, "jax", "ran", marks=LONG),
+    pytest.param(1000026, "torch", "ran", marks=LONG),
+)
+"""Programs compiled with ``memory_budget`` at 95% of their default device peak
+(:func:`check_budget`), with today's outcome: each way the budget fits a program is taken
+by one of them: running sums over a dynamic ``T`` (8: with ``vectorize_dynamic`` off; 44,
+1000026), incrementalization (25, 34), swapping (55), both (12), incrementalization found
+by the last resort (32: ``_fit_swapping`` had nothing to swap and raised ``ValueError``),
+and a refusal before running (4). The last four run with the long profile (``-m fuzz``).
+Of 90 programs surveyed (seeds 0-59 and 1000000-1000029, budgets at 90-95%), 13 ran within
+the budget with the reference values and 77 were refused; none raised at run time. The estimate with frees is above the peak of runs that free more
+(``free_iterations``, donation), or the peak grows with a dynamic ``T`` (backward
+recurrences, ``t:T`` windows)."""
+
+
+@pytest.mark.parametrize(("seed", "backend", "outcome"), BUDGET_CASES)
+def test_fuzz_budget(seed: int, backend: str, outcome: str) -> None:
+    """A budget below the default peak is never exceeded at run time (issue 33): refused
+    before running, or a run within it with the values of the reference."""
+    assert check_budget(generate(seed), backend) == outcome
 
 
 INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783, 517300057, 517300046)

@@ -9,8 +9,9 @@ dims evaluated like bounds).
 
 The estimate approximates the store's peak (``memory_stats().peak_bytes``) for the dynamic
 bounds' smallest value: it leaves out what the runtime adds (block buffers' preallocated
-rows, stacked rows of scanned loops) and what the runtime may free besides the schedule's
-frees: points no edge reads (``free_iterations`` drops them). A ``MERGE``
+rows) and what the runtime may free besides the schedule's frees: points no edge reads
+(``free_iterations`` drops them). A loop the Plan scans runs its body's frees after its
+last iteration, so its outputs are walked as all live at its end. A ``MERGE``
 stores its branch's tensor itself; the store counts it under both nodes, and so does the
 estimate (the branch's node may be freed first: an env step's observation output, freed
 per output once merged, ``dealloc.py``). Donation
@@ -72,8 +73,16 @@ class PeakEstimate:
 
 
 class _Walk:
-    def __init__(self, pdg: PDG, sizes: dict[int, int], max_steps: int, dynamic_value: int = 1) -> None:
+    def __init__(
+        self,
+        pdg: PDG,
+        sizes: dict[int, int],
+        max_steps: int,
+        dynamic_value: int = 1,
+        scanned: Callable[[Loop], bool] = lambda loop: False,
+    ) -> None:
         self.pdg = pdg
+        self.scanned = scanned
         self.sizes = sizes
         self.max_steps = max_steps
         self.steps = 0
@@ -99,6 +108,8 @@ class _Walk:
                     f()
 
             return seq
+        if isinstance(node, Loop) and self.scanned(node):
+            return self._scanned_loop(node)
         if isinstance(node, Loop):
             var, inc = node.var, int(node.inc)
             init, cond, body = compile_expr(node.init), compile_expr(node.cond), self.compile(node.body)
@@ -188,6 +199,38 @@ class _Walk:
 
         return run
 
+    def _scanned_loop(self, node: Loop) -> Callable[[], None]:
+        """A loop run as one scan (``plan.scans``; JAX's compiled scans, Torch's host loops):
+        every iteration's statements, then the body's frees for every iteration (they run
+        after the scan), so its outputs are all live at once at its end."""
+        from timerl.plan.scans import frees_only
+        from timerl.symbolic.compile import compile_expr
+
+        def stmts(n: AstNode) -> list[AstNode]:
+            return [x for c in n.children for x in stmts(c)] if isinstance(n, Seq) else [n]
+
+        kids = stmts(node.body)
+        work = [self.compile(c) for c in kids if not frees_only(c)]
+        frees = [self.compile(c) for c in kids if frees_only(c)]
+        env, var, inc = self.env, node.var, int(node.inc)
+        init, cond = compile_expr(node.init), compile_expr(node.cond)
+
+        def loop() -> None:
+            env[var] = init(env)
+            seen = []
+            while cond(env):
+                for f in work:
+                    f()
+                seen.append(env[var])
+                env[var] += inc
+            for v in seen:
+                env[var] = v
+                for f in frees:
+                    f()
+            del env[var]
+
+        return loop
+
     def _partial_free(
         self, nid: int, outputs: tuple[int, ...], points: Callable[[], Any], acc: list[int]
     ) -> Callable[[], None]:
@@ -249,7 +292,7 @@ def _walk(plan: Plan, max_steps: int, dynamic_value: int) -> tuple[_Walk, bool]:
     pdg = plan.pdg
     read = {e.src for e in pdg.edges if not e.order_only}
     sizes = {nid: b for nid, b in point_bytes(pdg, dynamic_value).items() if nid in read}
-    w = _Walk(pdg, sizes, max_steps, dynamic_value)
+    w = _Walk(pdg, sizes, max_steps, dynamic_value, plan.scanned)
     try:
         w.compile(plan.ast)()
     except _Stop:
