@@ -103,11 +103,11 @@ def test_a_run_over_the_budget_stops_with_an_error_naming_the_tensor(backend: st
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_scanned_loops_are_estimated_and_unscanned_under_a_budget(backend: str) -> None:
-    """A scanned loop (JAX's compiled scans, Torch's host loops) frees its body's points after
-    its last iteration: the estimate counts every iteration's outputs live at its end (it
-    counted one iteration's: on Torch, 4.25 KiB estimated for 128.25 KiB held, and a 32 KiB
+    """A compiled scan (JAX) frees its body's points after its last iteration: the estimate
+    counts every iteration's outputs live at its end (it counted one iteration's, and a 32 KiB
     budget stopped the run at run time). Under the budget the loop runs statement by statement
-    (``scan_loops=False``), within it and with the same values."""
+    (``scan_loops=False``), within it and with the same values. Torch's host loop drops the
+    rows its body frees as it goes: it stays scanned, within the budget."""
     runs = {}
     for budget in (None, "32KiB"):
         got: dict[int, float] = {}
@@ -119,5 +119,8 @@ def test_scanned_loops_are_estimated_and_unscanned_under_a_budget(backend: str) 
     assert got == want
     assert base.plan.peak.peak_bytes >= 0.95 * base.memory_stats().peak_bytes  # the scan's rows counted
     assert ex.memory_stats().peak_bytes <= 32 << 10
-    if any(base.plan.scanned(lp) for lp in walk(base.plan.ast) if isinstance(lp, Loop)):
+    scanned = any(base.plan.scanned(lp) for lp in walk(base.plan.ast) if isinstance(lp, Loop))
+    if backend == "torch":  # the env (no pure form) is scanned by Torch's host loop only
+        assert scanned and base.memory_stats().peak_bytes <= 32 << 10 and ex.options.scan_loops
+    elif scanned:
         assert base.memory_stats().peak_bytes > 32 << 10 and not ex.options.scan_loops

@@ -200,9 +200,9 @@ class _Walk:
         return run
 
     def _scanned_loop(self, node: Loop) -> Callable[[], None]:
-        """A loop run as one scan (``plan.scans``; JAX's compiled scans, Torch's host loops):
-        every iteration's statements, then the body's frees for every iteration (they run
-        after the scan), so its outputs are all live at once at its end."""
+        """A loop run as one compiled scan (``plan.scans`` on JAX): every iteration's
+        statements, then the body's frees for every iteration (they run after the scan), so
+        its outputs are all live at once at its end."""
         from timerl.plan.scans import frees_only
         from timerl.symbolic.compile import compile_expr
 
@@ -292,7 +292,10 @@ def _walk(plan: Plan, max_steps: int, dynamic_value: int) -> tuple[_Walk, bool]:
     pdg = plan.pdg
     read = {e.src for e in pdg.edges if not e.order_only}
     sizes = {nid: b for nid, b in point_bytes(pdg, dynamic_value).items() if nid in read}
-    w = _Walk(pdg, sizes, max_steps, dynamic_value, plan.scanned)
+    # a compiled scan frees its body's points after its last iteration; a host loop (Torch)
+    # drops the rows its body frees as it goes, as the loop run statement by statement would
+    scanned = plan.scanned if plan.target.scans == "compiled" else (lambda loop: False)
+    w = _Walk(pdg, sizes, max_steps, dynamic_value, scanned)
     try:
         w.compile(plan.ast)()
     except _Stop:
