@@ -306,7 +306,16 @@ def test_fuzz_incrementalized_mask_of_a_floor_div_read() -> None:
     assert check_program(generate(29), "torch", {"incrementalize": 8}) > 0
 
 
-INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783, 517300057, 517300046)
+INCREMENTALIZE_SEEDS = (
+    997487499,
+    997487567,
+    997487759,
+    997487783,
+    517300057,
+    517300046,
+    517600034,
+    517600223,
+)
 """Programs of a fresh campaign that failed with incrementalize's option sets only (issue 38):
 nodes vectorized over ``t`` that read all ``T`` rows of a node vectorized over ``t``
 (``batch[t=0:T]``: one-hot masks ``EQ(comp[0:T], s)`` of gradients of reads at another
@@ -318,7 +327,12 @@ so the block loop was scanned with the source kept inside the scan, never stored
 ``t = 1`` the loop ran unscanned and missed it (``RuntimeExecutionError``, runtime/scan.py).
 517300046 (Torch, with swapping): a region wrote its result into a donated tensor whose
 host copy the store kept for an earlier offload of another point holding it; offloading
-the result reused that stale copy (wrong ``w.grad``, runtime/store.py)."""
+the result reused that stale copy (wrong ``w.grad``, runtime/store.py).
+517600034, 517600223 (dynamic ``T``): a statement placed by ``T`` before ``T`` is known
+(``BoundError`` on ``if (T == 1)``): the blocks of a matmul isl put at ``T + di``
+(schedule/bound_known.py), and the free of a block over ``(di,)`` alone placed after its
+last reader before that step's bound setter (schedule/dealloc.py); reduced in
+``tests/reliability/test_repros_38.py``."""
 
 
 @pytest.mark.parametrize("opts", [o for o in _option_sets(long=True) if "incrementalize" in o], ids=str)

@@ -18,7 +18,10 @@
    static bounds as parameters (so its work does not grow with their values; the
    substituted bounds are the fallback), within a time budget (Feautrier's algorithm
    past it, see :func:`_solve`), and isl's AST generator turns it into loops for the
-   actual bounds, which are converted to timerl's AST;
+   actual bounds, which are converted to timerl's AST; a statement isl placed by the
+   value of a dynamic bound before the runtime knows it (``T + di``) is kept after the
+   episode (else before it) and the problem solved again (:func:`_known_bounds`,
+   ``timerl.schedule.bound_known``);
 5. the AST is checked against the dependences (isl's tree code generator can misorder
    statements of one iteration); a wrong one is regenerated from the flattened schedule
    map (:func:`_checked_ast`).
@@ -43,6 +46,14 @@ from timerl.pdg.ir import PDG, Edge, Node, strongly_connected_components
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
+from timerl.schedule.bound_known import (
+    BOUND_ORDER_IID,
+    Setter,
+    after_setter_edges,
+    before_setter_edges,
+    early_bound_statements,
+    setter_point,
+)
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
 from timerl.schedule.dealloc import FreeRequest, expand_frees, graft_frees, sink_frees
 from timerl.schedule.distance import edge_offsets
@@ -56,9 +67,6 @@ log = logging.getLogger(__name__)
 
 MAX_UNCLUSTERED = 40
 """Largest statement count for which a failed clustered schedule is retried unclustered."""
-
-BOUND_ORDER_IID = -2
-"""``iid`` of the order-only edges :func:`bound_order_edges` adds (validity, not proximity)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,7 @@ def schedule_pdg(
     swap: frozenset[int] = frozenset(),
     _frees: FreeRequest | None = None,
     _episodes: tuple[tuple[Sym, tuple[Sym, ...]], ...] | None = None,
+    _setters: tuple[Setter, ...] | None = None,
 ) -> Schedule:
     """Compute the execution schedule of ``pdg`` (see the module docstring).
 
@@ -104,22 +113,37 @@ def schedule_pdg(
         pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
     if _episodes is None:
         _episodes = episode_dims(pdg)
+    if _setters is None:
+        _setters = tuple(
+            Setter(b, t, enc, z)
+            for b, (t, enc, z) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name)
+        )
     if cluster:
         rest, prologue = split_prologue(pdg)
         small, members = cluster_pdg(rest)
         if len(small.nodes) < len(pdg.nodes) and small.nodes:
             _check_own_self_reads(pdg)
             req = None
+            rep = {m: r for r, ms in members.items() for m in ms}
             if dealloc:
-                req = FreeRequest(pdg, {m: r for r, ms in members.items() for m in ms}, keep, swap)
+                req = FreeRequest(pdg, rep, keep, swap)
+            setters = tuple(replace(z, stmt=rep.get(z.stmt, z.stmt)) for z in _setters)
             try:
-                s = schedule_pdg(small, cluster=False, _clustered=True, _frees=req, _episodes=_episodes)
+                s = schedule_pdg(
+                    small, cluster=False, _clustered=True, _frees=req, _episodes=_episodes, _setters=setters
+                )
             except ScheduleError:
                 if len(rest.nodes) > MAX_UNCLUSTERED:
                     raise  # isl takes minutes on hundreds of statements; the cluster error names them
                 # re-run unclustered for a precise error (or a schedule)
                 return schedule_pdg(
-                    pdg, cluster=False, dealloc=dealloc, keep=keep, swap=swap, _episodes=_episodes
+                    pdg,
+                    cluster=False,
+                    dealloc=dealloc,
+                    keep=keep,
+                    swap=swap,
+                    _episodes=_episodes,
+                    _setters=_setters,
                 )
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             body = expand_ast(s.ast, members)
@@ -131,7 +155,8 @@ def schedule_pdg(
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
         static = IslProgram(pdg)
         _check_self_reads(pdg, static, static.dependences(proximity=False))
-    prog, validity, sched = _solve(pdg.with_(edges=pdg.edges + episode_order_edges(pdg, _episodes)))
+    work = pdg.with_(edges=pdg.edges + episode_order_edges(pdg, _episodes))
+    prog, validity, sched = _known_bounds(work, _solve(work), _setters)
     t1 = time.perf_counter()
     freed = None if _frees is None else _with_frees(prog, sched, validity, _clustered, _frees)
     if freed is not None:  # checked with the compute dependences too
@@ -146,6 +171,43 @@ def schedule_pdg(
         len(pdg.nodes), len(pdg.edges), t1 - t0, t2 - t1, c_text,
     )  # fmt: skip
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
+
+
+def _known_bounds(
+    pdg: PDG, solved: tuple[IslProgram, object, object], setters: tuple[Setter, ...]
+) -> tuple[IslProgram, object, object]:
+    """``solved`` again, with order edges, while it places statements by the value of a dynamic
+    bound before the bound is known (``timerl.schedule.bound_known``): such a statement
+    runs after the episode that finds the bound, else before it. A schedule that cannot be
+    repaired is kept (the runtime then refuses it with a ``BoundError``), with a warning."""
+    added: tuple[Edge, ...] = ()
+    for _ in range(_BOUND_ROUNDS):
+        early = early_bound_statements(solved[0], solved[2], setters)
+        if not early:
+            return solved
+        names = ", ".join(pdg.nodes[n].label for ns in early.values() for n in ns)
+        for make in (after_setter_edges, before_setter_edges):
+            extra = tuple(e for z, ns in early.items() for e in make(pdg, ns, z))
+            try:
+                got = _solve(pdg.with_(edges=pdg.edges + added + extra))
+            except ScheduleError:
+                continue
+            log.debug(
+                "%s placed by a dynamic bound before it is known; scheduled again (%s)", names, make.__name__
+            )
+            added, solved = added + extra, got
+            break
+        else:
+            log.warning(
+                "isl placed %s by a dynamic bound before it is known, and no other order was found", names
+            )
+            return solved
+    return solved
+
+
+_BOUND_ROUNDS = 3
+"""Schedules computed again at most by :func:`_known_bounds` (each round adds edges for the
+statements the last one placed too early)."""
 
 
 def _with_frees(
@@ -352,15 +414,15 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
                     prog().known_early(x, n.domain, t, bound) for x in _value_exprs(n, ins.get(n.id, ()))
                 ):
                     # its value or the point it reads needs T itself (`as_tensor(T - 1 - t)`, `x[T - 1 - t]`)
-                    phi = _setter_point(pdg, z, t, bound - 1)
+                    phi = setter_point(pdg, z, t, bound - 1)
                     out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
                     continue
                 if any(_reads_later(pdg, e, t, enclosing) for e in ins.get(n.id, ()) if e.src in over):
                     continue
-                phi = _setter_point(pdg, z, t, t - 1)
+                phi = setter_point(pdg, z, t, t - 1)
                 out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, cmp_le(Const(1), t), None, True))
             elif bound in _node_syms(n, ins.get(n.id, ())):
-                phi = _setter_point(pdg, z, t, bound - 1)
+                phi = setter_point(pdg, z, t, bound - 1)
                 out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
     return tuple(out)
 
@@ -410,19 +472,6 @@ def _reads_later(pdg: PDG, e: Edge, t: Sym, enclosing: tuple[Sym, ...]) -> bool:
             if lo != hi or lo < 0:
                 return False
     return True
-
-
-def _setter_point(pdg: PDG, z: Node, t: Sym, at: Expr) -> tuple[Expr | Slice, ...]:
-    """``Z[e, at]`` as an index (``e`` read at the reader's own coordinates)."""
-    out: list[Expr | Slice] = []
-    for d in z.domain:
-        if d is t:
-            out.append(at)
-        elif d in z.domain[: z.domain.index(t)]:
-            out.append(d)
-        else:  # a dim after t: every position
-            out.append(Slice(Const(0), pdg.bound_of(d)))
-    return tuple(out)
 
 
 def _value_exprs(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> list[Expr]:
