@@ -417,12 +417,9 @@ def _reference(
     program: Callable[[dict, bool], tuple[trl.Context, dict]], backend: str, sink_x4: bool
 ) -> dict:
     """The sinks of ``program`` as the schedule-free reference evaluator computes them."""
-    from timerl.backends import get_backend
-    from timerl.runtime.reference import reference_evaluate
-
     got: dict = {}
     ctx, bounds = program(got, sink_x4)
-    reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend(backend))
+    _reference_of(ctx, bounds, backend)
     return got
 
 
@@ -465,3 +462,114 @@ def test_blocks_placed_by_T_are_found_and_moved(monkeypatch: pytest.MonkeyPatch)
     ctx, bounds = _program_5({}, True)
     ctx.compile(bounds, backend="torch", incrementalize=8)
     assert found[0] and found[-1] == []
+
+
+# -- 6. every free given up for an AST that ran a `set` node's children in another order --
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", INCREMENTAL, ids=str)
+def test_frees_follow_the_order_the_ast_runs(
+    backend: str, options: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Campaign seed 518000192: isl's tree put a statement over no dim (the read of
+    ``x1[0, T - 1]``) and the loop reading ``x1[i, t]`` under a ``set`` node; the schedule's
+    map ran the statement last, so ``x1[0, T - 1]`` was freed after it, but the AST ran it
+    first: the check refused the AST and the program ran with no free at all (a warning
+    only). Last uses are now taken from the compute AST's own order when the map's fail."""
+    import logging
+    import sys
+    from pathlib import Path
+
+    from timerl.schedule.ast import Dealloc, walk
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
+    from fuzz_programs import generate, render
+    from test_fuzz import W0, expected
+
+    prog = generate(518000192)
+    want = expected(prog)
+    got: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, got)
+    with caplog.at_level(logging.WARNING, logger="timerl"):
+        ex = ctx.compile(bounds, backend=backend, **options)
+    assert not [r for r in caplog.records if "misorders" in r.getMessage()]
+    assert sum(isinstance(x, Dealloc) for x in walk(ex.schedule.ast)) > 20
+    ex.execute()
+    ref: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, ref)
+    _reference_of(ctx, bounds, backend)
+    for name, points in want.items():
+        assert sorted(got[name]) == sorted(ref[name]) == sorted(points)
+        for pt, v in points.items():
+            np.testing.assert_allclose(
+                got[name][pt], ref[name][pt], rtol=1e-5, atol=1e-6, err_msg=f"{name} {pt}"
+            )
+            np.testing.assert_allclose(np.asarray(got[name][pt], np.float64), v, rtol=2e-4, atol=2e-5)
+
+
+def _reference_of(ctx: trl.Context, bounds: dict, backend: str) -> None:
+    from timerl.backends import get_backend
+    from timerl.runtime.reference import reference_evaluate
+
+    reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend(backend))
+
+
+# -- 7. a cluster merged across a read of a whole episode (campaign seed 518000283) ------
+
+
+def _never_forward_of(reads_whole: bool) -> bool:
+    """``_Clusterer._never_forward(t)`` for ``y = x + x[0:T].sum(0)`` (or ``+ x[0]``)."""
+    from timerl.schedule.cluster import _Clusterer, split_prologue
+
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        x = trl.empty((), domain=(t,), name="x")
+        x[0] = trl.const(np.float32(0.5))
+        x[t + 1] = (x * 0.5).tanh()
+        (x + (x[0:T].sum(0) if reads_whole else x[0])).sink(lambda v, p: None)
+    pdg = build_pdg(ctx, {T: 4}, CompileOptions(vectorize_time=False))
+    rest, _ = split_prologue(pdg)
+    return _Clusterer(rest)._never_forward(t)
+
+
+def test_a_read_of_a_whole_episode_can_return_later() -> None:
+    """The clusterer stops following a path that went back along ``t`` when no edge reads a
+    later ``t``; a node over no ``t`` that reads ``x[0:T]``, read back at every ``t``, does
+    return to later points (it counted as never forward; reading ``x[0]`` does not)."""
+    assert _never_forward_of(reads_whole=False)
+    assert not _never_forward_of(reads_whole=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", INCREMENTAL[1:], ids=str)
+def test_recurrence_body_and_a_reader_of_its_episode_stay_apart(backend: str, options: dict) -> None:
+    """Seed 518000283 with ``incrementalize=8``: ``x2[t + 1] = relu(tanh(mm(x2, x2, x2)) -
+    x0[t])`` (its matmul in blocks over ``(t, di)``) and a flag recurrence reading
+    ``x2[t] - t > 0``, vectorized into one node over no ``t`` reading ``x2[0:T]``. The
+    clusterer merged x2's body with the flag's step (the path body -> ``x2[t + 1]`` ->
+    the vectorized read -> step went back one ``t`` first and was not followed): a cycle,
+    ``ScheduleError: cannot schedule 'x0', 'x2', ...``. Compared with the generator's
+    interpreter and with the reference evaluator. (Any simpler program clusters otherwise.)"""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
+    from fuzz_programs import generate, render
+    from test_fuzz import W0, expected
+
+    prog = generate(518000283)
+    want = expected(prog)
+    got: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, got)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    ref: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, ref)
+    _reference_of(ctx, bounds, backend)
+    for name, points in want.items():
+        assert sorted(got[name]) == sorted(ref[name]) == sorted(points)
+        for pt, v in points.items():
+            np.testing.assert_allclose(
+                np.asarray(got[name][pt], np.float64), np.asarray(ref[name][pt], np.float64)
+            )
+            np.testing.assert_allclose(np.asarray(got[name][pt], np.float64), v, rtol=2e-4, atol=2e-5)

@@ -307,7 +307,7 @@ def _leaves(node: isl.ScheduleNode, path: tuple[int, ...], out: list) -> None:
 
 
 def graft_frees(
-    req: FreeRequest, prog: object, sched: isl.Schedule
+    req: FreeRequest, prog: object, sched: isl.Schedule, order: isl.UnionMap | None = None
 ) -> (
     tuple[
         isl.Schedule, isl.UnionMap, isl.UnionSet, dict[int, tuple[tuple[int, tuple[int, ...]], ...]], object
@@ -318,14 +318,17 @@ def graft_frees(
     free statement frees, swap plan or None)``, or ``None`` when no point is freed (see the
     module doc). With ``req.swap``, the offloads and fetches of ``schedule/swap.py`` are
     grafted too (offloads after a leaf like frees, fetches before it), their validity and
-    domain included."""
+    domain included. ``order``: the compute instances' execution order (instance -> time)
+    to take last uses from, instead of ``sched``'s map (the order of its AST, see
+    ``scheduler._with_frees``)."""
     t0 = time.perf_counter()
     run = prog.run_context()
     frees = _uses(req, prog)
     uses = frees.uses.intersect_params(run)
     if uses.is_empty():
         return None
-    theta = sched.get_map().intersect_domain(sched.get_domain()).intersect_params(run)
+    theta = sched.get_map().intersect_domain(sched.get_domain()) if order is None else order
+    theta = theta.intersect_params(run)
     last = uses.apply_range(theta).lexmax()
     last_user = last.apply_range(theta.reverse()).intersect(uses)
     plan = None

@@ -211,16 +211,34 @@ statements the last one placed too early)."""
 
 
 def _with_frees(
-    prog: IslProgram, sched: object, validity: object, clustered: bool, req: FreeRequest
+    prog: IslProgram,
+    sched: object,
+    validity: object,
+    clustered: bool,
+    req: FreeRequest,
+    order: object | None = None,
 ) -> tuple[AstNode, str, object] | None:
     """The AST of ``sched`` with frees grafted (``timerl.schedule.dealloc``), checked against
     the compute and the free dependences; ``None`` (with a warning: nothing is freed early)
-    when isl's AST for it is wrong."""
-    got = graft_frees(req, prog, sched)
+    when isl's AST for it is wrong.
+
+    Last uses come from the schedule's map first. isl's AST generator may run the children of
+    a ``set`` node of the tree in another order than that map (a statement of the second
+    child first: its free then ran before a reader in the first child); an AST that
+    misorders the frees is then made again with the last uses taken from the order of the
+    compute AST itself (``order``), before anything is given up."""
+    got = graft_frees(req, prog, sched, order)
     if got is None:
         return None
     grafted, free_validity, free_domain, members, plan = got
     what = "deallocation statements" if plan is None else "swapping"
+
+    def fallback() -> tuple[AstNode, str, object] | None:
+        if order is None:
+            compute, _ = prog.build_ast(sched)
+            return _with_frees(prog, sched, validity, clustered, req, prog.ast_order(compute))
+        return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
+
     try:
         ast, c_text = prog.build_ast(grafted)
     except ScheduleError as exc:
@@ -230,8 +248,13 @@ def _with_frees(
         ast, validity.union(free_validity), same_point_ok=clustered, extra_domain=free_domain
     )
     if not bad.is_empty():
-        log.warning("no %s: isl's AST with them misorders %s", what, bad.to_str()[:500])
-        return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
+        (log.debug if order is None else log.warning)(
+            "%s%s: isl's AST with them misorders %s",
+            "no " if order is not None else "",
+            what,
+            bad.to_str()[:500],
+        )
+        return fallback()
     ast = expand_frees(ast, members)
     if plan is not None:
         ast = expand_swaps(ast, plan.offloads, plan.fetches, {n.id: len(n.outputs) for n in req.pdg})
