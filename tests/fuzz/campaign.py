@@ -9,8 +9,9 @@ switch on both backends in turn), and with ``--incrementalize`` incrementalize's
 sets (:data:`INCREMENTALIZE`) on one backend (by the seed's parity). Every run is one JSON
 line: seed, backend, options, outcome (``ok``, ``mismatch``: a value differs from the
 independent interpreter, ``refused``: a ``TimeRLError``, ``crash``: any other exception,
-``hang``: over ``--timeout`` seconds), checks, compile and run seconds. The totals are
-printed at the end (and by ``--summary FILE`` for a file written before).
+``hang``: over ``--timeout`` seconds), checks, compile and run seconds (both backends are
+imported first, so a library's first import is not a compile). The totals are printed at
+the end (and by ``--summary FILE`` for a file written before).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fuzz_programs import generate, render  # noqa: E402
 from test_fuzz import ATOL, RTOL, SWITCHES, W0, IllConditioned, _option_sets, expected  # noqa: E402
 
+from timerl.backends import get_backend  # noqa: E402
 from timerl.compile import CompileOptions  # noqa: E402
 from timerl.errors import TimeRLError  # noqa: E402
 
@@ -103,7 +105,16 @@ def summary(lines: list[dict[str, Any]]) -> str:
         "outcomes " + ", ".join(f"{k} {v}" for k, v in sorted(out.items())),
     ]
     if compile_s:
-        text.append(f"compile s: median {np.median(compile_s):.2f}, max {max(compile_s):.2f}")
+        p90, p99 = np.percentile(compile_s, [90, 99])
+        text.append(
+            f"compile s: median {np.median(compile_s):.2f}, p90 {p90:.2f}, p99 {p99:.2f}, max {max(compile_s):.2f}, "
+            f"over 5 s {sum(c > 5 for c in compile_s)}"
+        )
+        slow = sorted((r for r in runs if "compile_s" in r), key=lambda r: -r["compile_s"])[:5]
+        text.append(
+            "slowest compiles: "
+            + "; ".join(f"{r['seed']} {r['backend']} {r['options']} {r['compile_s']:.2f}s" for r in slow)
+        )
     for r in runs:
         if r["outcome"] != "ok":
             text.append(
@@ -126,6 +137,12 @@ def main() -> None:
         print(summary([json.loads(x) for x in args.summary.read_text().splitlines() if x.strip()]))
         return
     signal.signal(signal.SIGALRM, _alarm)
+    # import both backends before the first timed compile: the first torch import (about
+    # 5 s) would otherwise count as the first program's compile time
+    t0 = time.perf_counter()
+    for name in ("torch", "jax"):
+        get_backend(name)
+    print(f"backends imported in {time.perf_counter() - t0:.1f}s (not counted as compile time)", flush=True)
     lines: list[dict[str, Any]] = []
     k_off = 0
     with args.out.open("a") as f:

@@ -43,7 +43,8 @@ MARGIN = 1e-4  # a comparison closer than this to its threshold may go either wa
 
 
 class IllConditioned(Exception):
-    """A comparison of the program sits within float rounding of its threshold."""
+    """A comparison of the program sits within float rounding of its threshold, or a value
+    overflows (inf, or nan from inf - inf: its float32 rounding is not comparable)."""
 
 
 def _option_sets(long: bool) -> list[dict[str, Any]]:
@@ -78,6 +79,10 @@ def expected(prog: Program) -> dict[str, dict]:
     want = reference(prog, W0, margins)
     if margins and min(margins) < MARGIN:
         raise IllConditioned(f"a comparison within {min(margins):.1e} of its threshold")
+    for name, points in want.items():
+        for pt, v in points.items():
+            if not np.all(np.isfinite(np.asarray(v, np.float64))):
+                raise IllConditioned(f"{name} at {pt} is not finite ({np.asarray(v).tolist()})")
     return want
 
 
@@ -387,7 +392,16 @@ def test_fuzz_budget(seed: int, backend: str, outcome: str) -> None:
     assert check_budget(generate(seed), backend) == outcome
 
 
-INCREMENTALIZE_SEEDS = (997487499, 997487567, 997487759, 997487783, 517300057, 517300046)
+INCREMENTALIZE_SEEDS = (
+    997487499,
+    997487567,
+    997487759,
+    997487783,
+    517300057,
+    517300046,
+    517600034,
+    517600223,
+)
 """Programs of a fresh campaign that failed with incrementalize's option sets only (issue 38):
 nodes vectorized over ``t`` that read all ``T`` rows of a node vectorized over ``t``
 (``batch[t=0:T]``: one-hot masks ``EQ(comp[0:T], s)`` of gradients of reads at another
@@ -399,7 +413,12 @@ so the block loop was scanned with the source kept inside the scan, never stored
 ``t = 1`` the loop ran unscanned and missed it (``RuntimeExecutionError``, runtime/scan.py).
 517300046 (Torch, with swapping): a region wrote its result into a donated tensor whose
 host copy the store kept for an earlier offload of another point holding it; offloading
-the result reused that stale copy (wrong ``w.grad``, runtime/store.py)."""
+the result reused that stale copy (wrong ``w.grad``, runtime/store.py).
+517600034, 517600223 (dynamic ``T``): a statement placed by ``T`` before ``T`` is known
+(``BoundError`` on ``if (T == 1)``): the blocks of a matmul isl put at ``T + di``
+(schedule/bound_known.py), and the free of a block over ``(di,)`` alone placed after its
+last reader before that step's bound setter (schedule/dealloc.py); reduced in
+``tests/reliability/test_repros_38.py``."""
 
 
 @pytest.mark.parametrize("opts", [o for o in _option_sets(long=True) if "incrementalize" in o], ids=str)
@@ -407,3 +426,11 @@ the result reused that stale copy (wrong ``w.grad``, runtime/store.py)."""
 @pytest.mark.parametrize("backend", ["torch", "jax"])
 def test_fuzz_incrementalize_regressions(seed: int, backend: str, opts: dict[str, Any]) -> None:
     assert check_program(generate(seed), backend, opts) > 0
+
+
+def test_a_program_that_overflows_is_ill_conditioned() -> None:
+    """Seed 518000235: ``x5[t] = (x5[t + 1] - ...) * x5[t + 1]`` squares itself to inf at
+    ``i = 1`` (and ``w.grad`` to nan); float32 rounding there is not comparable, so the
+    program is skipped like a comparison on its threshold (it counted as a mismatch)."""
+    with pytest.raises(IllConditioned, match="not finite"):
+        expected(generate(518000235))

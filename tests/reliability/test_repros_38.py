@@ -306,3 +306,270 @@ def test_reverse_recurrence_gradient_reaches_the_parameter(backend: str, variant
     ctx, bounds = _program_4(got, variant)
     ctx.compile(bounds, backend=backend, **options).execute()
     np.testing.assert_allclose(got[()], _want_4(variant), rtol=2e-5, atol=1e-6)
+
+
+# -- 5. statements placed by a dynamic T before T is known (campaign seeds 517600034/223) --
+#
+# Both with ``incrementalize=8``: a matmul split into blocks over a new dim ``di``.
+# 517600034: the blocks of a per-``i`` matmul that only a backward recurrence reads (at
+# ``t = T - 1``, after the episode) came out of isl at ``T + di``: inside the acting loop's
+# last iterations and, for ``T == 1``, before it (``if (T == 1)``; the scheduler now solves
+# again with them after the episode, ``schedule/bound_known.py``).
+# 517600223: the free of a block over ``(di,)`` alone, read at every ``(i, t, di)``, was
+# placed after its last reader ``(I - 1, T - 1)`` before that step's bound setter ran
+# (``if (_c0 == 1 & _c1 == T)``; a free of a value lacking the episode's dims now waits for
+# every episode's setter, ``schedule/dealloc.py``).
+
+P5 = np.array([0.3, -0.2], np.float32)
+C5 = np.array([0.5, -0.25], np.float32)
+INCREMENTAL = [{}, {"incrementalize": 8}, {"incrementalize": 8, "swap": True, "swap_threshold": 1}]
+
+
+def _sink(got: dict, name: str, *dims: str) -> Callable[[Any, dict[str, int]], None]:
+    def fn(v: Any, p: dict[str, int]) -> None:
+        key = (name, *(p[d] for d in dims))
+        assert key not in got, f"sink called twice at {key}"
+        got[key] = np.array(v)
+
+    return fn
+
+
+def _episode_end(t: Any, i: Any, first: int) -> Any:
+    """Episode ``i`` ends at ``t = first + i % 2``: ``T_i = first + 1 + i % 2``."""
+    return trl.as_tensor(t) >= trl.as_tensor(i % 2) + first
+
+
+def _program_5(got: dict, sink_x4: bool) -> tuple[trl.Context, dict]:
+    """``y[i, T - 1] = tanh(sum_0(a @ a^T))``, ``a = w (x) i``, carried back to ``t = 0``,
+    beside a loss over ``(i, t)``; ``T_i = 4 + i % 2``."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(P5, name="w")
+        a = w.reshape(2, 1) * trl.as_tensor(i).expand((2,)).reshape(1, 2)
+        y = trl.empty((2,), domain=(i, t), name="y")
+        y[i, T - 1] = (a @ a.permute(1, 0)).sum(0).tanh()
+        y[i, t] = y[i, t + 1]
+        y.sink(_sink(got, "y", "i", "t"))
+        x3 = (trl.as_tensor(t) + 0.1) * w + trl.as_tensor(i) * 0.0
+        x3.sink(_sink(got, "x3", "i", "t"))
+        x4 = x3[i, t] * w
+        if sink_x4:
+            x4.sink(_sink(got, "x4", "i", "t"))
+        (x4 * x4).sum().backward()
+        w.grad.sink(_sink(got, "g"))
+        d = _episode_end(t, i, 3)
+    return ctx, {I: 2, T: d}
+
+
+def _want_5() -> dict:
+    w = P5.astype(np.float64)
+    want: dict = {}
+    for i in range(2):
+        for t in range(4 + i % 2):
+            want[("y", i, t)] = np.tanh(2 * i * i * w.sum() * w)
+            want[("x3", i, t)] = (t + 0.1) * w
+            want[("x4", i, t)] = (t + 0.1) * w * w
+    n2 = sum((t + 0.1) ** 2 for i in range(2) for t in range(4 + i % 2))
+    want[("g",)] = 4 * w**3 * n2  # d/dw of sum (t + 0.1)^2 w^4
+    return want
+
+
+def _program_6(got: dict, sink_x4: bool) -> tuple[trl.Context, dict]:
+    """``m[t] = sum_0(((w - c) (x) 0.2) @ ((2t + 1) (x) 0.2))``: the left factor holds no
+    dim (its blocks are over ``di`` alone), the right one ``t``; ``T_i = 3 + i % 2``."""
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(P5, name="w")
+        fifth = trl.const(np.float32(0.2)).expand((2,)).reshape(1, 2)
+        a = (w - trl.const(C5)).reshape(2, 1) * fifth
+        st = (trl.as_tensor(t, trl.int64) * 2 + 1).cast(trl.float32)
+        b = st.expand((2,)).reshape(2, 1) * fifth
+        x3 = ((a @ b).sum(0).tanh() + trl.as_tensor(t)) * w + trl.as_tensor(i) * 0.0
+        x3.sink(_sink(got, "x3", "i", "t"))
+        x4 = x3[i, t] * w
+        if sink_x4:
+            x4.sink(_sink(got, "x4", "i", "t"))
+        (x4 * x4).sum().backward()
+        w.grad.sink(_sink(got, "g"))
+        d = _episode_end(t, i, 2)
+    return ctx, {I: 2, T: d}
+
+
+def _want_6() -> dict:
+    steps = [(i, t) for i in range(2) for t in range(3 + i % 2)]
+
+    def x3(p: jax.Array, t: int) -> jax.Array:
+        m = 0.08 * (2 * t + 1) * (p - jnp.asarray(C5)).sum()  # every column of (a @ b).sum(0)
+        return (jnp.tanh(m) + t) * p
+
+    def loss(p: jax.Array) -> jax.Array:
+        return sum(((x3(p, t) * p) ** 2).sum() for _, t in steps)
+
+    p = jnp.asarray(P5)
+    want: dict = {("g",): np.asarray(jax.grad(loss)(p))}
+    for i, t in steps:
+        want[("x3", i, t)] = np.asarray(x3(p, t))
+        want[("x4", i, t)] = np.asarray(x3(p, t) * p)
+    return want
+
+
+def _reference(
+    program: Callable[[dict, bool], tuple[trl.Context, dict]], backend: str, sink_x4: bool
+) -> dict:
+    """The sinks of ``program`` as the schedule-free reference evaluator computes them."""
+    got: dict = {}
+    ctx, bounds = program(got, sink_x4)
+    _reference_of(ctx, bounds, backend)
+    return got
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("sink_x4", [True, False])
+@pytest.mark.parametrize("options", INCREMENTAL, ids=str)
+@pytest.mark.parametrize("case", ["placed", "freed"])
+def test_no_statement_needs_T_before_it_is_known(
+    backend: str, sink_x4: bool, options: dict, case: str
+) -> None:
+    program, want_fn = (_program_5, _want_5) if case == "placed" else (_program_6, _want_6)
+    got: dict = {}
+    ctx, bounds = program(got, sink_x4)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    ref = _reference(program, backend, sink_x4)
+    want = {k: v for k, v in want_fn().items() if sink_x4 or k[0] != "x4"}
+    assert sorted(got) == sorted(ref) == sorted(want)
+    for k in sorted(got):
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=str(k))
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6, err_msg=str(k))
+
+
+def test_blocks_placed_by_T_are_found_and_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """isl's first schedule of 517600034's reduction places the incrementalized blocks by
+    ``T``; ``early_bound_statements`` names them, and the schedule solved again has none."""
+    from timerl.schedule import scheduler
+    from timerl.schedule.bound_known import early_bound_statements
+
+    found: list[list[int]] = []
+
+    def spy(prog: Any, sched: Any, setters: Any) -> dict:
+        out = early_bound_statements(prog, sched, setters)
+        found.append([n for ns in out.values() for n in ns])
+        if out:
+            di = {d for d, _ in prog.pdg.dims if d.name.startswith("di")}
+            assert all(di & set(prog.pdg.nodes[n].domain) for ns in out.values() for n in ns)
+        return out
+
+    monkeypatch.setattr(scheduler, "early_bound_statements", spy)
+    ctx, bounds = _program_5({}, True)
+    ctx.compile(bounds, backend="torch", incrementalize=8)
+    assert found[0] and found[-1] == []
+
+
+# -- 6. every free given up for an AST that ran a `set` node's children in another order --
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", INCREMENTAL, ids=str)
+def test_frees_follow_the_order_the_ast_runs(
+    backend: str, options: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Campaign seed 518000192: isl's tree put a statement over no dim (the read of
+    ``x1[0, T - 1]``) and the loop reading ``x1[i, t]`` under a ``set`` node; the schedule's
+    map ran the statement last, so ``x1[0, T - 1]`` was freed after it, but the AST ran it
+    first: the check refused the AST and the program ran with no free at all (a warning
+    only). Last uses are now taken from the compute AST's own order when the map's fail."""
+    import logging
+    import sys
+    from pathlib import Path
+
+    from timerl.schedule.ast import Dealloc, walk
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
+    from fuzz_programs import generate, render
+    from test_fuzz import W0, expected
+
+    prog = generate(518000192)
+    want = expected(prog)
+    got: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, got)
+    with caplog.at_level(logging.WARNING, logger="timerl"):
+        ex = ctx.compile(bounds, backend=backend, **options)
+    assert not [r for r in caplog.records if "misorders" in r.getMessage()]
+    assert sum(isinstance(x, Dealloc) for x in walk(ex.schedule.ast)) > 20
+    ex.execute()
+    ref: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, ref)
+    _reference_of(ctx, bounds, backend)
+    for name, points in want.items():
+        assert sorted(got[name]) == sorted(ref[name]) == sorted(points)
+        for pt, v in points.items():
+            np.testing.assert_allclose(
+                got[name][pt], ref[name][pt], rtol=1e-5, atol=1e-6, err_msg=f"{name} {pt}"
+            )
+            np.testing.assert_allclose(np.asarray(got[name][pt], np.float64), v, rtol=2e-4, atol=2e-5)
+
+
+def _reference_of(ctx: trl.Context, bounds: dict, backend: str) -> None:
+    from timerl.backends import get_backend
+    from timerl.runtime.reference import reference_evaluate
+
+    reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend(backend))
+
+
+# -- 7. a cluster merged across a read of a whole episode (campaign seed 518000283) ------
+
+
+def _never_forward_of(reads_whole: bool) -> bool:
+    """``_Clusterer._never_forward(t)`` for ``y = x + x[0:T].sum(0)`` (or ``+ x[0]``)."""
+    from timerl.schedule.cluster import _Clusterer, split_prologue
+
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        x = trl.empty((), domain=(t,), name="x")
+        x[0] = trl.const(np.float32(0.5))
+        x[t + 1] = (x * 0.5).tanh()
+        (x + (x[0:T].sum(0) if reads_whole else x[0])).sink(lambda v, p: None)
+    pdg = build_pdg(ctx, {T: 4}, CompileOptions(vectorize_time=False))
+    rest, _ = split_prologue(pdg)
+    return _Clusterer(rest)._never_forward(t)
+
+
+def test_a_read_of_a_whole_episode_can_return_later() -> None:
+    """The clusterer stops following a path that went back along ``t`` when no edge reads a
+    later ``t``; a node over no ``t`` that reads ``x[0:T]``, read back at every ``t``, does
+    return to later points (it counted as never forward; reading ``x[0]`` does not)."""
+    assert _never_forward_of(reads_whole=False)
+    assert not _never_forward_of(reads_whole=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", INCREMENTAL[1:], ids=str)
+def test_recurrence_body_and_a_reader_of_its_episode_stay_apart(backend: str, options: dict) -> None:
+    """Seed 518000283 with ``incrementalize=8``: ``x2[t + 1] = relu(tanh(mm(x2, x2, x2)) -
+    x0[t])`` (its matmul in blocks over ``(t, di)``) and a flag recurrence reading
+    ``x2[t] - t > 0``, vectorized into one node over no ``t`` reading ``x2[0:T]``. The
+    clusterer merged x2's body with the flag's step (the path body -> ``x2[t + 1]`` ->
+    the vectorized read -> step went back one ``t`` first and was not followed): a cycle,
+    ``ScheduleError: cannot schedule 'x0', 'x2', ...``. Compared with the generator's
+    interpreter and with the reference evaluator. (Any simpler program clusters otherwise.)"""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
+    from fuzz_programs import generate, render
+    from test_fuzz import W0, expected
+
+    prog = generate(518000283)
+    want = expected(prog)
+    got: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, got)
+    ctx.compile(bounds, backend=backend, **options).execute()
+    ref: dict = {n: {} for n in want}
+    ctx, bounds = render(prog, W0, ref)
+    _reference_of(ctx, bounds, backend)
+    for name, points in want.items():
+        assert sorted(got[name]) == sorted(ref[name]) == sorted(points)
+        for pt, v in points.items():
+            np.testing.assert_allclose(
+                np.asarray(got[name][pt], np.float64), np.asarray(ref[name][pt], np.float64)
+            )
+            np.testing.assert_allclose(np.asarray(got[name][pt], np.float64), v, rtol=2e-4, atol=2e-5)

@@ -371,10 +371,17 @@ class _Clusterer:
         return got
 
     def _never_forward(self, d: Sym) -> bool:
-        """Whether no edge reads a later point along ``d`` (every offset's upper end <= 0)."""
+        """Whether no edge can make a path's distance along ``d`` later: every offset's upper
+        end is <= 0, and every read by a node lacking ``d`` is of position 0 (a read of
+        ``x[0:T]`` by a node over no ``t``, read back at every ``t``, returns to every
+        ``t``: seed 518000283 merged a recurrence's body with a reader of that node, a
+        cycle isl cannot schedule)."""
         got = self._never_forward_cache.get(d)
         if got is None:
-            got = self._never_forward_cache[d] = all(off[d][1] <= 0 for off in self.offs if d in off)
+            pdg = self.pdg
+            got = self._never_forward_cache[d] = all(
+                _top_move(_step(e, pdg, off, d), 1) <= 0 for e, off in zip(pdg.edges, self.offs, strict=True)
+            )
         return got
 
     def _intra_of(self, r: int, dims: tuple[Sym, ...]) -> list[tuple[int, Vec]]:

@@ -14,7 +14,9 @@ added after the last reader of each point.
    (:func:`_bound_waits`). ``x[t]`` read by ``x[t + 1]`` waits for ``Z[e, t]``,
    ``x[p]`` read at ``t // 2`` for ``Z[e, 2 p]``, ``a[e]`` read along ``t < T - 1`` for
    ``Z[e, T - 1]``; otherwise isl guards the free by ``t + 1 == T``, ``T <= 2 p`` or
-   ``T == 1`` where ``T`` is not known yet.
+   ``T == 1`` where ``T`` is not known yet. A node lacking some of ``e`` (a block over
+   ``(di,)`` read at every ``(i, t, di)``) waits for the setter points of every ``e``: its
+   free after the last reader ``(I - 1, T - 1)`` was placed before that step's setter.
 2. **Last use.** With the compute schedule ``theta`` (restricted to the domain and to the
    run's parameters), ``last = lexmax(uses . theta)`` and
    ``U = last . theta^-1 & uses``: each point with its last reader's instance.
@@ -49,6 +51,7 @@ import islpy as isl
 from timerl.pdg.ir import PDG, Edge
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
+from timerl.schedule.bound_known import setter_point
 from timerl.schedule.isl import stmt_name
 from timerl.symbolic import ZERO, Slice, Sym
 
@@ -226,12 +229,11 @@ def _uses(req: FreeRequest, prog: object) -> _Frees:
         members[k], outputs[k], stmts[k], per[k] = (x,), ((o,),), stmts[k0], um
         reads = reads.union(um)
     uses = reads
-    for bound, (t, enclosing, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
+    for bound, (t, _, zid) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name):
         if zid not in stmt:
             continue
         for k, um in per.items():
-            if set(enclosing) <= set(pdg.nodes[members[k][0]].domain):
-                uses = uses.union(_bound_waits(prog, req, k, stmts[k], um, (bound, t, zid)))
+            uses = uses.union(_bound_waits(prog, req, k, stmts[k], um, (bound, t, zid)))
     return _Frees(members, stmts, uses, reads, per, outputs)
 
 
@@ -249,8 +251,6 @@ def _bound_waits(
     itself (``Z[e, T - 1]``). Without it isl would guard a free by ``T == 1`` or
     ``T <= 2 p`` where ``T`` is not known yet.
     """
-    from timerl.schedule.scheduler import _setter_point  # the scheduler imports this module
-
     pdg, stmt = req.pdg, req.stmt_of
     bound, t, zid = setter
     name = next((n for n, b in prog.param_syms.items() if b == bound), None)
@@ -265,7 +265,8 @@ def _bound_waits(
     if differ.is_empty():
         return isl.UnionMap.empty(reads.get_space())
     z, zs = pdg.nodes[zid], stmt[zid]
-    every = Edge(x_stmt, zs, _BOUND_USE_IID, 0, _setter_point(pdg, z, t, Slice(ZERO, bound)), order_only=True)
+    at = setter_point(pdg, z, t, Slice(ZERO, bound), pdg.nodes[x_stmt].domain)
+    every = Edge(x_stmt, zs, _BOUND_USE_IID, 0, at, order_only=True)
     waits = isl.UnionMap.from_map(prog.edge_map(every).set_tuple_name(isl.dim_type.in_, free_name(k)))
     zvars = [f"z{j}" for j in range(len(z.domain))]
     s = zvars[z.domain.index(t)]
@@ -306,7 +307,7 @@ def _leaves(node: isl.ScheduleNode, path: tuple[int, ...], out: list) -> None:
 
 
 def graft_frees(
-    req: FreeRequest, prog: object, sched: isl.Schedule
+    req: FreeRequest, prog: object, sched: isl.Schedule, order: isl.UnionMap | None = None
 ) -> (
     tuple[
         isl.Schedule, isl.UnionMap, isl.UnionSet, dict[int, tuple[tuple[int, tuple[int, ...]], ...]], object
@@ -317,14 +318,17 @@ def graft_frees(
     free statement frees, swap plan or None)``, or ``None`` when no point is freed (see the
     module doc). With ``req.swap``, the offloads and fetches of ``schedule/swap.py`` are
     grafted too (offloads after a leaf like frees, fetches before it), their validity and
-    domain included."""
+    domain included. ``order``: the compute instances' execution order (instance -> time)
+    to take last uses from, instead of ``sched``'s map (the order of its AST, see
+    ``scheduler._with_frees``)."""
     t0 = time.perf_counter()
     run = prog.run_context()
     frees = _uses(req, prog)
     uses = frees.uses.intersect_params(run)
     if uses.is_empty():
         return None
-    theta = sched.get_map().intersect_domain(sched.get_domain()).intersect_params(run)
+    theta = sched.get_map().intersect_domain(sched.get_domain()) if order is None else order
+    theta = theta.intersect_params(run)
     last = uses.apply_range(theta).lexmax()
     last_user = last.apply_range(theta.reverse()).intersect(uses)
     plan = None

@@ -18,7 +18,10 @@
    static bounds as parameters (so its work does not grow with their values; the
    substituted bounds are the fallback), within a time budget (Feautrier's algorithm
    past it, see :func:`_solve`), and isl's AST generator turns it into loops for the
-   actual bounds, which are converted to timerl's AST;
+   actual bounds, which are converted to timerl's AST; a statement isl placed by the
+   value of a dynamic bound before the runtime knows it (``T + di``) is kept after the
+   episode (else before it) and the problem solved again (:func:`_known_bounds`,
+   ``timerl.schedule.bound_known``);
 5. the AST is checked against the dependences (isl's tree code generator can misorder
    statements of one iteration); a wrong one is regenerated from the flattened schedule
    map (:func:`_checked_ast`).
@@ -43,6 +46,14 @@ from timerl.pdg.ir import PDG, Edge, Node, strongly_connected_components
 from timerl.pdg.passes.enclose import enclosing_dims
 from timerl.schedule import ast as tast
 from timerl.schedule.ast import AstNode
+from timerl.schedule.bound_known import (
+    BOUND_ORDER_IID,
+    Setter,
+    after_setter_edges,
+    before_setter_edges,
+    early_bound_statements,
+    setter_point,
+)
 from timerl.schedule.cluster import cluster_pdg, expand_ast, split_prologue
 from timerl.schedule.dealloc import FreeRequest, expand_frees, graft_frees, sink_frees
 from timerl.schedule.distance import edge_offsets
@@ -56,9 +67,6 @@ log = logging.getLogger(__name__)
 
 MAX_UNCLUSTERED = 40
 """Largest statement count for which a failed clustered schedule is retried unclustered."""
-
-BOUND_ORDER_IID = -2
-"""``iid`` of the order-only edges :func:`bound_order_edges` adds (validity, not proximity)."""
 
 WINDOW_ORDER_IID = -3
 """``iid`` of :func:`bound_order_edges`' edges that wait a few steps for a dynamic bound
@@ -94,6 +102,7 @@ def schedule_pdg(
     swap: frozenset[int] = frozenset(),
     _frees: FreeRequest | None = None,
     _episodes: tuple[tuple[Sym, tuple[Sym, ...]], ...] | None = None,
+    _setters: tuple[Setter, ...] | None = None,
 ) -> Schedule:
     """Compute the execution schedule of ``pdg`` (see the module docstring).
 
@@ -110,22 +119,37 @@ def schedule_pdg(
         pdg = pdg.with_(edges=pdg.edges + bound_order_edges(pdg))
     if _episodes is None:
         _episodes = episode_dims(pdg)
+    if _setters is None:
+        _setters = tuple(
+            Setter(b, t, enc, z)
+            for b, (t, enc, z) in sorted(enclosing_dims(pdg).items(), key=lambda kv: kv[0].name)
+        )
     if cluster:
         rest, prologue = split_prologue(pdg)
         small, members = cluster_pdg(rest)
         if len(small.nodes) < len(pdg.nodes) and small.nodes:
             _check_own_self_reads(pdg)
             req = None
+            rep = {m: r for r, ms in members.items() for m in ms}
             if dealloc:
-                req = FreeRequest(pdg, {m: r for r, ms in members.items() for m in ms}, keep, swap)
+                req = FreeRequest(pdg, rep, keep, swap)
+            setters = tuple(replace(z, stmt=rep.get(z.stmt, z.stmt)) for z in _setters)
             try:
-                s = schedule_pdg(small, cluster=False, _clustered=True, _frees=req, _episodes=_episodes)
+                s = schedule_pdg(
+                    small, cluster=False, _clustered=True, _frees=req, _episodes=_episodes, _setters=setters
+                )
             except ScheduleError:
                 if len(rest.nodes) > MAX_UNCLUSTERED:
                     raise  # isl takes minutes on hundreds of statements; the cluster error names them
                 # re-run unclustered for a precise error (or a schedule)
                 return schedule_pdg(
-                    pdg, cluster=False, dealloc=dealloc, keep=keep, swap=swap, _episodes=_episodes
+                    pdg,
+                    cluster=False,
+                    dealloc=dealloc,
+                    keep=keep,
+                    swap=swap,
+                    _episodes=_episodes,
+                    _setters=_setters,
                 )
             pro = tuple(tast.Exec(n, ()) for n in prologue)
             body = expand_ast(s.ast, members)
@@ -137,7 +161,8 @@ def schedule_pdg(
     if not _clustered:  # a cluster's self-edges include member-to-member reads at one point
         static = IslProgram(pdg)
         _check_self_reads(pdg, static, static.dependences(proximity=False))
-    prog, validity, sched = _solve(pdg.with_(edges=pdg.edges + episode_order_edges(pdg, _episodes)))
+    work = pdg.with_(edges=pdg.edges + episode_order_edges(pdg, _episodes))
+    prog, validity, sched = _known_bounds(work, _solve(work), _setters)
     t1 = time.perf_counter()
     freed = None if _frees is None else _with_frees(prog, sched, validity, _clustered, _frees)
     if freed is not None:  # checked with the compute dependences too
@@ -154,17 +179,72 @@ def schedule_pdg(
     return Schedule(ast=ast, isl_text=prog.schedule_text(sched), c_text=c_text)
 
 
+def _known_bounds(
+    pdg: PDG, solved: tuple[IslProgram, object, object], setters: tuple[Setter, ...]
+) -> tuple[IslProgram, object, object]:
+    """``solved`` again, with order edges, while it places statements by the value of a dynamic
+    bound before the bound is known (``timerl.schedule.bound_known``): such a statement
+    runs after the episode that finds the bound, else before it. A schedule that cannot be
+    repaired is kept (the runtime then refuses it with a ``BoundError``), with a warning."""
+    added: tuple[Edge, ...] = ()
+    for _ in range(_BOUND_ROUNDS):
+        early = early_bound_statements(solved[0], solved[2], setters)
+        if not early:
+            return solved
+        names = ", ".join(pdg.nodes[n].label for ns in early.values() for n in ns)
+        for make in (after_setter_edges, before_setter_edges):
+            extra = tuple(e for z, ns in early.items() for e in make(pdg, ns, z))
+            try:
+                got = _solve(pdg.with_(edges=pdg.edges + added + extra))
+            except ScheduleError:
+                continue
+            log.debug(
+                "%s placed by a dynamic bound before it is known; scheduled again (%s)", names, make.__name__
+            )
+            added, solved = added + extra, got
+            break
+        else:
+            log.warning(
+                "isl placed %s by a dynamic bound before it is known, and no other order was found", names
+            )
+            return solved
+    return solved
+
+
+_BOUND_ROUNDS = 3
+"""Schedules computed again at most by :func:`_known_bounds` (each round adds edges for the
+statements the last one placed too early)."""
+
+
 def _with_frees(
-    prog: IslProgram, sched: object, validity: object, clustered: bool, req: FreeRequest
+    prog: IslProgram,
+    sched: object,
+    validity: object,
+    clustered: bool,
+    req: FreeRequest,
+    order: object | None = None,
 ) -> tuple[AstNode, str, object] | None:
     """The AST of ``sched`` with frees grafted (``timerl.schedule.dealloc``), checked against
     the compute and the free dependences; ``None`` (with a warning: nothing is freed early)
-    when isl's AST for it is wrong."""
-    got = graft_frees(req, prog, sched)
+    when isl's AST for it is wrong.
+
+    Last uses come from the schedule's map first. isl's AST generator may run the children of
+    a ``set`` node of the tree in another order than that map (a statement of the second
+    child first: its free then ran before a reader in the first child); an AST that
+    misorders the frees is then made again with the last uses taken from the order of the
+    compute AST itself (``order``), before anything is given up."""
+    got = graft_frees(req, prog, sched, order)
     if got is None:
         return None
     grafted, free_validity, free_domain, members, plan = got
     what = "deallocation statements" if plan is None else "swapping"
+
+    def fallback() -> tuple[AstNode, str, object] | None:
+        if order is None:
+            compute, _ = prog.build_ast(sched)
+            return _with_frees(prog, sched, validity, clustered, req, prog.ast_order(compute))
+        return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
+
     try:
         ast, c_text = prog.build_ast(grafted)
     except ScheduleError as exc:
@@ -174,8 +254,13 @@ def _with_frees(
         ast, validity.union(free_validity), same_point_ok=clustered, extra_domain=free_domain
     )
     if not bad.is_empty():
-        log.warning("no %s: isl's AST with them misorders %s", what, bad.to_str()[:500])
-        return _with_frees(prog, sched, validity, clustered, replace(req, swap=frozenset())) if plan else None
+        (log.debug if order is None else log.warning)(
+            "%s%s: isl's AST with them misorders %s",
+            "no " if order is not None else "",
+            what,
+            bad.to_str()[:500],
+        )
+        return fallback()
     ast = expand_frees(ast, members)
     if plan is not None:
         ast = expand_swaps(ast, plan.offloads, plan.fetches, {n.id: len(n.outputs) for n in req.pdg})
@@ -362,23 +447,23 @@ def bound_order_edges(pdg: PDG) -> tuple[Edge, ...]:
                     # later, or at the end)
                     lag = _window_lag(prog(), exprs, n.domain, t, bound)
                     if lag is None:
-                        phi = _setter_point(pdg, z, t, bound - 1)
+                        phi = setter_point(pdg, z, t, bound - 1)
                         out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
                     else:  # Z[e, t + lag] while the episode lasts, Z[e, T - 1] near its end
                         near = cmp_le(t + lag, bound - 1)
-                        phi = _setter_point(pdg, z, t, t + lag)
+                        phi = setter_point(pdg, z, t, t + lag)
                         out.append(Edge(n.id, zid, WINDOW_ORDER_IID, 0, phi, near, None, True))
-                        phi = _setter_point(pdg, z, t, bound - 1)
+                        phi = setter_point(pdg, z, t, bound - 1)
                         out.append(
                             Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, cmp_lt(bound - 1, t + lag), None, True)
                         )
                     continue
                 if any(_reads_later(pdg, e, t, enclosing) for e in ins.get(n.id, ()) if e.src in over):
                     continue
-                phi = _setter_point(pdg, z, t, t - 1)
+                phi = setter_point(pdg, z, t, t - 1)
                 out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, cmp_le(Const(1), t), None, True))
             elif bound in _node_syms(n, ins.get(n.id, ())):
-                phi = _setter_point(pdg, z, t, bound - 1)
+                phi = setter_point(pdg, z, t, bound - 1)
                 out.append(Edge(n.id, zid, BOUND_ORDER_IID, 0, phi, order_only=True))
     return tuple(out)
 
@@ -449,19 +534,6 @@ def _reads_later(pdg: PDG, e: Edge, t: Sym, enclosing: tuple[Sym, ...]) -> bool:
             if lo != hi or lo < 0:
                 return False
     return True
-
-
-def _setter_point(pdg: PDG, z: Node, t: Sym, at: Expr) -> tuple[Expr | Slice, ...]:
-    """``Z[e, at]`` as an index (``e`` read at the reader's own coordinates)."""
-    out: list[Expr | Slice] = []
-    for d in z.domain:
-        if d is t:
-            out.append(at)
-        elif d in z.domain[: z.domain.index(t)]:
-            out.append(d)
-        else:  # a dim after t: every position
-            out.append(Slice(Const(0), pdg.bound_of(d)))
-    return tuple(out)
 
 
 def _value_exprs(n: Node, edges: list[Edge] | tuple[Edge, ...]) -> list[Expr]:
