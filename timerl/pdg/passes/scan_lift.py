@@ -16,7 +16,8 @@ value ``y0`` that does not depend on ``d``, the other taken at every other point
 operand order); ``x`` and ``c`` read at ``y``'s point, defined at every point of ``d``, with
 ``y``'s per-point shape, batch and domain, defined wherever the recurrence uses them
 (every point but the base one: the restriction of branch ops to where their branch is
-taken qualifies). Conditions are checked by evaluating them at every ``d`` (they may only
+taken qualifies), and depending on no point of ``y`` (``y[t] = t * y[t + 1] + c *
+y[t + 1]`` is not lifted: its ``x`` would be read, whole, by the scan it comes from). Conditions are checked by evaluating them at every ``d`` (they may only
 use ``d`` and static bounds). ``S`` reads ``x`` and ``c`` at those ``D - 1`` points.
 
 Postcondition: the same values (the same arithmetic in the same order per point); ``a``
@@ -101,7 +102,11 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
             m_ins = pdg.data_in_edges(m.id)
             for q in (0, 1):
                 ye, ce = m_ins[q], m_ins[1 - q]
-                if ye.src == y.id and _at_point(ye, y, m, shift):
+                if (
+                    ye.src == y.id
+                    and _at_point(ye, y, m, shift)
+                    and not _reads(pdg, {x_edge.src, ce.src}, y.id)
+                ):
                     found = (x_edge, ce)
                     break
             if found:
@@ -120,6 +125,23 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
             continue
         return _rewrite(pdg, y, d, reverse, x_edge, c_edge, base)
     return None
+
+
+def _reads(pdg: PDG, nodes: set[int], y: int) -> bool:
+    """Whether any of ``nodes`` depends on ``y`` (through any chain of edges): such an ``x``
+    or ``c`` (``y[t] = t * y[t + 1] + c * y[t + 1]``: ``x = t * y[t + 1]``) is not known
+    before the recurrence runs, so one scan over all of it would read its own rows."""
+    seen = set(nodes)
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if n == y:
+            return True
+        for e in pdg.in_edges(n):
+            if e.src not in seen:
+                seen.add(e.src)
+                stack.append(e.src)
+    return False
 
 
 def _defined_on(n: Node, d: Sym, points: list[int], size: int, static: dict[Sym, int]) -> bool:
