@@ -32,6 +32,7 @@ from dataclasses import replace
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
 from timerl.pdg.ops import Op, OpKind
 from timerl.symbolic import TRUE, Const, Expr, Slice, Sym, evaluate, free_symbols
+from timerl.symbolic.simplify import affine_in
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
                 if (
                     ye.src == y.id
                     and _at_point(ye, y, m, shift)
-                    and not _reads(pdg, {x_edge.src, ce.src}, y.id)
+                    and not _reads(pdg, {x_edge.src, ce.src}, y, d)
                 ):
                     found = (x_edge, ce)
                     break
@@ -127,20 +128,36 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
     return None
 
 
-def _reads(pdg: PDG, nodes: set[int], y: int) -> bool:
-    """Whether any of ``nodes`` depends on ``y`` (through any chain of edges): such an ``x``
-    or ``c`` (``y[t] = t * y[t + 1] + c * y[t + 1]``: ``x = t * y[t + 1]``) is not known
-    before the recurrence runs, so one scan over all of it would read its own rows."""
+def _reads(pdg: PDG, nodes: set[int], y: Node, d: Sym) -> bool:
+    """Whether any of ``nodes`` may depend on ``y`` within one scan: through a chain of
+    edges that keeps every other dim of ``y`` at the reader's own point (or reads a slice,
+    or a fixed position, of it). Such an ``x`` or ``c`` (``y[t] = t * y[t + 1] + c *
+    y[t + 1]``: ``x = t * y[t + 1]``) is not known before the recurrence runs, so one scan
+    reading all of it would read its own rows. A chain through another point of those
+    dims (the weights of iteration ``i`` from the advantages of ``i - 1``, in PPO) is not
+    followed: that is another scan."""
+    others = [s for s in y.domain if s is not d]
     seen = set(nodes)
     stack = list(nodes)
     while stack:
         n = stack.pop()
-        if n == y:
+        if n == y.id:
             return True
         for e in pdg.in_edges(n):
-            if e.src not in seen:
-                seen.add(e.src)
-                stack.append(e.src)
+            if e.src in seen or _shifted(pdg.nodes[e.src], e, others):
+                continue
+            seen.add(e.src)
+            stack.append(e.src)
+    return False
+
+
+def _shifted(src: Node, e: Edge, dims: list[Sym]) -> bool:
+    """Whether ``e`` reads ``src`` at ``s + k`` (``k != 0``) along one of ``dims``."""
+    for s, c in zip(src.domain, e.phi, strict=True):
+        if any(s is x for x in dims) and not isinstance(c, Slice) and c is not s:
+            got = affine_in(c, s)
+            if got is not None and got[0] == 1 and isinstance(got[1], Const) and got[1].value != 0:
+                return True
     return False
 
 
