@@ -573,3 +573,55 @@ def test_recurrence_body_and_a_reader_of_its_episode_stay_apart(backend: str, op
                 np.asarray(got[name][pt], np.float64), np.asarray(ref[name][pt], np.float64)
             )
             np.testing.assert_allclose(np.asarray(got[name][pt], np.float64), v, rtol=2e-4, atol=2e-5)
+
+
+# -- 8. a recurrence whose "x" term reads the recurrence (campaign seed 518000649) -------
+
+R8 = np.array([0.3, -0.4, 0.8, 0.1], np.float32)
+
+
+def _program_8(got: dict, x_reads_y: bool) -> tuple[trl.Context, dict]:
+    """``y[T - 1] = 0.5``; ``y[t] = r[t] * y[t + 1] + t * y[t + 1]`` (or ``+ t`` alone, a
+    true ``x + c * y`` that scan_lift does lift)."""
+    ctx = trl.Context(dims=("t",))
+    with ctx as ((t, T),):
+        r = trl.const(R8)[t] * 1.0
+        y = trl.empty((), domain=(t,), name="y")
+        y[T - 1] = trl.const(np.float32(0.5))
+        x = trl.as_tensor(t) * y[t + 1] if x_reads_y else trl.as_tensor(t) * 1.0
+        y[t] = y[t + 1] * r + x
+        y.sink(_collect(got, "t"))
+    return ctx, {T: 4}
+
+
+def _want_8(x_reads_y: bool) -> np.ndarray:
+    y = [0.0] * 4
+    y[3] = 0.5
+    for t in reversed(range(3)):
+        y[t] = y[t + 1] * float(R8[t]) + (t * y[t + 1] if x_reads_y else t)
+    return np.array(y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("x_reads_y", [True, False])
+@pytest.mark.parametrize("options", [{}, {"scan_lift": False}], ids=str)
+def test_scan_lift_leaves_a_recurrence_whose_x_reads_it(backend: str, x_reads_y: bool, options: dict) -> None:
+    """``y[t] = y[t + 1] * r[t] + t * y[t + 1]`` matched ``x + c * y[t + 1]`` with ``x = t *
+    y[t + 1]``: the lifted scan read all of ``x``, which reads the scan's own rows
+    (``ScheduleError: cannot schedule 'y', mul, 'y.scan'``). Against the reference evaluator
+    and by hand; the independent ``x`` is still lifted."""
+    from timerl.pdg.ops import OpKind as K
+
+    got: dict = {}
+    ctx, bounds = _program_8(got, x_reads_y)
+    ex = ctx.compile(bounds, backend=backend, **options)
+    lifted = any(n.op.kind is K.LINEAR_SCAN for n in ex.pdg)
+    assert lifted == (not x_reads_y and options.get("scan_lift", True))
+    ex.execute()
+    ref: dict = {}
+    ctx, bounds = _program_8(ref, x_reads_y)
+    _reference_of(ctx, bounds, backend)
+    assert sorted(got) == sorted(ref) == [(t,) for t in range(4)]
+    have = np.array([got[(t,)] for t in range(4)])
+    np.testing.assert_allclose(have, [ref[(t,)] for t in range(4)], rtol=1e-6)
+    np.testing.assert_allclose(have, _want_8(x_reads_y), rtol=1e-5)

@@ -16,7 +16,8 @@ value ``y0`` that does not depend on ``d``, the other taken at every other point
 operand order); ``x`` and ``c`` read at ``y``'s point, defined at every point of ``d``, with
 ``y``'s per-point shape, batch and domain, defined wherever the recurrence uses them
 (every point but the base one: the restriction of branch ops to where their branch is
-taken qualifies). Conditions are checked by evaluating them at every ``d`` (they may only
+taken qualifies), and depending on no point of ``y`` (``y[t] = t * y[t + 1] + c *
+y[t + 1]`` is not lifted: its ``x`` would be read, whole, by the scan it comes from). Conditions are checked by evaluating them at every ``d`` (they may only
 use ``d`` and static bounds). ``S`` reads ``x`` and ``c`` at those ``D - 1`` points.
 
 Postcondition: the same values (the same arithmetic in the same order per point); ``a``
@@ -31,6 +32,7 @@ from dataclasses import replace
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
 from timerl.pdg.ops import Op, OpKind
 from timerl.symbolic import TRUE, Const, Expr, Slice, Sym, evaluate, free_symbols
+from timerl.symbolic.simplify import affine_in
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,11 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
             m_ins = pdg.data_in_edges(m.id)
             for q in (0, 1):
                 ye, ce = m_ins[q], m_ins[1 - q]
-                if ye.src == y.id and _at_point(ye, y, m, shift):
+                if (
+                    ye.src == y.id
+                    and _at_point(ye, y, m, shift)
+                    and not _reads(pdg, {x_edge.src, ce.src}, y, d)
+                ):
                     found = (x_edge, ce)
                     break
             if found:
@@ -120,6 +126,39 @@ def _lift_one(pdg: PDG, y: Node, d: Sym, size: int) -> tuple[Node, list[Edge], N
             continue
         return _rewrite(pdg, y, d, reverse, x_edge, c_edge, base)
     return None
+
+
+def _reads(pdg: PDG, nodes: set[int], y: Node, d: Sym) -> bool:
+    """Whether any of ``nodes`` may depend on ``y`` within one scan: through a chain of
+    edges that keeps every other dim of ``y`` at the reader's own point (or reads a slice,
+    or a fixed position, of it). Such an ``x`` or ``c`` (``y[t] = t * y[t + 1] + c *
+    y[t + 1]``: ``x = t * y[t + 1]``) is not known before the recurrence runs, so one scan
+    reading all of it would read its own rows. A chain through another point of those
+    dims (the weights of iteration ``i`` from the advantages of ``i - 1``, in PPO) is not
+    followed: that is another scan."""
+    others = [s for s in y.domain if s is not d]
+    seen = set(nodes)
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        if n == y.id:
+            return True
+        for e in pdg.in_edges(n):
+            if e.src in seen or _shifted(pdg.nodes[e.src], e, others):
+                continue
+            seen.add(e.src)
+            stack.append(e.src)
+    return False
+
+
+def _shifted(src: Node, e: Edge, dims: list[Sym]) -> bool:
+    """Whether ``e`` reads ``src`` at ``s + k`` (``k != 0``) along one of ``dims``."""
+    for s, c in zip(src.domain, e.phi, strict=True):
+        if any(s is x for x in dims) and not isinstance(c, Slice) and c is not s:
+            got = affine_in(c, s)
+            if got is not None and got[0] == 1 and isinstance(got[1], Const) and got[1].value != 0:
+                return True
+    return False
 
 
 def _defined_on(n: Node, d: Sym, points: list[int], size: int, static: dict[Sym, int]) -> bool:
