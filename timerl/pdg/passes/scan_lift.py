@@ -17,8 +17,9 @@ operand order); ``x`` and ``c`` read at ``y``'s point, defined at every point of
 ``y``'s per-point shape, batch and domain, defined wherever the recurrence uses them
 (every point but the base one: the restriction of branch ops to where their branch is
 taken qualifies), and depending on no point of ``y`` (``y[t] = t * y[t + 1] + c *
-y[t + 1]`` is not lifted: its ``x`` would be read, whole, by the scan it comes from). Conditions are checked by evaluating them at every ``d`` (they may only
-use ``d`` and static bounds). ``S`` reads ``x`` and ``c`` at those ``D - 1`` points.
+y[t + 1]`` is not lifted: its ``x`` would be read, whole, by the scan it comes from).
+Conditions are checked by evaluating them at every ``d`` (they may only use ``d`` and
+static bounds). ``S`` reads ``x`` and ``c`` at those ``D - 1`` points.
 
 Postcondition: the same values (the same arithmetic in the same order per point); ``a``
 and the multiply are left for DCE when nothing else reads them.
