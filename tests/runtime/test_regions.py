@@ -114,3 +114,70 @@ def test_learning_phase_is_few_regions() -> None:
     before = _consecutive_runs(prog)
     assert len(at_i) < len(before)
     assert max(at_i) > max(before)
+
+
+def test_a_linear_scan_read_as_batch_stays_in_its_region() -> None:
+    """PPO's learner is one region: the lifted GAE recurrence (``LINEAR_SCAN``, per-point
+    rows ``0:T``) is read by the vectorized advantages through ``to_batch`` at its own point,
+    a point-independent layout, so the region does not split there (it did: the learner ran
+    as two regions with every value crossing between them stored and freed)."""
+    from timerl.agents.ppo import PPOArgs, build_fixed
+
+    args = PPOArgs(
+        env_id="gymnax.CartPole-v1", num_envs=4, num_steps=16, iterations=2, update_epochs=1,
+        num_minibatches=1, backend="jax", checkpoint_every=0,
+    )  # fmt: skip
+    ex = build_fixed(args, lambda *_: None)
+    pdg = ex.pdg
+    scans = [n.id for n in pdg.nodes.values() if n.op.kind is OpKind.LINEAR_SCAN]
+    assert scans
+    for r in ex.plan.regions():
+        if any(m in scans for m in r.members):
+            readers = {e.sink for s in scans for e in pdg.out_edges(s) if e.to_batch is not None}
+            assert readers and readers <= set(r.members)
+
+
+def test_no_frees_of_unstored_members_and_a_fallback_frees_them_itself(monkeypatch) -> None:
+    """The Plan has no frees of region members that are never stored (``plan/unstored.py``);
+    a region that fails at run time runs its members one by one and then frees the members
+    the region would not have stored, so the store ends as it does with the region."""
+    from timerl.backends.jax_backend import JaxBackend
+    from timerl.plan.fusable import stored_members
+    from timerl.schedule.ast import Dealloc
+
+    def run(fail: bool) -> tuple[list, object, object]:
+        out: list = []
+        ctx, bounds = _program(out)
+        ex = ctx.compile(bounds, backend="jax")
+        if fail:
+            real = JaxBackend.compile
+
+            def broken(self, fn, *a, **k):
+                compiled = real(self, fn, *a, **k)
+
+                def call(*args):
+                    if len(args) > 1:  # regions (of two or more inputs) fail
+                        raise RuntimeError("injected compile failure")
+                    return compiled(*args)
+
+                return call
+
+            monkeypatch.setattr(JaxBackend, "compile", broken)
+        ex.execute()
+        monkeypatch.undo()
+        return out, ex, ex._interp.store
+
+    good, ex, store_ok = run(False)
+    freed = {s.node for s in walk(ex.plan.ast) if isinstance(s, Dealloc)}
+    unstored = []
+    for r in ex.plan.regions():
+        nodes = [ex.pdg.nodes[m] for m in r.members]
+        kept = {r.members[k] for k in stored_members(nodes, ex.pdg)}
+        if ex.pdg.nodes[r.members[0]].domain == (i,):  # in the iteration loop only
+            unstored += [m for m in r.members if m not in kept]
+    assert unstored and not freed & set(unstored)
+    bad, _, store_bad = run(True)
+    for a, b in zip(good, bad, strict=True):
+        assert a[0] == b[0]
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-5)
+    assert store_bad.live_points == store_ok.live_points

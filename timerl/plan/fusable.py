@@ -14,7 +14,7 @@ from typing import Any
 
 from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import OpKind
-from timerl.plan.layout import InputLayout, input_layout
+from timerl.plan.layout import InputLayout, input_layout, pads_to_bucket
 from timerl.symbolic import TRUE, Expr, Slice, free_symbols
 
 _NOT_FUSABLE = frozenset(
@@ -62,14 +62,16 @@ def internal_read(e: Edge, pdg: PDG) -> InputLayout | None:
     it must gather that input from the store. A read at the member's own point qualifies
     (identity indices, no condition or selection), also through batch dims when the
     layout's steps do not depend on the point (``batch[t=0:T]`` of a vectorized member,
-    ``T`` static: the whole rollout, narrowed and moved inside the function); a read that
-    stacks the source's points (``to_batch``) or depends on the point does not."""
+    ``T`` static: the whole rollout, narrowed and moved inside the function; ``to_batch``
+    at the source's own point, a linear scan's ``T`` rows becoming the reader's batch dim
+    ``t``); a read that stacks the source's points (a slice in ``phi``), pads them to a
+    bucket, or depends on the point does not."""
     src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
     if (
         e.order_only
         or e.select is not None
         or e.cond is not TRUE
-        or e.to_batch is not None
+        or (e.to_batch is not None and pads_to_bucket(sink, e))
         or not len(e.phi) == len(src.domain) == len(sink.domain)
         or not all(c is d for c, d in zip(e.phi, src.domain, strict=True))
     ):

@@ -42,6 +42,7 @@ from timerl.plan.fusable import fusable, internal_read
 from timerl.plan.iterations import iteration_dim, iteration_loop, loop_offset
 from timerl.plan.regions import FusedExec, plan_regions
 from timerl.plan.storage import BlockSpec, plan_block_storage
+from timerl.plan.unstored import drop_unstored_frees
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq, walk
 from timerl.symbolic import Sym, smax
 from timerl.symbolic.compile import symbols_of
@@ -219,6 +220,12 @@ def make_plan(
         ast = _skip_iterations(ast, pdg, dim, resume_after)
     planned = _plan_seqs(ast, pdg, donate) if options.fuse else ast
     found = iteration_loop(planned, pdg, dim) if dim is not None else None
+    if options.fuse:  # frees of region members that are never stored
+        gc = found[0] if found and options.free_iterations else None
+        pruned = drop_unstored_frees(planned, pdg, gc)
+        if pruned is not planned:
+            planned = pruned
+            found = iteration_loop(planned, pdg, dim) if dim is not None else None
     moves: frozenset[tuple[int, int]] = frozenset()
     if donate and with_moves:
         from timerl.plan.donate import merge_moves

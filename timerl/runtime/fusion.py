@@ -179,6 +179,14 @@ def make_fused_thunk(
         return fn
 
     fallback: list[Callable[[tuple[int, ...]], None]] = []
+    unstored = [ids[k] for k in range(len(ids)) if k not in set(keep)]
+
+    def free_unstored(point: tuple[int, ...]) -> None:
+        """After the members ran one by one: free what the region would not have stored
+        (the Plan has no frees of them, ``plan/unstored.py``)."""
+        for nid in unstored:
+            ex.store.free_points(nid, (point,))
+
     refcount, nbytes = sys.getrefcount, be.nbytes
     stats = ex.donation_stats
 
@@ -227,6 +235,7 @@ def make_fused_thunk(
                 point,
             )
             fallback.extend(ex._make_thunk(n) for n in nodes)
+            fallback.append(free_unstored)
             ex.exec_count -= len(ids)
             for th in fallback:
                 th(point)

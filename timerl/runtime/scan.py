@@ -45,14 +45,14 @@ compile PPO's actor (512 x 4 -> 64 -> 64 -> 2) and ran it in 512 us against 425 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from timerl.errors import TimeRLError
+from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
@@ -117,6 +117,12 @@ class ScannedLoop:
         self.ex, self.loop, self.body, self.fallback = ex, loop, body, fallback
         self.var = loop.var
         self.init, self.cond, self.inc = compile_expr(loop.init), compile_expr(loop.cond), int(loop.inc)
+        try:  # the condition for many values of the loop variable at once (``_values``)
+            self._vcond: Callable[[Mapping[Sym, Any]], tuple[Any, ...]] | None = compile_exprs_elementwise(
+                [loop.cond]
+            )
+        except (NotImplementedError, KeyError, TypeError, ValueError):
+            self._vcond = None
         self.members: list[_Member] = []
         self.index = {c.node: k for k, c in enumerate(execs)}
         for c in execs:
@@ -174,14 +180,7 @@ class ScannedLoop:
     # -- one loop entry --------------------------------------------------------------------
     def __call__(self) -> None:
         ex, env, var = self.ex, self.ex._env, self.var
-        vals = []
-        env[var] = self.init(env)
-        while self.cond(env):
-            vals.append(env[var])
-            env[var] += self.inc
-            if len(vals) > ex.max_loop_iterations:
-                break
-        del env[var]
+        vals = self._values(env)
         self._fresh_inputs()
         plan = self._plan(vals) if self._broken is None else self._broken
         if isinstance(plan, str):
@@ -218,6 +217,40 @@ class ScannedLoop:
             return
         ex.scanned_entries += 1
         ex.dispatches += 1
+
+    def _values(self, env: dict[Sym, Any]) -> list[int]:
+        """The loop variable's values at this entry: from ``init`` by ``inc`` while ``cond``
+        holds, the condition evaluated for many values at once (NumPy) where it compiles
+        elementwise, so the host work does not grow by a Python step per iteration."""
+        v0, inc, limit = self.init(env), self.inc, self.ex.max_loop_iterations
+        if self._vcond is None:
+            vals = []
+            env[self.var] = v0
+            while self.cond(env):
+                vals.append(env[self.var])
+                env[self.var] += inc
+                self._check_limit(len(vals), limit)
+            del env[self.var]
+            return vals
+        done, chunk = 0, 256
+        while True:
+            arr = v0 + inc * np.arange(done, done + chunk, dtype=np.int64)
+            (ok,) = self._vcond({**env, self.var: arr})
+            bad = np.flatnonzero(~np.broadcast_to(np.asarray(ok, dtype=bool), arr.shape))
+            if bad.size:
+                n = done + int(bad[0])
+                break
+            done += chunk
+            self._check_limit(done, limit)
+            chunk *= 4
+        self._check_limit(n, limit)
+        return list(range(v0, v0 + inc * n, inc))
+
+    def _check_limit(self, n: int, limit: int) -> None:
+        if n > limit:
+            raise RuntimeExecutionError(
+                f"loop over {self.var} runs more than {limit} iterations (condition `{self.loop.cond}`)"
+            )
 
     def _point_env(self, m: _Member, v: int) -> tuple[tuple[int, ...], dict[Sym, int]]:
         env = dict(self.ex._env)
