@@ -135,9 +135,12 @@ class RowsTable(dict):
         dict.__setitem__(self, point, value)
         return self._nbytes(value) - db, 1 - dn
 
-    def put_rows(self, points: Sequence[Point] | PointRows, arr: Any, axis: int) -> tuple[int, int]:
+    def put_rows(
+        self, points: Sequence[Point] | PointRows, arr: Any, axis: int, distinct: bool = False
+    ) -> tuple[int, int]:
         """Record ``points[k]`` as row ``k`` of ``arr`` along ``axis`` (nothing copied);
-        points already held are replaced."""
+        points already held are replaced. ``distinct``: no point repeats (known by the
+        caller: not checked)."""
         n = len(points)
         if n == 0:
             return 0, 0
@@ -148,7 +151,7 @@ class RowsTable(dict):
         else:
             first = next(iter(points))
             rows = PointRows.of(points, len(first))
-        if repeats(rows.cols):
+        if not distinct and repeats(rows.cols):
             raise ValueError(f"the {n} points for {n} rows repeat some point")
         db, dn = self.discard_many(rows) if len(self) else (0, 0)
         share = self._nbytes(arr) // n

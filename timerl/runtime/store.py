@@ -227,13 +227,16 @@ class PointStore:
             raise ValueError(f"%{nid} output {oid} already holds points; declare its rows table first")
         tabs[oid] = table
 
-    def put_rows(self, nid: int, oid: int, points: Sequence[Point], arr: Any, axis: int) -> bool:
+    def put_rows(
+        self, nid: int, oid: int, points: Sequence[Point], arr: Any, axis: int, distinct: bool = False
+    ) -> bool:
         """Store ``points[k]`` as row ``k`` of ``arr`` along ``axis``; False (nothing stored)
-        when the output is not kept in a :class:`RowsTable`."""
+        when the output is not kept in a :class:`RowsTable`. ``distinct``: the caller knows
+        no point repeats (not checked again)."""
         tab = self._tables[nid][oid]
         if type(tab) is not RowsTable:
             return False
-        db, dn = tab.put_rows(points, arr, axis)
+        db, dn = tab.put_rows(points, arr, axis, distinct)
         self._account(nid, db, dn)
         return True
 
