@@ -120,9 +120,9 @@ class _Clusterer:
         self._intra: dict[int, list[tuple[int, Vec]]] = {}  # see :meth:`_intra_of`
         self._signs: dict[int, tuple[tuple[int, ...], ...]] = {}  # see :meth:`_signs_of`
         self._flat_cache: dict[tuple[tuple[Sym, ...], tuple[int, ...]], frozenset[int]] = {}
-        # per cluster, (dims, state) -> where one step from the cluster in that state
+        # per dims and cluster, state id -> where one step from the cluster in that state
         # leads (see :meth:`_successors`); dropped when the cluster changes
-        self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], int], tuple[tuple[int, int], ...]]] = {}
+        self._succ_cache: dict[tuple[Sym, ...], dict[int, dict[int, tuple[tuple[int, int], ...]]]] = {}
         self.boxes = _BoxTable()  # the path states seen, as ids
         self._src_of = [e.src for e in pdg.edges]
         self._into_cache: dict[int, list[int]] = {}  # see :meth:`_into`
@@ -180,9 +180,8 @@ class _Clusterer:
         only grow, so sinks in one cluster stay in one; the entry is dropped when ``cl``
         changes.
         """
-        per = self._succ_cache.setdefault(cl, {})
-        key = (dims, vid)
-        got = per.get(key)
+        per = self._succ_cache.setdefault(dims, {}).setdefault(cl, {})
+        got = per.get(vid)
         if got is not None:
             return got
         edges, cluster_of, table = self.pdg.edges, self.cluster_of, self.boxes
@@ -205,7 +204,7 @@ class _Clusterer:
             if tag not in seen:
                 seen.add(tag)
                 kept.append((sink, nid))
-        got = per[key] = tuple(reversed(kept))
+        got = per[vid] = tuple(reversed(kept))
         return got
 
     def _paths_ok(self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]) -> bool:
@@ -260,7 +259,7 @@ class _Clusterer:
         zero = self._start(dims)
         cluster_of = self.cluster_of
         in_reps = {cluster_of[m] for m in inside}
-        states: dict[int, list[int]] = defaultdict(list)
+        states: dict[int, list[int]] = {}  # per cluster, its boxes (state ids)
         # every state ever added to a cluster's boxes: one of its boxes still contains it
         added: set[tuple[int, int]] = set()
         work: list[tuple[int, int]] = []
@@ -273,38 +272,53 @@ class _Clusterer:
                         work.append((cluster_of[sink], table.id(nv)))
         self.checks += 1
         settled: dict[int, bool] = {}  # per state id, :func:`_settled_negative` under ``viable``
-        while work:
-            item = work.pop()
-            self.visits += 1
-            if item in added:
-                continue
-            cl, vid = item
-            boxes = states[cl]
-            if not table.insert(boxes, vid):
-                continue
-            added.add(item)
-            if len(boxes) > _MAX_VECS:
-                vid = table.hull(boxes)
-                boxes[:] = [vid]
-                added.add((cl, vid))
-            if prune and vecs[vid][0][1] < 0:
-                continue
-            done = settled.get(vid)
-            if done is None:
-                done = settled[vid] = _settled_negative(vecs[vid], viable, safe)
-            if done:
-                continue
-            for sink, nid in self._successors(cl, dims, vid):
-                scl = cluster_of[sink]
-                if scl in in_reps:
-                    narrowed = [sg for sg in viable if lex_nonpositive(vecs[nid][:nd], sg, strict=True)]
-                    if not narrowed:
-                        return False
-                    if len(narrowed) < len(viable):
-                        viable = narrowed
-                        settled = {}
-                elif scl in back:
-                    work.append((scl, nid))
+        steps = self._succ_cache.setdefault(dims, {})
+        contains = table.contains
+        visits = 0
+        try:
+            while work:
+                item = work.pop()
+                visits += 1
+                if item in added:
+                    continue
+                cl, vid = item
+                boxes = states.get(cl)
+                if boxes is None:
+                    states[cl] = boxes = [vid]
+                else:  # add the box unless one contains it, dropping the boxes it contains
+                    if any(w == vid or contains(w, vid) for w in boxes):
+                        continue
+                    boxes[:] = [w for w in boxes if not contains(vid, w)]
+                    boxes.append(vid)
+                added.add(item)
+                if len(boxes) > _MAX_VECS:
+                    vid = table.hull(boxes)
+                    boxes[:] = [vid]
+                    added.add((cl, vid))
+                if prune and vecs[vid][0][1] < 0:
+                    continue
+                done = settled.get(vid)
+                if done is None:
+                    done = settled[vid] = _settled_negative(vecs[vid], viable, safe)
+                if done:
+                    continue
+                per = steps.get(cl)
+                nxt = None if per is None else per.get(vid)
+                if nxt is None:
+                    nxt = self._successors(cl, dims, vid)
+                for sink, nid in nxt:
+                    scl = cluster_of[sink]
+                    if scl in in_reps:
+                        narrowed = [sg for sg in viable if lex_nonpositive(vecs[nid][:nd], sg, strict=True)]
+                        if not narrowed:
+                            return False
+                        if len(narrowed) < len(viable):
+                            viable = narrowed
+                            settled = {}
+                    elif scl in back:
+                        work.append((scl, nid))
+        finally:
+            self.visits += visits
         return True
 
     def _reaching(self, inside: set[int], edges: frozenset[int] | None = None) -> set[int]:
@@ -482,7 +496,8 @@ class _Clusterer:
         for m in inside:
             self.cluster_of[m] = reps[0]
         for r in reps:
-            self._succ_cache.pop(r, None)
+            for per_dims in self._succ_cache.values():
+                per_dims.pop(r, None)
             self._into_cache.pop(r, None)
             self._intra.pop(r, None)
             self._signs.pop(r, None)
@@ -653,17 +668,6 @@ class _BoxTable:
                 a <= c and d <= b for (a, b), (c, d) in zip(self.vecs[w], self.vecs[v], strict=True)
             )
         return got
-
-    def insert(self, boxes: list[int], v: int) -> bool:
-        """Add box ``v`` to ``boxes`` unless one of them contains it, dropping the boxes it
-        contains (the others keep their order); whether it was added."""
-        contains = self.contains
-        for w in boxes:
-            if w == v or contains(w, v):
-                return False
-        boxes[:] = [w for w in boxes if not contains(v, w)]
-        boxes.append(v)
-        return True
 
     def hull(self, boxes: list[int]) -> int:
         """The id of the smallest box containing every box of ``boxes`` (non-empty)."""
