@@ -274,6 +274,7 @@ class _Clusterer:
         settled: dict[int, bool] = {}  # per state id, :func:`_settled_negative` under ``viable``
         steps = self._succ_cache.setdefault(dims, {})
         contains = table.contains
+        add, push = added.add, work.append
         visits = 0
         try:
             while work:
@@ -286,11 +287,16 @@ class _Clusterer:
                 if boxes is None:
                     states[cl] = boxes = [vid]
                 else:  # add the box unless one contains it, dropping the boxes it contains
-                    if any(w == vid or contains(w, vid) for w in boxes):
+                    covered = False
+                    for w in boxes:
+                        if w == vid or contains(w, vid):
+                            covered = True
+                            break
+                    if covered:
                         continue
                     boxes[:] = [w for w in boxes if not contains(vid, w)]
                     boxes.append(vid)
-                added.add(item)
+                add(item)
                 if len(boxes) > _MAX_VECS:
                     vid = table.hull(boxes)
                     boxes[:] = [vid]
@@ -316,7 +322,9 @@ class _Clusterer:
                             viable = narrowed
                             settled = {}
                     elif scl in back:
-                        work.append((scl, nid))
+                        nitem = (scl, nid)
+                        if nitem not in added:  # else skipped when taken off the stack
+                            push(nitem)
         finally:
             self.visits += visits
         return True
