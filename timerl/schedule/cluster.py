@@ -120,9 +120,10 @@ class _Clusterer:
         self._intra: dict[int, list[tuple[int, Vec]]] = {}  # see :meth:`_intra_of`
         self._signs: dict[int, tuple[tuple[int, ...], ...]] = {}  # see :meth:`_signs_of`
         self._flat_cache: dict[tuple[tuple[Sym, ...], tuple[int, ...]], frozenset[int]] = {}
-        # per cluster, (dims, state) -> where one step from the cluster in that state
+        # per dims and cluster, state id -> where one step from the cluster in that state
         # leads (see :meth:`_successors`); dropped when the cluster changes
-        self._succ_cache: dict[int, dict[tuple[tuple[Sym, ...], Vec], tuple[tuple[int, Vec], ...]]] = {}
+        self._succ_cache: dict[tuple[Sym, ...], dict[int, dict[int, tuple[tuple[int, int], ...]]]] = {}
+        self.boxes = _BoxTable()  # the path states seen, as ids
         self._src_of = [e.src for e in pdg.edges]
         self._into_cache: dict[int, list[int]] = {}  # see :meth:`_into`
 
@@ -167,9 +168,10 @@ class _Clusterer:
         steps = self._aligned(dims)[k][: len(dims)]
         return tuple(_clamp(st[1]) if st[0] == "tied" else FULL for st in steps)
 
-    def _successors(self, cl: int, dims: tuple[Sym, ...], vec: Vec) -> tuple[tuple[int, Vec], ...]:
-        """The (sink node, state) pairs one edge leads to from cluster ``cl`` (outside the
-        merge candidate) in state ``vec``, in the order of its members and their edges.
+    def _successors(self, cl: int, dims: tuple[Sym, ...], vid: int) -> tuple[tuple[int, int], ...]:
+        """The (sink node, state id) pairs one edge leads to from cluster ``cl`` (outside the
+        merge candidate) in state ``vid`` (an id of :attr:`boxes`), in the order of its
+        members and their edges.
 
         Left out: edges no point can take, edges inside ``cl`` that leave the state as it
         is (they reach a state ``cl`` already has), and a pair whose sink's cluster and
@@ -178,30 +180,31 @@ class _Clusterer:
         only grow, so sinks in one cluster stay in one; the entry is dropped when ``cl``
         changes.
         """
-        per = self._succ_cache.setdefault(cl, {})
-        key = (dims, vec)
-        got = per.get(key)
+        per = self._succ_cache.setdefault(dims, {}).setdefault(cl, {})
+        got = per.get(vid)
         if got is not None:
             return got
-        edges, cluster_of = self.pdg.edges, self.cluster_of
-        items: list[tuple[int, Vec]] = []
+        edges, cluster_of, table = self.pdg.edges, self.cluster_of, self.boxes
+        vec = table.vecs[vid]
+        items: list[tuple[int, int]] = []
         for node in self.members[cl]:
             for k in self.out[node]:
                 sink = edges[k].sink
                 nv = self._walk(k, dims, vec)
                 if nv is None:
                     continue
-                if sink != node and nv == vec and cluster_of[sink] == cl:
+                nid = table.id(nv)
+                if sink != node and nid == vid and cluster_of[sink] == cl:
                     continue
-                items.append((sink, nv))
-        seen: set[tuple[int, Vec]] = set()
-        kept: list[tuple[int, Vec]] = []
-        for sink, nv in reversed(items):
-            tag = (cluster_of[sink], nv)
+                items.append((sink, nid))
+        seen: set[tuple[int, int]] = set()
+        kept: list[tuple[int, int]] = []
+        for sink, nid in reversed(items):
+            tag = (cluster_of[sink], nid)
             if tag not in seen:
                 seen.add(tag)
-                kept.append((sink, nv))
-        got = per[key] = tuple(reversed(kept))
+                kept.append((sink, nid))
+        got = per[vid] = tuple(reversed(kept))
         return got
 
     def _paths_ok(self, inside: set[int], dims: tuple[Sym, ...], signs_ok: list[tuple[int, ...]]) -> bool:
@@ -245,52 +248,85 @@ class _Clusterer:
         back: set[int],
         safe: dict[tuple[int, ...], int],
     ) -> bool:
-        """:meth:`_paths_ok` for the directions ``viable``, ``prune`` and ``back`` given."""
+        """:meth:`_paths_ok` for the directions ``viable``, ``prune`` and ``back`` given.
+
+        States are ids of :attr:`boxes` (one per distinct box), so the per-cluster box lists,
+        the seen set and the step cache hash and compare small ints; the work stack and the
+        boxes kept are those of the same walk over the boxes themselves."""
         nd = len(dims)
+        table = self.boxes
+        vecs = table.vecs
         zero = self._start(dims)
         cluster_of = self.cluster_of
         in_reps = {cluster_of[m] for m in inside}
-        states: dict[int, list[Vec]] = defaultdict(list)
+        states: dict[int, list[int]] = {}  # per cluster, its boxes (state ids)
         # every state ever added to a cluster's boxes: one of its boxes still contains it
-        added: set[tuple[int, Vec]] = set()
-        work: list[tuple[int, Vec]] = []
+        added: set[tuple[int, int]] = set()
+        work: list[tuple[int, int]] = []
         for m in inside:
             for k in self.out[m]:
                 sink = self.pdg.edges[k].sink
                 if sink not in inside and cluster_of[sink] in back:
                     nv = self._walk(k, dims, zero)
                     if nv is not None:
-                        work.append((cluster_of[sink], nv))
+                        work.append((cluster_of[sink], table.id(nv)))
         self.checks += 1
-        while work:
-            item = work.pop()
-            self.visits += 1
-            if item in added:
-                continue
-            cl, vec = item
-            boxes = states[cl]
-            if not _insert(boxes, vec):
-                continue
-            added.add(item)
-            if len(boxes) > _MAX_VECS:
-                h = boxes[0]
-                for v in boxes[1:]:
-                    h = tuple(hull(a, b) for a, b in zip(h, v, strict=True))
-                boxes[:] = [h]
-                vec = h
-                added.add((cl, h))
-            if prune and vec[0][1] < 0:
-                continue
-            if _settled_negative(vec, viable, safe):
-                continue
-            for sink, nv in self._successors(cl, dims, vec):
-                scl = cluster_of[sink]
-                if scl in in_reps:
-                    viable = [sg for sg in viable if lex_nonpositive(nv[:nd], sg, strict=True)]
-                    if not viable:
-                        return False
-                elif scl in back:
-                    work.append((scl, nv))
+        settled: dict[int, bool] = {}  # per state id, :func:`_settled_negative` under ``viable``
+        steps = self._succ_cache.setdefault(dims, {})
+        contains = table.contains
+        add, push = added.add, work.append
+        visits = 0
+        try:
+            while work:
+                item = work.pop()
+                visits += 1
+                if item in added:
+                    continue
+                cl, vid = item
+                boxes = states.get(cl)
+                if boxes is None:
+                    states[cl] = boxes = [vid]
+                else:  # add the box unless one contains it, dropping the boxes it contains
+                    covered = False
+                    for w in boxes:
+                        if w == vid or contains(w, vid):
+                            covered = True
+                            break
+                    if covered:
+                        continue
+                    boxes[:] = [w for w in boxes if not contains(vid, w)]
+                    boxes.append(vid)
+                add(item)
+                if len(boxes) > _MAX_VECS:
+                    vid = table.hull(boxes)
+                    boxes[:] = [vid]
+                    added.add((cl, vid))
+                if prune and vecs[vid][0][1] < 0:
+                    continue
+                done = settled.get(vid)
+                if done is None:
+                    done = settled[vid] = _settled_negative(vecs[vid], viable, safe)
+                if done:
+                    continue
+                per = steps.get(cl)
+                nxt = None if per is None else per.get(vid)
+                if nxt is None:
+                    nxt = self._successors(cl, dims, vid)
+                for sink, nid in nxt:
+                    scl = cluster_of[sink]
+                    if scl in in_reps:
+                        narrowed = [sg for sg in viable if lex_nonpositive(vecs[nid][:nd], sg, strict=True)]
+                        if not narrowed:
+                            return False
+                        if len(narrowed) < len(viable):
+                            viable = narrowed
+                            settled = {}
+                    elif scl in back:
+                        nitem = (scl, nid)
+                        if nitem not in added:  # else skipped when taken off the stack
+                            push(nitem)
+        finally:
+            self.visits += visits
         return True
 
     def _reaching(self, inside: set[int], edges: frozenset[int] | None = None) -> set[int]:
@@ -468,7 +504,8 @@ class _Clusterer:
         for m in inside:
             self.cluster_of[m] = reps[0]
         for r in reps:
-            self._succ_cache.pop(r, None)
+            for per_dims in self._succ_cache.values():
+                per_dims.pop(r, None)
             self._into_cache.pop(r, None)
             self._intra.pop(r, None)
             self._signs.pop(r, None)
@@ -613,23 +650,40 @@ def _settled_negative(vec: Vec, viable: list[tuple[int, ...]], safe: dict[tuple[
     return True
 
 
-def _insert(vecs: list[Vec], v: Vec) -> bool:
-    """Add ``v`` to a list of boxes unless one contains it; drop boxes it contains."""
-    for w in vecs:
-        for (a, b), (c, d) in zip(w, v, strict=True):
-            if a > c or d > b:
-                break
-        else:
-            return False  # w contains v
-    keep = []
-    for w in vecs:
-        for (a, b), (c, d) in zip(v, w, strict=True):
-            if a > c or d > b:
-                keep.append(w)  # v does not contain w
-                break
-    keep.append(v)
-    vecs[:] = keep
-    return True
+class _BoxTable:
+    """Interned path states: each distinct box gets a small int id (:meth:`id`), and whether
+    one box contains another is computed once per pair (:meth:`contains`)."""
+
+    def __init__(self) -> None:
+        self.vecs: list[Vec] = []  # id -> box
+        self._ids: dict[Vec, int] = {}
+        self._contains: dict[tuple[int, int], bool] = {}
+
+    def id(self, v: Vec) -> int:
+        """The id of box ``v`` (a new one the first time ``v`` is seen)."""
+        got = self._ids.get(v)
+        if got is None:
+            got = self._ids[v] = len(self.vecs)
+            self.vecs.append(v)
+        return got
+
+    def contains(self, w: int, v: int) -> bool:
+        """Whether box ``w`` contains box ``v`` (every interval of ``v`` within ``w``'s)."""
+        key = (w, v)
+        got = self._contains.get(key)
+        if got is None:
+            got = self._contains[key] = all(
+                a <= c and d <= b for (a, b), (c, d) in zip(self.vecs[w], self.vecs[v], strict=True)
+            )
+        return got
+
+    def hull(self, boxes: list[int]) -> int:
+        """The id of the smallest box containing every box of ``boxes`` (non-empty)."""
+        vecs = self.vecs
+        h = vecs[boxes[0]]
+        for w in boxes[1:]:
+            h = tuple(hull(a, b) for a, b in zip(h, vecs[w], strict=True))
+        return self.id(h)
 
 
 LAYOUT_KINDS = frozenset({OpKind.PERMUTE, OpKind.RESHAPE, OpKind.SQUEEZE, OpKind.UNSQUEEZE, OpKind.EXPAND})

@@ -616,18 +616,51 @@ class IslProgram:
         if same_point_ok:
             deps = deps.subtract(dom.identity())
         missing = dom.subtract(order.domain())
-        # Each dependence as (source time -> sink time): one map between time vectors,
-        # checked against "not earlier" at once instead of comparing every statement pair.
-        times = deps.apply_domain(order).apply_range(order)
-        if not times.is_empty():
+        if _some_late(deps, order):
+            # each dependence as (source time -> sink time), all in one space of time vectors
+            times = deps.apply_domain(order).apply_range(order)
             space = isl.Map.from_union_map(times).get_space().domain()
             not_before = isl.UnionMap.from_map(isl.Map.lex_ge(space))
-            if not times.intersect(not_before).is_empty():
-                late = deps.intersect(
-                    order.apply_range(not_before).apply_range(order.reverse()).intersect(deps)
-                )
-                return late.union(missing.identity())
+            late = deps.intersect(order.apply_range(not_before).apply_range(order.reverse()).intersect(deps))
+            return late.union(missing.identity())
         return missing.identity()
+
+
+def _maps_of(um: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    um.foreach_map(out.append)
+    return out
+
+
+def _some_late(deps: isl.UnionMap, order: isl.UnionMap) -> bool:
+    """Whether some pair of ``deps`` (source -> sink instance) has its source run at a time
+    (``order``: instance -> time vector, all vectors of one width) not before its sink's.
+
+    The same set as ``deps.apply_domain(order).apply_range(order)`` met with "source time
+    lexicographically >= sink time", built one dependence map at a time: each map is
+    composed with the order maps of its two statements only (isl's union composition pairs
+    every dependence map with every order map), and the first late map answers."""
+    by_name: dict[str, isl.Map] = {}
+    for m in _maps_of(order):
+        name = m.get_tuple_name(isl.dim_type.in_)
+        if name in by_name:  # one map per statement expected; else compose the unions
+            times = deps.apply_domain(order).apply_range(order)
+            if times.is_empty():
+                return False
+            space = isl.Map.from_union_map(times).get_space().domain()
+            return not times.intersect(isl.UnionMap.from_map(isl.Map.lex_ge(space))).is_empty()
+        by_name[name] = m
+    for m in _maps_of(deps):
+        src = by_name.get(m.get_tuple_name(isl.dim_type.in_))
+        sink = by_name.get(m.get_tuple_name(isl.dim_type.out))
+        if src is None or sink is None:
+            continue
+        times = m.apply_domain(src).apply_range(sink)
+        if times.is_empty():
+            continue
+        if not times.intersect(isl.Map.lex_ge(times.get_space().domain())).is_empty():
+            return True
+    return False
 
 
 class ScheduleBudgetExceeded(ScheduleError):

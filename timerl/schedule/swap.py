@@ -166,6 +166,7 @@ def plan_swaps(
     offloads: dict[int, tuple[int, ...]] = {}
     fetches: dict[int, tuple[tuple[int, tuple[int, ...]], ...]] = {}
     read_oids = _read_outputs(req)
+    waits: isl.UnionMap | None = None  # bound uses that are not data reads, at the run's parameters
     for k, members in frees.members.items():
         moved = tuple(m for m in members if m in swapped)
         if not moved:
@@ -175,7 +176,8 @@ def plan_swaps(
         # production: the statement's own point, the uses of near consumers, and the setter
         # points of a dynamic bound the free waits for (which readers a point has is not
         # known before them: the initial offload waits too, like the free)
-        waits = frees.uses.intersect_params(run).subtract(frees.reads.intersect_params(run))
+        if waits is None:  # the same for every free statement: computed once
+            waits = frees.uses.intersect_params(run).subtract(frees.reads.intersect_params(run))
         prod_uses = _ident(reads.domain(), fk, stmt_name(st)).union(waits.intersect_domain(reads.domain()))
         groups: list[isl.UnionMap] = []
         for m in _maps(reads.subtract(prod_uses)):
