@@ -841,12 +841,12 @@ class _Joined:
             ax, be = self.axis, self.be
             on_host = be.scans == "compiled" and all(d.platform == "cpu" for d in self.tail.devices())
             key = (len(self.before), len(self.after), ax, self.tail.shape, str(self.tail.dtype))
-            if on_host and _JOIN_SEEN.get(key, 0) >= 1:  # a shape seen before: one compiled join
+            if on_host and key in _JOIN_SEEN:  # a shape seen before: one compiled join
                 self._full = _join(len(self.before), len(self.after), ax)(self.before, self.tail, self.after)
             elif on_host:
                 import jax  # a new shape: joined in NumPy (no compilation for a shape seen once)
 
-                _JOIN_SEEN[key] = _JOIN_SEEN.get(key, 0) + 1
+                _JOIN_SEEN.add(key)
                 parts = (
                     [np.expand_dims(np.asarray(x), ax) for x in self.before]
                     + [np.asarray(self.tail)]
@@ -863,7 +863,7 @@ class _Joined:
         return self._full
 
 
-_JOIN_SEEN: dict[tuple[Any, ...], int] = {}  # shapes _Joined joined in NumPy (bounded by the program)
+_JOIN_SEEN: set[tuple[Any, ...]] = set()  # shapes _Joined joined in NumPy (bounded by the program)
 
 
 @functools.cache
