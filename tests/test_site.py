@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -46,14 +47,28 @@ def test_mkdocs_build_strict(site: Path) -> None:
 
 
 class _Page(HTMLParser):
-    """The ``id``s (and ``<a name>``s) of one HTML page, and its ``href`` / ``src`` values."""
+    """The ``id``s (and ``<a name>``s) of one HTML page, its ``href`` / ``src`` values and the
+    text of its paragraphs."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ids: set[str] = set()
         self.links: list[str] = []
+        self.paragraphs: list[str] = []
+        self._in_p = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_p:
+            self.paragraphs[-1] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "p":
+            self._in_p = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "p":
+            self._in_p = True
+            self.paragraphs.append("")
         for name, value in attrs:
             if value is None:
                 continue
@@ -71,16 +86,21 @@ def _target(site: Path, page: Path, path: str) -> Path:
     return target / "index.html" if target.is_dir() else target
 
 
+def _parse(site: Path) -> dict[Path, _Page]:
+    pages = {}
+    for html in sorted(site.rglob("*.html")):
+        parsed = _Page()
+        parsed.feed(html.read_text(encoding="utf-8"))
+        pages[html] = parsed
+    return pages
+
+
 def broken_links(site: Path) -> list[str]:
     """Every internal link of the built site whose file or ``#anchor`` does not exist, as
     ``"page: link (reason)"``; links with a scheme or a host (``https:``, ``mailto:``) are not
     followed."""
     site = site.resolve()
-    pages: dict[Path, _Page] = {}
-    for html in sorted(site.rglob("*.html")):
-        parsed = _Page()
-        parsed.feed(html.read_text(encoding="utf-8"))
-        pages[html] = parsed
+    pages = _parse(site)
     broken = []
     for html, parsed in pages.items():
         name = html.relative_to(site).as_posix()
@@ -106,3 +126,15 @@ def test_site_has_no_broken_links(site: Path) -> None:
     assert (site / "index.html").exists()
     broken = broken_links(site)
     assert not broken, f"{len(broken)} broken link(s):\n" + "\n".join(broken[:50])
+
+
+def test_site_lists_render(site: Path) -> None:
+    """A Markdown list needs a blank line before it; without one (common in docstrings after a
+    ``**Arguments:**`` line) its items render as one paragraph with ``- `` inside."""
+    found = [
+        f"{html.relative_to(site).as_posix()}: {para.strip()[:80]!r}"
+        for html, parsed in _parse(site).items()
+        for para in parsed.paragraphs
+        if re.search(r"\n\s*- \S", para)
+    ]
+    assert not found, "list items rendered inside a paragraph:\n" + "\n".join(found)
