@@ -91,6 +91,7 @@ class Context:
         """Lower, optimise, schedule and prepare the program for execution.
 
         **Arguments:**
+
         - ``bounds``: one entry per bound symbol: an int (static) or a boolean RT
           (dynamic: the dim ends after the first point where it is true).
         - ``backend``: ``"jax"`` or ``"torch"``.

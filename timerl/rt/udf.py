@@ -59,6 +59,7 @@ def udf(
     """Wrap ``fn`` as an effectful op run at every point of ``domain`` (in schedule order).
 
     **Arguments:**
+
     - ``fn``: called as ``fn(list_of_numpy_inputs, point)`` with ``point`` mapping dim
       names to ints; returns one NumPy array per output spec.
     - ``out_specs``: per-point ``(shape, dtype)`` of each output.
