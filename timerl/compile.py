@@ -43,6 +43,10 @@ class CompileOptions:
     # JAX: a static loop whose statements are all traceable runs as one lax.scan (its outputs
     # kept as rows of the stacked arrays); see runtime/scan.py and docs/performance.md
     scan_loops: bool = True
+    # JAX: the iteration loop's body (acting, learning, the optimiser) traced once and run as
+    # one compiled call per iteration, where everything in it is traceable and moves with the
+    # iteration (plan/iteration_body.py, runtime/iteration.py); needs scan_loops
+    compile_iterations: bool = True
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
@@ -278,6 +282,7 @@ def plan_options(options: CompileOptions) -> Any:
         fuse=options.fuse,
         donate=options.donate and options.dealloc,
         scan_loops=options.scan_loops,
+        compile_iterations=options.compile_iterations,
         free_iterations=options.free_iterations,
         block_store=options.block_store,
         memory_budget=None if options.memory_budget is None else parse_bytes(options.memory_budget),

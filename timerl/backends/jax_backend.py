@@ -105,6 +105,8 @@ def _mask_rows(x: jax.Array, axis: int, stop: jax.Array) -> jax.Array:
 def _random(be: AbstractBackend, shape: tuple[int, ...], dtype: DType, normal: bool) -> jax.Array:
     assert isinstance(be, JaxBackend)
     seed, be._pending_seed = be._pending_seed, -1
+    if isinstance(seed, jax.core.Tracer):  # inside a compiled iteration: the key stays as it is
+        return _draw(be._key, seed, shape, _DTYPES[dtype], normal)[1]
     be._key, out = _draw(be._key, np.int64(seed), shape, _DTYPES[dtype], normal)
     return out
 
@@ -210,7 +212,13 @@ def matmul_precision() -> lax.Precision | None:
 
 
 def _on_cpu(xs: Sequence[Any]) -> bool:
-    return bool(xs) and all(d.platform == "cpu" for x in xs for d in x.devices())
+    """Whether every array of ``xs`` is on the CPU (False for tracers: a compiled iteration's
+    trace, runtime/iteration.py)."""
+    return (
+        bool(xs)
+        and not any(isinstance(x, jax.core.Tracer) for x in xs)
+        and all(d.platform == "cpu" for x in xs for d in x.devices())
+    )
 
 
 # Block buffers (see AbstractBackend.block_*): compiled once per buffer shape; the write
@@ -243,11 +251,12 @@ class JaxBackend(AbstractBackend):
 
     def seed(self, seed: int) -> None:
         """Reset the PRNG key (``key(seed)``, made by the next draw in the same dispatch)."""
-        self._pending_seed = int(seed)
+        self._pending_seed = seed if isinstance(seed, jax.core.Tracer) else int(seed)
 
     def random_points(self, seeds: Sequence[int], shape: tuple[int, ...], dtype: DType, normal: bool) -> Any:
         """One vmapped dispatch for all the draws (same values as one draw per seed)."""
-        return _draw_points(jnp.asarray(np.asarray(seeds, np.int32)), tuple(shape), _DTYPES[dtype], normal)
+        s = seeds if isinstance(seeds, jax.core.Tracer) else jnp.asarray(np.asarray(seeds, np.int32))
+        return _draw_points(s, tuple(shape), _DTYPES[dtype], normal)
 
     def next_key(self) -> jax.Array:
         """Split the PRNG key: keep one half, return the other."""

@@ -39,6 +39,7 @@ from timerl.errors import ScheduleError
 from timerl.pdg.ir import PDG
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable, internal_read
+from timerl.plan.iteration_body import BodyCond, body_verdict
 from timerl.plan.iterations import iteration_dim, iteration_loop, loop_offset
 from timerl.plan.regions import FusedExec, plan_regions
 from timerl.plan.storage import BlockSpec, plan_block_storage
@@ -91,6 +92,7 @@ class PlanOptions:
     scan_loops: bool = False  # static loops of traceable statements as one compiled scan (needs fuse)
     free_iterations: bool = False  # free whole iterations at the iteration loop's steps
     block_store: bool = True  # slice-read outputs in block buffers (plan/storage.py)
+    compile_iterations: bool = False  # the iteration loop's body as one compiled call (needs scan_loops)
     memory_budget: int | None = None  # bytes the device store may hold; checked at run time too
 
 
@@ -113,6 +115,10 @@ class Plan:
     scans: Mapping[int, str] = field(
         default_factory=lambda: MappingProxyType({})
     )  # id(loop) -> '' or why not
+    # '' when the iteration loop's body runs as one compiled call (plan/iteration_body.py),
+    # else why not; the conditions checked per iteration before a traced body is reused
+    body: str = "the body of the iteration loop is not compiled (compile_iterations=False)"
+    body_conds: tuple[BodyCond, ...] = ()
 
     @property
     def gc_loop(self) -> Loop | None:
@@ -147,6 +153,9 @@ class Plan:
         it = (
             f"iteration loop over {self.iter_loop.var}" if self.iter_loop is not None else "no iteration loop"
         )
+        if self.iter_loop is not None and not self.body:
+            it += " (body compiled)"
+
         return (
             f"{len(regs)} regions ({sum(len(r.members) for r in regs)} nodes), {donated} donated inputs, "
             f"{len(self.merge_moves)} merge moves, {len(self.blocks)} block-stored outputs, "
@@ -170,7 +179,13 @@ class Plan:
             elif isinstance(node, Loop):
                 why = self.why_not_scanned(node)
                 tag = "scanned" if not why else f"not scanned: {why}"
-                gc = ", iteration loop" if node is self.iter_loop else ""
+                gc = ""
+                if node is self.iter_loop:
+                    gc = ", iteration loop" + (
+                        ", body compiled as one call"
+                        if not self.body
+                        else f", body not compiled: {self.body}"
+                    )
                 lines.append(f"{pad}for ({node.var} = {node.init}; {node.cond}; {node.var} += {node.inc})"
                              f"  # {tag}{gc}")  # fmt: skip
                 rec(node.body, ind + 1)
@@ -246,18 +261,22 @@ def make_plan(
     elif options.scan_loops and options.fuse:
         why = f"the {target.name} backend runs loops statement by statement"
         scans = MappingProxyType({id(s): why for s in walk(planned) if isinstance(s, Loop)})
+    blocks = MappingProxyType(plan_block_storage(pdg) if options.block_store else {})
+    body, body_conds = _body(pdg, found[0] if found else None, dim, options, target, scans, bool(blocks))
     plan = Plan(
         pdg=pdg,
         ast=planned,
         options=replace(options, donate=donate),
         target=target,
-        blocks=MappingProxyType(plan_block_storage(pdg) if options.block_store else {}),
+        blocks=blocks,
         merge_moves=moves,
         iter_dim=dim,
         iter_loop=found[0] if found else None,
         iter_offset=found[1] if found else 0,
         resume_after=resume_after,
         scans=scans,
+        body=body,
+        body_conds=body_conds,
     )
     verify_plan(plan)
     if options.scan_loops and options.fuse:  # every loop that does not compile, by name
@@ -267,6 +286,28 @@ def make_plan(
                 log.info("loop over %s is not compiled as one scan: %s", lp.var, why)
     log.debug("%s", plan.summary())
     return plan
+
+
+def _body(
+    pdg: PDG,
+    loop: Loop | None,
+    dim: Sym | None,
+    options: PlanOptions,
+    target: Target,
+    scans: Mapping[int, str],
+    has_blocks: bool,
+) -> tuple[str, tuple[BodyCond, ...]]:
+    """Whether the iteration loop's body runs as one compiled call ('' and its conditions)
+    or why not (plan/iteration_body.py)."""
+    if not options.compile_iterations:
+        return Plan.body, ()
+    if loop is None or dim is None:
+        return "the schedule has no iteration loop (it is not iteration-major)", ()
+    if target.scans != "compiled":
+        return f"the {target.name} backend does not compile loops", ()
+    if not (options.fuse and options.scan_loops):
+        return "it needs fuse and scan_loops", ()
+    return body_verdict(pdg, loop, dim, scans, has_blocks)
 
 
 def check_ast(pdg: PDG, ast: AstNode) -> None:

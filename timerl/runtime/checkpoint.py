@@ -246,14 +246,21 @@ class CheckpointingExecutor(_Interpreter):
                     inner()
 
             return guarded
-        hit = self._bodies.get(id(node))
+        return fn
+
+    def _compile_body(self, loop: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
+        fn = super()._compile_body(loop, scope)
+        hit = self._bodies.get(id(loop.body))
         if hit is None:
             return fn
         var, c = hit
         env = self._env
+        compiled = self._iteration
 
         def run_body() -> None:
             fn()
+            if compiled is not None and compiled.ran:  # its sinks run as the call runs
+                compiled.wait()
             if any(s.requests for s in self._sinks):
                 self._serve(env[var] + c)
 

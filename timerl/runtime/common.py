@@ -63,26 +63,42 @@ def point_seed(seed: int, nid: int, point: Sequence[int]) -> int:
     return h & 0x7FFFFFFF
 
 
+def draw_seeds(node: Node, seed: int, point: Sequence[int], dim_order: Sequence[Sym]) -> np.ndarray:
+    """The seeds of a RAND node's per-point draws along its ``point_dims`` at ``point``
+    (int32, one per row of :func:`draw_points`)."""
+    pdims = tuple(node.op.attr("point_dims"))
+    sizes = tuple(int(n) for n in node.batch[len(node.batch) - len(pdims) :])
+    coords = dict(zip(node.domain, point, strict=True))
+    order = [s for s in dim_order if s in coords or s in pdims]
+    combos = np.indices(sizes).reshape(len(sizes), -1)
+    column = {s: combos[k] for k, s in enumerate(pdims)}
+    points = np.empty((combos.shape[1], len(order)), np.int64)
+    for j, s in enumerate(order):
+        points[:, j] = column[s] if s in column else coords[s]
+    return point_seeds(seed, node.id, points).astype(np.int32)
+
+
 def draw_points(
-    be: Any, node: Node, seed: int, point: Sequence[int], dim_order: Sequence[Sym], env: Any
+    be: Any,
+    node: Node,
+    seed: int,
+    point: Sequence[int],
+    dim_order: Sequence[Sym],
+    env: Any,
+    seeds: Any = None,
 ) -> Any:
     """The value of a RAND node vectorized over its ``point_dims`` (the trailing batch dims)
     at ``point``: each row seeded with the seed of its per-point draw, so the values are
-    those of the unvectorized node (one backend call for all rows)."""
+    those of the unvectorized node (one backend call for all rows). ``seeds``: those of
+    :func:`draw_seeds` when already known (a traced array inside a compiled iteration)."""
     from timerl.backends.base import eval_int
 
     op = node.op
     pdims = tuple(op.attr("point_dims"))
     nfull = len(node.batch) - len(pdims)
     sizes, full = tuple(node.batch[nfull:]), tuple(node.batch[:nfull])
-    coords = dict(zip(node.domain, point, strict=True))
-    order = [s for s in dim_order if s in coords or s in pdims]
-    combos = np.indices(tuple(int(n) for n in sizes)).reshape(len(sizes), -1)
-    column = {s: combos[k] for k, s in enumerate(pdims)}
-    points = np.empty((combos.shape[1], len(order)), np.int64)
-    for j, s in enumerate(order):
-        points[:, j] = column[s] if s in column else coords[s]
-    seeds = point_seeds(seed, node.id, points).tolist()
+    if seeds is None:
+        seeds = draw_seeds(node, seed, point, dim_order).tolist()
     shape = tuple(eval_int(x, env) for x in op.attr("shape"))
     out = be.random_points(seeds, full + shape, op.attr("dtype"), op.kind is OpKind.RAND_NORMAL)
     out = out.reshape(sizes + full + shape)

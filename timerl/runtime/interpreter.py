@@ -77,10 +77,12 @@ from timerl.plan.layout import input_layout, pads_to_bucket
 from timerl.plan.plan import Plan, Target
 from timerl.plan.regions import FusedExec
 from timerl.plan.storage import BlockSpec, slice_axis
+from timerl.runtime import tracing
 from timerl.runtime.block_store import BlockTable
 from timerl.runtime.common import (
     call_udf,
     draw_points,
+    draw_seeds,
     eval_shape,
     point_dict,
     point_seed,
@@ -243,6 +245,7 @@ class Executor:
         # stacked for slice reads (runtime/scan.py)
         self.stack_hints: dict[tuple[int, int], dict[Any, tuple[int, int, Any]]] = {}
         self._thunks: dict[int, Callable[[Point], None]] = {}
+        self._iteration: Any = None  # the iteration loop's body as one call (runtime/iteration.py)
         self._run = self._compile(ast, frozenset())
 
     # -- public API ---------------------------------------------------------------------
@@ -263,7 +266,11 @@ class Executor:
         self.exec_count = 0
         self.dispatches = 0
         self.donation_stats[:] = [0, 0, 0]
+        if self._iteration is not None:
+            self._iteration.pending.clear()
         self._run()
+        if self._iteration is not None:
+            self._iteration.finish()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
 
     def _new_store(self) -> PointStore:
@@ -494,7 +501,7 @@ class Executor:
         # dynamic bounds whose SET_SYMBOL node runs inside this loop
         setters = {db.setter: b for b, db in dynamic.items()}
         found_inside = {setters[s.node] for s in walk(node.body) if isinstance(s, Exec) and s.node in setters}
-        body = self._compile(node.body, scope | {var})
+        body = self._compile_body(node, scope | {var})
 
         def cond_value() -> bool:
             assert cond_site is not None
@@ -537,6 +544,16 @@ class Executor:
             if scanned is not None:
                 return scanned
         return run_loop
+
+    def _compile_body(self, loop: Loop, scope: frozenset[Sym]) -> Callable[[], None]:
+        """A loop's body; the iteration loop's runs as one compiled call where the plan says so
+        (runtime/iteration.py)."""
+        body = self._compile(loop.body, scope)
+        if loop is self.plan.iter_loop and not self.plan.body:
+            from timerl.runtime.iteration import CompiledIteration
+
+            body = self._iteration = CompiledIteration(self, loop, body)
+        return body
 
     # -- dynamic bounds -------------------------------------------------------------------
     def _activate(self, db: _DynBound, key: Point) -> None:
@@ -691,7 +708,11 @@ class Executor:
             dt = op.attr("dtype").numpy
 
             def compute(v: Env, point: Point) -> None:
-                x = be.from_numpy(np.asarray(f(v), dtype=dt))
+                ctx = tracing.current
+                if ctx is None:
+                    x = be.from_numpy(np.asarray(f(v), dtype=dt))
+                else:  # a compiled iteration: the value at the iteration the call runs
+                    x = ctx.host_value(lambda d: f(point_env(ctx.shift(nid, point, d))), np.shape(f(v)), dt)
                 put(nid, 0, point, be.broadcast_batch(x, batch) if batch else x)
 
         elif kind is OpKind.SET_SYMBOL:
@@ -700,6 +721,8 @@ class Executor:
             has_out = bool(node.outputs)
 
             def compute(v: Env, point: Point) -> None:
+                if tracing.current is not None:
+                    raise tracing.NotTraceable(f"{node.label} sets the dynamic bound {db.sym}")
                 x = g0(v)
                 self._report(db, point, be.all_true(x), node.label)
                 if has_out:
@@ -707,28 +730,53 @@ class Executor:
 
         elif kind is OpKind.UDF:
             fn = op.attr("fn")
+            make_pure = getattr(fn, "pure_step", None)
+            pure = make_pure() if make_pure is not None else None
+            dtypes = [spec.dtype.numpy for spec in node.outputs]
 
             def compute(v: Env, point: Point) -> None:
-                outs = call_udf(node, fn, [g(v) for g in gathers], point_dict(domain, point), be)
+                if tracing.current is None:
+                    outs = call_udf(node, fn, [g(v) for g in gathers], point_dict(domain, point), be)
+                elif pure is None:
+                    raise tracing.NotTraceable(f"the UDF {node.label} has no pure form")
+                else:  # a compiled iteration: the pure form, as a scan runs it
+                    st, outs = pure.step(pure.get_state(), [g(v) for g in gathers])
+                    pure.set_state(st)
+                    outs = [o.astype(dt) for o, dt in zip(outs, dtypes, strict=True)]
                 for k, x in enumerate(outs):
                     put(nid, k, point, x)
 
         elif kind is OpKind.SINK:
             fn = op.attr("fn")
 
-            def compute(v: Env, point: Point) -> None:
-                x = np.array(be.to_numpy(gathers[0](v)))
+            def call(x: np.ndarray, point: Point) -> None:
                 pd = point_dict(domain, point)
                 try:
                     fn(x, pd)
                 except Exception as exc:
                     raise user_code_error("sink", node, exc, pd) from exc
 
+            def compute(v: Env, point: Point) -> None:
+                ctx = tracing.current
+                if ctx is None:
+                    call(np.array(be.to_numpy(gathers[0](v))), point)
+                else:  # a compiled iteration: called back with the value and the point moved on
+                    ctx.sink(lambda x, d: call(x, ctx.shift(nid, point, d)), gathers[0](v))
+
         elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and op.attr("point_dims", ()):
             seed, order = self.seed, [s for s, _ in self.pdg.dims]
 
             def compute(v: Env, point: Point) -> None:
-                put(nid, 0, point, draw_points(be, node, seed, point, order, v))
+                ctx = tracing.current
+                seeds = None
+                if ctx is not None:  # a compiled iteration: the seeds of the iteration it runs
+                    n = int(
+                        np.prod([int(x) for x in node.batch[len(node.batch) - len(op.attr("point_dims")) :]])
+                    )
+                    seeds = ctx.host_value(
+                        lambda d: draw_seeds(node, seed, ctx.shift(nid, point, d), order), (n,), np.int32
+                    )
+                put(nid, 0, point, draw_points(be, node, seed, point, order, v, seeds))
 
         else:
             run, seed = be.run, self.seed
@@ -737,7 +785,15 @@ class Executor:
             def compute(v: Env, point: Point) -> None:
                 ins = [g(v) for g in gathers]
                 if rand:
-                    be.seed(point_seed(seed, nid, point))
+                    ctx = tracing.current
+                    if ctx is None:
+                        be.seed(point_seed(seed, nid, point))
+                    else:  # a compiled iteration: the seed of the iteration it runs
+                        be.seed(
+                            ctx.host_value(
+                                lambda d: point_seed(seed, nid, ctx.shift(nid, point, d)), (), np.int32
+                            )
+                        )
                 try:
                     out = run(op, ins, resolve_batch(batch, v) if padb else batch, flags, v)
                 except BackendError as exc:

@@ -128,6 +128,23 @@ class RowsTable(dict):
         """How many points are rows not copied out yet."""
         return sum(st.count for st in self._stacks)
 
+    # -- whole state (a compiled iteration: runtime/iteration.py) ---------------------------
+    def stacks(self) -> list[_Stack]:
+        """The stacked arrays with rows still held (read-only use)."""
+        return self._stacks
+
+    def stack_bytes(self) -> int:
+        """Bytes the held rows count for."""
+        return sum(st.share * st.count for st in self._stacks)
+
+    def add_stack(self, arr: Any, axis: int, share: int, cols: np.ndarray, alive: np.ndarray) -> None:
+        """Hold the rows of ``arr`` at ``cols`` where ``alive`` (a stack as another one was)."""
+        st = _Stack(arr, axis, share, cols)
+        st.alive = alive.copy()
+        st.count = int(np.count_nonzero(alive))
+        if st.count:
+            self._stacks.append(st)
+
     # -- writes and frees ---------------------------------------------------------------------
     def put(self, point: Point, value: Any) -> tuple[int, int]:
         """Store ``value`` at ``point``; returns ``(bytes added, points added)``."""

@@ -58,6 +58,7 @@ from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
+from timerl.runtime import tracing
 from timerl.runtime.points import PointRows, member_mask
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols, lift, substitute
@@ -189,6 +190,8 @@ class ScannedLoop:
         self._fresh_inputs()
         plan = self._plan(vals) if self._broken is None else self._broken
         if isinstance(plan, str):
+            if tracing.current is not None:  # a compiled iteration: no statement-by-statement loop
+                raise tracing.NotTraceable(f"the loop over {var} runs statement by statement here: {plan}")
             if not self._warned:
                 log.debug("loop over %s runs statement by statement: %s", var, plan)
                 self._warned = True
@@ -204,7 +207,9 @@ class ScannedLoop:
         except TimeRLError:
             raise
         except Exception as exc:  # tracing or compiling the scan failed: say so, run as before
-            if ex.backend.scans != "compiled":  # a host loop ran its UDFs: no second run of them
+            if (
+                ex.backend.scans != "compiled" or tracing.current is not None
+            ):  # a host loop ran its UDFs: no second run of them
                 raise
             self._broken = f"the scan failed before ({type(exc).__name__})"
             log.warning(
@@ -839,7 +844,11 @@ class _Joined:
     def full(self) -> Any:
         if self._full is None:
             ax, be = self.axis, self.be
-            on_host = be.scans == "compiled" and all(d.platform == "cpu" for d in self.tail.devices())
+            on_host = (
+                be.scans == "compiled"
+                and tracing.current is None
+                and all(d.platform == "cpu" for d in self.tail.devices())
+            )
             key = (len(self.before), len(self.after), ax, self.tail.shape, str(self.tail.dtype))
             if on_host and key in _JOIN_SEEN:  # a shape seen before: one compiled join
                 self._full = _join(len(self.before), len(self.after), ax)(self.before, self.tail, self.after)

@@ -359,6 +359,68 @@ class PointStore:
             self._account(nid, -host_b, -host_n, _HOST)
         return released + host_b
 
+    # -- whole tables (a compiled iteration: runtime/iteration.py) -------------------------
+    def all_tables(self) -> dict[int, list[Any]]:
+        """Every node's tables (node id -> one per output), for reading and in-place value
+        replacement only: entries change through :meth:`load_table`."""
+        return self._tables
+
+    def table_bytes(self, tab: Any) -> tuple[int, int]:
+        """``(bytes, points)`` a dict or rows table holds."""
+        nb = self._nbytes
+        b = sum(nb(v) for v in dict.values(tab))
+        n = dict.__len__(tab)
+        if type(tab) is RowsTable:
+            b += tab.stack_bytes()
+            n += tab.lazy_points
+        return b, n
+
+    def load_table(
+        self, nid: int, oid: int, entries: dict[Point, Any], stacks: Sequence[tuple[Any, ...]] = ()
+    ) -> None:
+        """Replace what output ``oid`` of ``nid`` holds by ``entries`` and, for a rows table,
+        ``stacks`` (``(array, axis, share, cols, alive)`` each), accounted as puts and frees."""
+        tab = self._tables[nid][oid]
+        b0, n0 = self.table_bytes(tab)
+        dict.clear(tab)
+        dict.update(tab, entries)
+        if type(tab) is RowsTable:
+            tab.stacks().clear()
+            for st in stacks:
+                tab.add_stack(*st)
+        b1, n1 = self.table_bytes(tab)
+        if b1 != b0 or n1 != n0:
+            self._account(nid, b1 - b0, n1 - n0)
+
+    def snapshot(self) -> Any:
+        """Everything :meth:`restore` needs to undo changes to the tables and the accounting
+        (not the block or host pools)."""
+        tabs = []
+        for nid, ts in self._tables.items():
+            for oid, tab in enumerate(ts):
+                if type(tab) is RowsTable:
+                    stacks = [(st.arr, st.axis, st.share, st.cols, st.alive.copy()) for st in tab.stacks()]
+                    tabs.append((nid, oid, dict(dict.items(tab)), stacks))
+                elif type(tab) is dict:
+                    tabs.append((nid, oid, dict(tab), None))
+        acc = {nid: list(a) for nid, a in self._nodes.items()}
+        return tabs, acc, list(self._pool_live), self.live_bytes, self.live_points
+
+    def restore(self, snap: Any) -> None:
+        """Undo every change since :meth:`snapshot` (peaks stay as they are)."""
+        tabs, acc, pool_live, self.live_bytes, self.live_points = snap
+        for nid, oid, entries, stacks in tabs:
+            tab = self._tables[nid][oid]
+            dict.clear(tab)
+            dict.update(tab, entries)
+            if stacks is not None:
+                tab.stacks().clear()
+                for st in stacks:
+                    tab.add_stack(*st)
+        for nid, a in acc.items():
+            self._nodes[nid][:] = a
+        self._pool_live[:] = pool_live
+
     # -- swapping -------------------------------------------------------------------------
     def _movable(self, nid: int) -> bool:
         """Whether ``nid`` has outputs that can move: those in plain dict tables (outputs

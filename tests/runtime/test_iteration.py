@@ -1,0 +1,176 @@
+"""The iteration loop's body as one compiled call (``runtime/iteration.py``, option
+``compile_iterations``, JAX): the same values as the body run statement by statement, for
+the parameters carried across iterations, random draws, values computed from ``i`` and
+sinks; bodies the plan cannot compile say why; a trace that fails runs as before."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+
+import timerl as trl
+from timerl.errors import TimeRLError
+from timerl.runtime import iteration
+
+W = np.array([[0.5, -0.3], [0.2, 0.8]], np.float32)
+TAB = np.linspace(-1.0, 1.0, 14, dtype=np.float32).reshape(7, 2)
+
+
+def _program(bad_sink_at: int | None = None, ckpt: str | None = None) -> tuple[trl.Context, dict, dict]:
+    """A rollout over t from the parameter w with noise drawn per (i, t), a step size that
+    depends on i and w moved by the rollout's sum; sinks record the values."""
+    seen: dict = {"sum": {}, "w": {}, "noise": {}}
+
+    def on_sum(v: np.ndarray, p: dict) -> None:
+        if p["i"] == bad_sink_at:
+            raise ValueError("the sink refuses this value")
+        seen["sum"][p["i"]] = float(v)
+
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.array([0.3, -0.2], np.float32), domain=(i,), name="w")
+        noise = trl.rand((2,), domain=(i, t), name="noise")
+        x = trl.empty((2,), domain=(i, t), name="x")
+        x[i, 0] = w * 1.0
+        x[i, t + 1] = (x @ trl.const(W)).tanh() + trl.const(TAB)[t] * 0.1 + noise * 0.01
+        total = x[i, 0:T].sum()
+        total.sink(on_sum)
+        noise[i, 0:T].sum().sink(lambda v, p: seen["noise"].__setitem__(p["i"], float(v)))
+        lr = 0.05 / trl.as_tensor(i + 1)
+        w[i + 1] = w * 0.9 - lr * total.tanh()
+        w.sink(lambda v, p: seen["w"].__setitem__(p["i"], np.array(v)))
+        if ckpt is not None:
+            w[(i + 1) % 2 == 0].checkpoint(ckpt)
+    return ctx, {I: 7, T: 7}, seen
+
+
+def _run(compiled: bool, **kw: object) -> tuple[dict, Any]:
+    ctx, bounds, seen = _program(**kw)  # type: ignore[arg-type]
+    ex = ctx.compile(bounds, backend="jax", compile_iterations=compiled)
+    ex.execute()
+    return seen, ex._interp
+
+
+def test_the_body_runs_as_one_call_with_the_same_values() -> None:
+    off, ex_off = _run(False)
+    on, ex_on = _run(True)
+    assert ex_off._iteration is None and ex_on.plan.body == ""
+    # iteration 0 (w's initial value) differs from the others; their key is traced the
+    # second time it is seen (iteration 2) and reused to the end
+    assert ex_on._iteration.calls == 5
+    assert ex_on.dispatches < ex_off.dispatches
+    assert sorted(on["sum"]) == list(range(7)) and len({round(v, 5) for v in on["sum"].values()}) == 7
+    for k in range(7):
+        np.testing.assert_allclose(on["sum"][k], off["sum"][k], rtol=1e-6)
+        np.testing.assert_allclose(on["w"][k], off["w"][k], rtol=1e-6)
+        assert on["noise"][k] == off["noise"][k]  # the same seeds: the same draws
+
+
+def test_every_key_traced_gives_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traced the first time each key is seen: iteration 0 (w's initial value) is a body of
+    its own."""
+    monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
+    off, _ = _run(False)
+    on, ex = _run(True)
+    assert ex._iteration.calls == 7 and len(ex._iteration.bodies) == 2
+    for k in range(7):
+        np.testing.assert_allclose(on["sum"][k], off["sum"][k], rtol=1e-6)
+
+
+def test_ppo_falls_back_where_a_trace_fails(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PPO on gymnax, traced at the first sight of each key: iteration 0 resets the
+    environment (there is no state to trace from yet) and runs statement by statement; the others
+    run as one call, with the returns of the statement-by-statement run."""
+    from timerl.agents.ppo import PPOArgs, build_fixed
+
+    monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
+    runs = {}
+    for compiled in (False, True):
+        got: list[np.ndarray] = []
+        args = PPOArgs(
+            env_id="gymnax.CartPole-v1", num_envs=4, num_steps=16, iterations=4, update_epochs=1,
+            num_minibatches=1, backend="jax", checkpoint_every=0,
+        )  # fmt: skip
+        ex = build_fixed(args, lambda *a, got=got: got.append(np.array(a[0])), compile_iterations=compiled)
+        with caplog.at_level(logging.INFO, logger="timerl.runtime.iteration"):
+            ex.execute()
+        runs[compiled] = (got, ex._interp._iteration)
+    (off, _), (on, it) = runs[False], runs[True]
+    assert it.calls == 3 and any("before reset" in why for why in it.refused.values())
+    assert len(on) == len(off) == 4
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoints_are_written_at_the_ends_of_compiled_iterations(tmp_path) -> None:
+    """Checkpoints every second iteration: the condition on ``i`` gives two keys (odd and
+    even iterations), each traced at its second sight; the files equal the
+    statement-by-statement run's."""
+    files = {}
+    for compiled in (False, True):
+        ck = tmp_path / f"ck{compiled}"
+        _, ex = _run(compiled, ckpt=str(ck))
+        files[compiled] = {f.name: np.load(f) for f in sorted(ck.glob("*.npz"))}
+        if compiled:
+            assert ex._iteration.calls == 4 and len(ex._iteration.bodies) == 2
+    names = sorted(files[True])
+    assert names == sorted(files[False]) and [n.rsplit("_", 1)[1] for n in names] == [
+        "1.npz",
+        "3.npz",
+        "5.npz",
+    ]
+    for name, arrs in files[True].items():  # XLA fuses across statements: the last bits may differ
+        for key in arrs.files:
+            np.testing.assert_allclose(arrs[key], files[False][name][key], rtol=1e-6)
+
+
+def test_a_sink_error_inside_a_compiled_call_is_raised() -> None:
+    with pytest.raises(TimeRLError, match="the sink refuses this value"):
+        _run(True, bad_sink_at=4)
+
+
+def test_a_loop_whose_live_values_change_every_iteration_stops_trying() -> None:
+    """Every iteration's y is kept for the sum after the loop: the store's layout differs at
+    every iteration, so no traced body could be reused."""
+    ctx = trl.Context(dims=("i",))
+    with ctx as ((i, I),):
+        w = trl.param(np.array([0.3, -0.2], np.float32), domain=(i,), name="w")
+        y = trl.empty((2,), domain=(i,), name="y")
+        y[i] = w * 2.0
+        w[i + 1] = w * 0.5 + 0.1
+        total = y[0:I].sum()
+        got = []
+        total.sink(lambda v, p: got.append(np.array(v)))
+    ex = ctx.compile({I: 9}, backend="jax")
+    ex.execute()
+    it = ex._interp._iteration
+    assert ex.plan.body == "" and it.calls == 0 and "differed" in it.off and not it.seen
+    want, w_ = np.zeros(2, np.float32), np.array([0.3, -0.2], np.float32)
+    for _ in range(9):
+        want += w_ * 2.0
+        w_ = w_ * 0.5 + 0.1
+    np.testing.assert_allclose(got[0], want.sum(), rtol=1e-6)
+
+
+def test_the_plan_says_why_a_body_is_not_compiled() -> None:
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        w = trl.param(np.array([0.3, -0.2], np.float32), domain=(i,), name="w")
+        y = trl.empty((2,), domain=(i,), name="y")
+        y[i] = w * 2.0
+        z = trl.empty((2,), domain=(i,), name="z")
+        z[i] = y[I - 1 - i] + 1.0  # reads the iterations backwards
+        z.sink(lambda v, p: None)
+        (z * z).sum().backward()
+        w[i + 1] = w - 0.1 * w.grad
+    ex = ctx.compile({I: 4, T: 2}, backend="jax")
+    assert ex.plan.body != ""
+    assert ex._interp._iteration is None
+    ctx, bounds, _ = _program()
+    ex = ctx.compile(bounds, backend="torch")
+    assert "does not compile loops" in ex.plan.body

@@ -1,0 +1,421 @@
+"""The iteration loop's body as one compiled call per iteration (JAX; the plan decides where:
+``plan/iteration_body.py``).
+
+Statement by statement, an iteration of PPO on a JAX-native environment is ~50 dispatches
+(regions, scans, merges of the parameters) with the scans' host bookkeeping between them;
+on few environments the host, not the device, sets the pace. Here the body is traced once,
+as a function of the values the store holds when the iteration starts, and then runs as one
+``jax.jit``-compiled call:
+
+* **State.** The store's tables (their points relative to the iteration: a point's
+  coordinate along the iteration dim minus ``i``), the stacked rows of scans and the pure
+  environments' states are flattened into leaves. The body is traced with those leaves as
+  tracers put in place in the store (the thunks keep their tables), so every read, write and
+  free of the traced iteration happens on tracers; what the store holds at the end gives the
+  outputs and, per table, how to rebuild it. The store is then restored, and every call
+  rebuilds the tables the body changed from the outputs, its points moved to the iteration
+  it runs.
+* **When a traced body is reused.** Its key is the body's conditions on ``i`` evaluated for
+  all iterations of the inner loops (``Plan.body_conds``) and the relative layout of the
+  store (every point, shape and dtype): a call runs only where both equal the traced
+  iteration's. A new key is traced once it was seen twice (the first iterations, which
+  reset the environment or initialise the parameters, run statement by statement as before);
+  at most :data:`MAX_BODIES` bodies per loop.
+* **The host.** ``EVAL_SYMBOL`` values and the seeds of random draws are host callbacks of the
+  distance in iterations (the same values as the interpreter's), sinks ordered host
+  callbacks with their points moved on; their errors are raised after the call.
+
+Values are those of the interpreted body (XLA may fuse across statements: float results may
+differ in the last bits, as in regions and scans). A trace that fails (a statement not
+traceable in that iteration: the reset UDF of the first one, say) leaves the store as it was
+and that key runs statement by statement, logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from timerl.errors import TimeRLError
+from timerl.pdg.ops import OpKind
+from timerl.runtime import tracing
+from timerl.runtime.rows_table import RowsTable
+from timerl.schedule.ast import Exec, Loop, walk
+from timerl.symbolic import Sym
+from timerl.symbolic.compile import compile_expr, compile_exprs_elementwise
+
+if TYPE_CHECKING:
+    from timerl.runtime.interpreter import Executor
+
+log = logging.getLogger(__name__)
+
+MAX_BODIES = 4
+"""Traced bodies kept per loop (distinct keys); past that, new keys run statement by statement."""
+TRACE_AFTER = 2
+"""A key is traced the ``TRACE_AFTER``-th time it is seen."""
+NEW_IN_A_ROW = 4
+"""After this many iterations in a row with a key never seen before (live values that change
+every iteration: a history kept to the end, say), the loop stops computing keys."""
+_MAX_GRID = 1 << 22  # inner iterations a condition is checked over
+
+
+@dataclass
+class _Body:
+    fn: Callable[..., Any]  # compiled(delta, leaves, states) -> (new leaves, states)
+    base: int  # the traced iteration
+    # per table the body changes: (nid, oid, entries [(relative point, src)], stacks
+    # [(src, axis, share, relative cols, alive)]); src: ("in", k) or ("out", k)
+    rebuild: list[tuple[int, int, list[tuple[Any, tuple[str, int]]], list[tuple[Any, ...]]]]
+    ctx: tracing.TraceContext
+    execs: int
+
+
+class CompiledIteration:
+    """Runs the iteration loop's body (``body``: the interpreter's) as one compiled call where
+    it can (see the module doc)."""
+
+    def __init__(self, ex: Executor, loop: Loop, body: Callable[[], None]) -> None:
+        plan = ex.plan
+        self.ex, self.loop, self.body, self.var = ex, loop, body, loop.var
+        self.offset = plan.iter_offset
+        dim = plan.iter_dim
+        self.ipos = {n.id: n.domain.index(dim) for n in ex.pdg if dim in n.domain}
+        self.conds = [(compile_exprs_elementwise([c.expr]), c.loops) for c in plan.body_conds]
+        self._grids: dict[tuple[Loop, ...], dict[Sym, np.ndarray]] = {}
+        nodes = {s.node for s in walk(loop.body) if isinstance(s, Exec)}
+        nodes |= {m for s in walk(loop.body) for m in getattr(s, "members", ())}
+        self.pures = []
+        for nid in sorted(nodes):
+            n = ex.pdg.nodes[nid]
+            make = getattr(n.op.attr("fn"), "pure_step", None) if n.op.kind is OpKind.UDF else None
+            pure = make() if make is not None else None
+            if pure is not None:
+                self.pures.append(pure)
+        self.bodies: dict[Any, _Body] = {}
+        self.seen: dict[Any, int] = {}
+        self.refused: dict[Any, str] = {}
+        self.off = ""  # why the loop stopped trying ('' while it tries)
+        self._new_in_a_row = 0
+        self.calls = 0  # iterations run as one call
+        self.ran = False  # whether the last iteration ran as one call
+        self.pending: list[tracing.TraceContext] = []  # calls whose sinks may still raise
+
+    # -- the key ---------------------------------------------------------------------------
+    def _grid(self, loops: tuple[Loop, ...]) -> dict[Sym, np.ndarray]:
+        g = self._grids.get(loops)
+        if g is None:
+            static = self.ex._static
+            axes = []
+            for lp in loops:
+                env = dict(static)
+                init, cond = compile_expr(lp.init), compile_expr(lp.cond)
+                env[lp.var] = init(env)
+                vals = []
+                while cond(env):
+                    vals.append(env[lp.var])
+                    env[lp.var] += lp.inc
+                    if len(vals) > _MAX_GRID:
+                        raise tracing.NotTraceable(f"the loop over {lp.var} runs over {_MAX_GRID} times")
+                axes.append(np.asarray(vals, dtype=np.int64))
+            size = int(np.prod([len(a) for a in axes])) if axes else 1
+            if size > _MAX_GRID:
+                raise tracing.NotTraceable(f"{size} inner iterations to check a condition over")
+            mesh = np.meshgrid(*axes, indexing="ij") if axes else []
+            g = self._grids[loops] = {lp.var: m.ravel() for lp, m in zip(loops, mesh, strict=True)}
+        return g
+
+    def _signature(self, v: int) -> tuple[Any, ...]:
+        env: dict[Sym, Any] = dict(self.ex._static)
+        env[self.var] = v
+        out = []
+        for fn, loops in self.conds:
+            (c,) = fn({**env, **self._grid(loops)} if loops else env)
+            a = np.asarray(c).astype(bool)
+            out.append(np.packbits(a).tobytes() + bytes([a.size % 8]) if a.ndim else bool(a))
+        return tuple(out)
+
+    # -- the state -------------------------------------------------------------------------
+    def _flatten(self, base: int) -> tuple[tuple[Any, ...], list[Any]]:
+        """The store's layout relative to iteration ``base`` and its values, in table order."""
+        struct: list[Any] = []
+        leaves: list[Any] = []
+        ipos = self.ipos
+        for nid, tabs in self.ex.store.all_tables().items():
+            j = ipos.get(nid)
+            for oid, tab in enumerate(tabs):
+                t = type(tab)
+                if t is dict or t is RowsTable:
+                    for p, v in dict.items(tab):
+                        if j is not None:
+                            p = (*p[:j], p[j] - base, *p[j + 1 :])
+                        struct.append((nid, oid, p, v.shape, v.dtype))
+                        leaves.append(v)
+                    if t is RowsTable:
+                        for st in tab.stacks():
+                            cols = st.cols
+                            if j is not None:
+                                cols = cols.copy()
+                                cols[:, j] -= base
+                            key = (cols.tobytes(), cols.shape, st.alive.tobytes())
+                            struct.append(
+                                (nid, oid, "rows", st.axis, st.share, key, st.arr.shape, st.arr.dtype)
+                            )
+                            leaves.append(st.arr)
+                elif len(tab):
+                    raise tracing.NotTraceable("a block-stored table holds values")
+        return tuple(struct), leaves
+
+    def _load(self, leaves: list[Any]) -> None:
+        """Put ``leaves`` in place of the store's values, in :meth:`_flatten`'s order."""
+        k = 0
+        for tabs in self.ex.store.all_tables().values():
+            for tab in tabs:
+                t = type(tab)
+                if t is dict or t is RowsTable:
+                    for p in list(dict.keys(tab)):
+                        dict.__setitem__(tab, p, leaves[k])
+                        k += 1
+                    if t is RowsTable:
+                        for st in tab.stacks():
+                            st.arr = leaves[k]
+                            k += 1
+
+    # -- one iteration ---------------------------------------------------------------------
+    def __call__(self) -> None:
+        ex = self.ex
+        if self.off:
+            self.body()
+            return
+        v = ex._env[self.var]
+        try:
+            sig = self._signature(v)
+            struct, leaves = self._flatten(v + self.offset)
+        except tracing.NotTraceable as exc:
+            self._refuse(None, str(exc))
+            self.body()
+            return
+        key = (sig, struct)
+        self.ran = False
+        body = self.bodies.get(key)
+        if body is None:
+            n = self.seen[key] = self.seen.get(key, 0) + 1
+            self._new_in_a_row = self._new_in_a_row + 1 if n == 1 else 0
+            if self._new_in_a_row >= NEW_IN_A_ROW:
+                self.off = (
+                    f"its live values differed from every earlier iteration's {NEW_IN_A_ROW} times in a row"
+                )
+                self.seen.clear()
+                log.info(
+                    "iteration loop over %s runs statement by statement from now on: %s", self.var, self.off
+                )
+            if key in self.refused or n < TRACE_AFTER:
+                self.body()
+                return
+            if len(self.bodies) >= MAX_BODIES:
+                self._refuse(key, f"{MAX_BODIES} bodies were traced already")
+                self.body()
+                return
+            body = self._trace(key, v, leaves)
+            if body is None:
+                self.body()
+                return
+        self._new_in_a_row = 0
+        self._run(body, v, leaves)
+
+    def _run(self, body: _Body, v: int, leaves: list[Any]) -> None:
+        ex = self.ex
+        for ctx in self.pending:
+            ctx.raise_errors()
+        base = v + self.offset
+        d = base - body.base
+        states = [p.get_state() for p in self.pures]
+        outs, new_states = body.fn(np.int32(d), leaves, states)
+        for p, st in zip(self.pures, new_states, strict=True):
+            p.set_state(st)
+        store, ipos = ex.store, self.ipos
+        for nid, oid, entries, stacks in body.rebuild:
+            j = ipos.get(nid)
+            got = {}
+            for p, (kind, k) in entries:
+                if j is not None:
+                    p = (*p[:j], p[j] + base, *p[j + 1 :])
+                got[p] = leaves[k] if kind == "in" else outs[k]
+            rows = []
+            for (kind, k), axis, share, cols, alive in stacks:
+                if j is not None:
+                    cols = cols.copy()
+                    cols[:, j] += base
+                rows.append((leaves[k] if kind == "in" else outs[k], axis, share, cols, alive))
+            store.load_table(nid, oid, got, rows)
+        for h in ex.stack_hints.values():
+            h.clear()
+        ex.dispatches += 1
+        ex.exec_count += body.execs
+        self.calls += 1
+        self.ran = True
+        if body.ctx not in self.pending:
+            self.pending.append(body.ctx)
+
+    def wait(self) -> None:
+        """Block until the calls' host callbacks (sinks) have run, and raise their errors."""
+        import jax
+
+        jax.effects_barrier()
+        for ctx in self.pending:
+            ctx.raise_errors()
+
+    def finish(self) -> None:
+        """At the end of a run: wait for the last calls' sinks and raise what they raised."""
+        if self.pending:
+            self.wait()
+
+    # -- tracing ---------------------------------------------------------------------------
+    def _refuse(self, key: Any, why: str) -> None:
+        if key is None:
+            self.off = why
+            log.info("iteration loop over %s runs statement by statement: %s", self.var, why)
+            return
+        self.refused[key] = why
+        log.info(
+            "iteration %d of the loop over %s (and those like it) runs statement by statement: %s",
+            self.ex._env[self.var],
+            self.var,
+            why,
+        )
+
+    def _trace(self, key: Any, v: int, leaves: list[Any]) -> _Body | None:
+        import time
+
+        import jax
+
+        ex = self.ex
+        base = v + self.offset
+        t0 = time.perf_counter()
+        snap = ex.store.snapshot()
+        hints = {k: dict(h) for k, h in ex.stack_hints.items()}
+        try:
+            states = [p.get_state() for p in self.pures]
+        except Exception as exc:  # noqa: BLE001 - an env before its reset: not this iteration
+            self._refuse(key, f"an environment's state is not readable ({exc})")
+            return None
+        ctx = tracing.TraceContext(None, self.ipos)
+        rebuild: list[Any] = []
+        counted = [0]
+
+        def traced(delta: Any, xs: list[Any], sts: list[Any]) -> tuple[list[Any], list[Any]]:
+            ctx.delta = delta
+            self._load(xs)
+            for p, st in zip(self.pures, sts, strict=True):
+                p.set_state(st)
+            before = self._tables_state(base)
+            start = ex.exec_count
+            tracing.current = ctx
+            try:
+                self.body()
+            finally:
+                tracing.current = None
+            counted[0] = ex.exec_count - start
+            after = self._tables_state(base)
+            index = {id(x): k for k, x in enumerate(xs)}
+            new: list[Any] = []
+            made: dict[int, int] = {}
+
+            def src(x: Any) -> tuple[str, int]:
+                k = index.get(id(x))
+                if k is not None:
+                    return ("in", k)
+                if id(x) not in made:
+                    made[id(x)] = len(new)
+                    new.append(x)
+                return ("out", made[id(x)])
+
+            rebuild.clear()
+            for tk in sorted(before.keys() | after.keys()):
+                b, a = before.get(tk, ([], [])), after.get(tk, ([], []))
+                if _same(b, a):
+                    continue
+                entries = [(p, src(x)) for p, x in a[0]]
+                stacks = [(src(x), axis, share, cols, alive) for x, axis, share, cols, alive in a[1]]
+                rebuild.append((tk[0], tk[1], entries, stacks))
+            return new, [p.get_state() for p in self.pures]
+
+        try:
+            fn = jax.jit(traced).trace(np.int32(0), leaves, states).lower().compile()
+        except (TimeRLError, Exception) as exc:  # noqa: BLE001 - any failure: run as before
+            ex.store.restore(snap)
+            self._restore_hints(hints)
+            for p, st in zip(self.pures, states, strict=True):
+                p.set_state(st)
+            if isinstance(exc, tracing.NotTraceable):
+                self._refuse(key, str(exc))
+            else:
+                self._refuse(key, f"tracing it failed ({type(exc).__name__}: {exc})")
+            return None
+        ex.store.restore(snap)
+        self._restore_hints(hints)
+        for p, st in zip(self.pures, states, strict=True):
+            p.set_state(st)
+        body = self.bodies[key] = _Body(fn, base, list(rebuild), ctx, counted[0])
+        log.info(
+            "iteration loop over %s: the body of iteration %d traced and compiled as one call in "
+            "%.1f s (%d live values in, %d tables rebuilt per call)",
+            self.var,
+            v,
+            time.perf_counter() - t0,
+            len(leaves),
+            len(rebuild),
+        )
+        return body
+
+    def _tables_state(self, base: int) -> dict[tuple[int, int], tuple[list[Any], list[Any]]]:
+        """Per non-empty table: its entries ``(relative point, value)`` and stacks ``(array,
+        axis, share, relative cols, alive)``."""
+        out = {}
+        ipos = self.ipos
+        for nid, tabs in self.ex.store.all_tables().items():
+            j = ipos.get(nid)
+            for oid, tab in enumerate(tabs):
+                t = type(tab)
+                if (t is not dict and t is not RowsTable) or not len(tab):
+                    continue
+                entries = []
+                for p, x in dict.items(tab):
+                    if j is not None:
+                        p = (*p[:j], p[j] - base, *p[j + 1 :])
+                    entries.append((p, x))
+                stacks = []
+                if t is RowsTable:
+                    for st in tab.stacks():
+                        cols = st.cols
+                        if j is not None:
+                            cols = cols.copy()
+                            cols[:, j] -= base
+                        stacks.append((st.arr, st.axis, st.share, cols, st.alive.copy()))
+                out[(nid, oid)] = (entries, stacks)
+        return out
+
+    def _restore_hints(self, hints: dict[Any, dict[Any, Any]]) -> None:
+        for k, h in self.ex.stack_hints.items():
+            h.clear()
+            h.update(hints.get(k, {}))
+
+
+def _same(b: tuple[list[Any], list[Any]], a: tuple[list[Any], list[Any]]) -> bool:
+    """Whether a table holds the same points and values (by identity) before and after."""
+    if len(b[0]) != len(a[0]) or len(b[1]) != len(a[1]):
+        return False
+    if any(p != q or x is not y for (p, x), (q, y) in zip(b[0], a[0], strict=True)):
+        return False
+    for x, y in zip(b[1], a[1], strict=True):
+        if (
+            x[0] is not y[0]
+            or x[1:3] != y[1:3]
+            or not np.array_equal(x[3], y[3])
+            or not np.array_equal(x[4], y[4])
+        ):
+            return False
+    return True
