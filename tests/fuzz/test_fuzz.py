@@ -42,6 +42,15 @@ RTOL, ATOL = 2e-4, 2e-5
 MARGIN = 1e-4  # a comparison closer than this to its threshold may go either way
 
 
+@pytest.fixture(autouse=True)
+def _trace_every_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled iteration bodies (``compile_iterations``) traced the first time each key is
+    seen, so that the few iterations of a random program run through them."""
+    from timerl.runtime import iteration
+
+    monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
+
+
 class IllConditioned(Exception):
     """A comparison of the program sits within float rounding of its threshold, or a value
     overflows (inf, or nan from inf - inf: its float32 rounding is not comparable)."""

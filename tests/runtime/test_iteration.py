@@ -16,13 +16,15 @@ from timerl.errors import TimeRLError
 from timerl.runtime import iteration
 
 W = np.array([[0.5, -0.3], [0.2, 0.8]], np.float32)
-TAB = np.linspace(-1.0, 1.0, 14, dtype=np.float32).reshape(7, 2)
 
 
-def _program(bad_sink_at: int | None = None, ckpt: str | None = None) -> tuple[trl.Context, dict, dict]:
+def _program(
+    bad_sink_at: int | None = None, ckpt: str | None = None, steps: int = 7, sink_inside: bool = False
+) -> tuple[trl.Context, dict, dict]:
     """A rollout over t from the parameter w with noise drawn per (i, t), a step size that
     depends on i and w moved by the rollout's sum; sinks record the values."""
-    seen: dict = {"sum": {}, "w": {}, "noise": {}}
+    seen: dict = {"sum": {}, "w": {}, "noise": {}, "x": {}}
+    tab = np.linspace(-1.0, 1.0, 2 * steps, dtype=np.float32).reshape(steps, 2)
 
     def on_sum(v: np.ndarray, p: dict) -> None:
         if p["i"] == bad_sink_at:
@@ -35,7 +37,9 @@ def _program(bad_sink_at: int | None = None, ckpt: str | None = None) -> tuple[t
         noise = trl.rand((2,), domain=(i, t), name="noise")
         x = trl.empty((2,), domain=(i, t), name="x")
         x[i, 0] = w * 1.0
-        x[i, t + 1] = (x @ trl.const(W)).tanh() + trl.const(TAB)[t] * 0.1 + noise * 0.01
+        x[i, t + 1] = (x @ trl.const(W)).tanh() + trl.const(tab)[t] * 0.1 + noise * 0.01
+        if sink_inside:  # the loop over t does not scan
+            x.sink(lambda v, p: seen["x"].__setitem__((p["i"], p["t"]), np.array(v)))
         total = x[i, 0:T].sum()
         total.sink(on_sum)
         noise[i, 0:T].sum().sink(lambda v, p: seen["noise"].__setitem__(p["i"], float(v)))
@@ -44,7 +48,7 @@ def _program(bad_sink_at: int | None = None, ckpt: str | None = None) -> tuple[t
         w.sink(lambda v, p: seen["w"].__setitem__(p["i"], np.array(v)))
         if ckpt is not None:
             w[(i + 1) % 2 == 0].checkpoint(ckpt)
-    return ctx, {I: 7, T: 7}, seen
+    return ctx, {I: 7, T: steps}, seen
 
 
 def _run(compiled: bool, **kw: object) -> tuple[dict, Any]:
@@ -67,6 +71,17 @@ def test_the_body_runs_as_one_call_with_the_same_values() -> None:
         np.testing.assert_allclose(on["sum"][k], off["sum"][k], rtol=1e-6)
         np.testing.assert_allclose(on["w"][k], off["w"][k], rtol=1e-6)
         assert on["noise"][k] == off["noise"][k]  # the same seeds: the same draws
+
+
+def test_a_short_loop_that_does_not_scan_is_unrolled_into_the_body() -> None:
+    off, _ = _run(False, sink_inside=True)
+    on, ex = _run(True, sink_inside=True)
+    assert ex.plan.body == "" and ex._iteration.calls == 5
+    assert sorted(on["x"]) == sorted(off["x"]) and len(on["x"]) == 7 * 7
+    for k, v in off["x"].items():
+        np.testing.assert_allclose(on["x"][k], v, rtol=1e-6)
+    _, ex = _run(True, sink_inside=True, steps=300)
+    assert "more than 256 times per iteration" in ex.plan.body and ex._iteration is None
 
 
 def test_every_key_traced_gives_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:

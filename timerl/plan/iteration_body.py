@@ -17,13 +17,16 @@ iteration counter ``i`` is one of:
 * a value the host computes from the point (``EVAL_SYMBOL``, the seeds of random draws, a
   sink's point): computed per call by a host callback from the shift.
 
-The verdict names the first thing that is none of these (a UDF without a pure form, a
-dynamic bound, a loop that does not scan, an index ``2 * i``, swapping) and the body then
+Its inner loops run as compiled scans, or are unrolled into the trace when they run at most
+:data:`UNROLL_LIMIT` times per iteration. The verdict names the first thing that is none of
+these (a UDF without a pure form, a dynamic bound, a long loop that does not scan, an index
+``2 * i``, swapping) and the body then
 runs statement by statement, as before.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -32,8 +35,26 @@ from timerl.pdg.ops import OpKind
 from timerl.plan.regions import FusedExec
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
 from timerl.symbolic import TRUE, Expr, Slice, Sym, free_symbols, substitute
+from timerl.symbolic.compile import compile_expr
 from timerl.symbolic.expr import add, mul
 from timerl.symbolic.simplify import simplify
+
+UNROLL_LIMIT = 256
+"""Runs per iteration of the body of a loop that does not scan, up to which it is unrolled
+into the compiled body (a longer loop keeps the body statement by statement)."""
+
+
+def _trips(loop: Loop, pdg: PDG) -> int:
+    """How many times ``loop`` (bounds static) runs its body, counted up to
+    ``UNROLL_LIMIT + 1``."""
+    env = {s: int(v) for s, v in pdg.static_bounds.items()}
+    init, cond = compile_expr(loop.init), compile_expr(loop.cond)
+    env[loop.var] = init(env)
+    n = 0
+    while n <= UNROLL_LIMIT and cond(env):
+        n += 1
+        env[loop.var] += loop.inc
+    return n
 
 
 @dataclass(frozen=True)
@@ -109,12 +130,18 @@ def body_verdict(
         if isinstance(s, (Offload, Fetch)):
             return "it swaps tensors to the host (swap)", ()
         if isinstance(s, Loop):
-            why = scanned.get(id(s), "loops are not scanned")
-            if why:
-                return f"its loop over {s.var} does not run as one scan ({why})", ()
             bound = free_symbols(s.init) | free_symbols(s.cond)
             if var in bound or bound & dyn or bound & {lp.var for lp in loops}:
                 return f"the bounds of its loop over {s.var} change along the loop", ()
+            why = scanned.get(id(s), "loops are not scanned")
+            if why:  # unrolled into the trace: only short loops
+                runs = _trips(s, pdg) * math.prod(_trips(lp, pdg) for lp in loops if scanned.get(id(lp), "x"))
+                if runs > UNROLL_LIMIT:
+                    return (
+                        f"its loop over {s.var} does not run as one scan ({why}) and its body runs "
+                        f"more than {UNROLL_LIMIT} times per iteration, too many to unroll into one call",
+                        (),
+                    )
         elif isinstance(s, If):
             used = free_symbols(s.cond)
             if used & dyn:
@@ -148,7 +175,7 @@ def _statement(
         used = free_symbols(x.start) | free_symbols(x.stop) if isinstance(x, Slice) else free_symbols(x)
         if used & dyn:
             return f"{n0.label} runs at a point with a dynamic bound"
-        if var in used and (d != dim or not _moves_by_one(x, var)):
+        if var in used and (d is not dim or not _moves_by_one(x, var)):
             return f"{n0.label} runs at {d} = {x}, which does not move by one with the iteration"
     if isinstance(s, Dealloc):
         return ""
@@ -183,7 +210,7 @@ def _edge(pdg: PDG, e: Edge, n: Node, dim: Sym, dyn: frozenset[Sym]) -> str:
         used = free_symbols(x.start) | free_symbols(x.stop) if isinstance(x, Slice) else free_symbols(x)
         if used & dyn:
             return f"{n.label} reads {src.label} at an index with a dynamic bound"
-        if dim in used and (d != dim or not _moves_by_one(x, dim)):
+        if dim in used and (d is not dim or not _moves_by_one(x, dim)):
             return f"{n.label} reads {src.label} at {x}, which does not move by one with {dim}"
     if free_symbols(e.cond) & dyn:
         return f"{n.label} chooses a branch by a dynamic bound"
