@@ -21,8 +21,11 @@ import numpy as np
 from timerl.agents.ppo import PPOArgs, build_fixed
 
 
-def run(steps: int, envs: int, iterations: int, warmup: int, backend: str) -> tuple[float, float, float]:
-    """(dispatches per iteration, seconds per iteration, compile seconds) for one T."""
+def run(
+    steps: int, envs: int, iterations: int, warmup: int, backend: str, compiled: bool = True
+) -> tuple[float, float, float]:
+    """(dispatches per iteration, seconds per iteration, compile seconds) for one T;
+    ``compiled``: the iteration loop's body as one call (``compile_iterations``)."""
     marks: list[tuple[int, float]] = []
     holder: dict[str, object] = {}
 
@@ -40,7 +43,7 @@ def run(steps: int, envs: int, iterations: int, warmup: int, backend: str) -> tu
         checkpoint_every=0,
     )
     t0 = time.perf_counter()
-    ex = build_fixed(args, log_fn)
+    ex = build_fixed(args, log_fn, compile_iterations=compiled)
     compile_s = time.perf_counter() - t0
     holder["ex"] = ex
     ex.execute()
@@ -56,11 +59,20 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=6, help="PPO iterations per T")
     ap.add_argument("--warmup", type=int, default=2, help="iterations left out (compilation)")
     ap.add_argument("--backend", default="jax", choices=["jax", "torch"])
+    ap.add_argument(
+        "--body",
+        default="both",
+        choices=["compiled", "statements", "both"],
+        help="the iteration body as one compiled call (compile_iterations), statement by statement, or both",
+    )
     a = ap.parse_args()
-    print(f"{'T':>6} {'dispatches/iter':>16} {'s/iter':>9} {'compile s':>10}")
+    modes = {"compiled": [True], "statements": [False], "both": [False, True]}[a.body]
+    print(f"{'T':>6} {'body':>10} {'dispatches/iter':>16} {'s/iter':>9} {'compile s':>10}")
     for T in a.steps:
-        d, s, c = run(T, a.envs, a.iterations, a.warmup, a.backend)
-        print(f"{T:>6} {d:>16.1f} {s:>9.4f} {c:>10.1f}", flush=True)
+        for compiled in modes:
+            d, s, c = run(T, a.envs, a.iterations, a.warmup, a.backend, compiled)
+            body = "one call" if compiled else "statements"
+            print(f"{T:>6} {body:>10} {d:>16.1f} {s:>9.4f} {c:>10.1f}", flush=True)
 
 
 if __name__ == "__main__":

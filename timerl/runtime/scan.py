@@ -207,9 +207,8 @@ class ScannedLoop:
         except TimeRLError:
             raise
         except Exception as exc:  # tracing or compiling the scan failed: say so, run as before
-            if (
-                ex.backend.scans != "compiled" or tracing.current is not None
-            ):  # a host loop ran its UDFs: no second run of them
+            # a host loop ran its UDFs (no second run of them); a compiled iteration's trace fails
+            if ex.backend.scans != "compiled" or tracing.current is not None:
                 raise
             self._broken = f"the scan failed before ({type(exc).__name__})"
             log.warning(

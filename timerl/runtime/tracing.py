@@ -16,8 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from timerl.errors import TimeRLError
-
 Point = tuple[int, ...]
 
 
@@ -70,11 +68,10 @@ class TraceContext:
         io_callback(cb, None, x, self.delta, ordered=True)
 
     def raise_errors(self) -> None:
+        """Raise the first error a sink raised (once)."""
         if self.errors:
             exc = self.errors[0]
             self.errors.clear()
-            if isinstance(exc, TimeRLError):
-                raise exc
             raise exc
 
 
