@@ -10,6 +10,9 @@ scheduling. One recurrent-tensor program over dims (b, i, t, k); iteration i
                       actors as in APEX (actor b: eps ** (1 + alpha * b / (B - 1))).
 The replay buffer is a Python object behind UDFs: `push` at every (b, i, t), `sample`
 a minibatch and `update` its priorities with the new |TD errors| at every (i, k).
+With an env that keeps demonstrations (LoopTune's `demo_buffer`: each training problem's
+fastest measured episode, seeded by a search on the analytic model), every learner step
+also adds DQfD's large-margin loss on their states over a slot dim s (`--demo-coef`).
 The program is generic over the env id: `--env-id looptune.mm` (the default; add
 `--measurer analytic` for a quick run without TVM timing) or `--env-id gym.CartPole-v1`.
 On LoopTune it trains on `--train-problems` of the train split with PPO's reward
