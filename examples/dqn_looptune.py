@@ -11,6 +11,7 @@
 #   python examples/dqn_looptune.py --env-id gym.CartPole-v1 --iterations 50
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ def parse_args(defaults: Args | None = None) -> Args:
 
 def main(args: Args) -> list[float]:
     trl.run.setup_logging()
+    logging.getLogger("timerl.agents.dqn").setLevel(logging.INFO)  # the demonstrations made
     returns: dict[int, list[float]] = {}
     stats: dict[int, tuple[float, float]] = {}
     means: list[float] = []
