@@ -3,11 +3,15 @@
 # (`timerl.agents.dqn`: K learner steps per iteration on minibatches from a replay buffer
 # behind UDFs, then B epsilon-greedy actors run one episode each). This script trains it and
 # logs the returns; on LoopTune (`--env-id looptune.mm`, the default; `--measurer analytic`
-# for a quick run without TVM) it then plays the greedy Q-policy on the same test problems as
-# examples/ppo_looptune.py and reports every schedule measured again by fresh measurers.
+# for a quick run without TVM) the demonstrations of examples/ppo_looptune.py (the fastest
+# measured candidate of a search on this CPU's analytic model, --seed-demos) enter every
+# learner step through DQfD's large-margin loss (--demo-coef), then it plays the greedy
+# Q-policy on the same test problems as PPO and reports every schedule measured again by
+# fresh measurers.
 #   python examples/dqn_looptune.py --env-id gym.CartPole-v1 --iterations 50
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +28,11 @@ class Args(DQNArgs):
     """DQN's hyperparameters (``timerl.agents.dqn.DQNArgs``: --env-id, --num-envs,
     --learner-steps, ...) and the run flags; a field declared here adds a flag."""
 
+    iterations: int = 80
+    """training iterations (K learner steps, then one episode per actor)"""
+    eps_start: float = 0.5
+    """epsilon at iteration 0 (the demonstrations, not random actions, find the tiles)"""
+
 
 def parse_args(defaults: Args | None = None) -> Args:
     return trl.run.parse_args(Args, defaults, "DQN with prioritised replay as a timerl program")
@@ -31,6 +40,7 @@ def parse_args(defaults: Args | None = None) -> Args:
 
 def main(args: Args) -> list[float]:
     trl.run.setup_logging()
+    logging.getLogger("timerl.agents.dqn").setLevel(logging.INFO)  # the demonstrations made
     returns: dict[int, list[float]] = {}
     stats: dict[int, tuple[float, float]] = {}
     means: list[float] = []

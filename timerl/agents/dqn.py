@@ -10,6 +10,9 @@ scheduling. One recurrent-tensor program over dims (b, i, t, k); iteration i
                       actors as in APEX (actor b: eps ** (1 + alpha * b / (B - 1))).
 The replay buffer is a Python object behind UDFs: `push` at every (b, i, t), `sample`
 a minibatch and `update` its priorities with the new |TD errors| at every (i, k).
+With an env that keeps demonstrations (LoopTune's `demo_buffer`: each training problem's
+fastest measured episode, seeded by a search on the analytic model), every learner step
+also adds DQfD's large-margin loss on their states over a slot dim s (`--demo-coef`).
 The program is generic over the env id: `--env-id looptune.mm` (the default; add
 `--measurer analytic` for a quick run without TVM timing) or `--env-id gym.CartPole-v1`.
 On LoopTune it trains on `--train-problems` of the train split with PPO's reward
@@ -96,6 +99,18 @@ class DQNArgs(RunArgs):
     """importance-sampling exponent at iteration 0, annealed to 1 at the last iteration"""
     hidden: int = 64
     """hidden units per layer (two layers)"""
+    demo_coef: float = 1.0
+    """envs with demonstrations (``demo_buffer``, e.g. LoopTune; ignored by others; 0: off):
+    weight of DQfD's large-margin loss ``max_a [Q(s, a) + margin (a != a_E)] - Q(s, a_E)`` on
+    the states and actions a_E of each training problem's best measured episode so far,
+    averaged over the buffer's slots and added to every learner step"""
+    demo_margin: float = 0.8
+    """the margin of that loss: the demonstrated action's Q-value must beat the others' by it"""
+    demo_min_speedup: float = 1.15
+    """imitate a problem's best episode once it beats the untuned nest by this factor"""
+    seed_demos: bool = True
+    """looptune, with --demo-coef > 0: before training, demonstrations from measured
+    candidates of a search on this CPU's analytic cost model (``seed_demos.search_demos``)"""
     seed: int = 0
     """random seed"""
 
@@ -319,7 +334,12 @@ def make_env(args: DQNArgs, B: Any) -> Any:
         kwargs["problems"] = looptune_problems(args)[0]
         if args.measurer:
             kwargs["measurer"] = args.measurer
-    return trl.env.make(args.env_id, num_envs=B, seed=args.seed, **kwargs)
+    env = trl.env.make(args.env_id, num_envs=B, seed=args.seed, **kwargs)
+    if args.env_id.startswith("looptune.") and args.seed_demos and args.demo_coef > 0:
+        from timerl.envs.looptune.ppo_run import seed_env_demos
+
+        log.info(seed_env_demos(env, kwargs["problems"]))
+    return env
 
 
 def _time_limit(env_id: str) -> int | None:
@@ -335,6 +355,16 @@ def _one_hot(a: trl.RecurrentTensor, n: int) -> trl.RecurrentTensor:
     return (a.unsqueeze(-1) == trl.const(np.arange(n, dtype=np.int64))).cast(trl.float32)
 
 
+def margin_loss(
+    q: trl.RecurrentTensor, act: trl.RecurrentTensor, weight: trl.RecurrentTensor, n_act: int, margin: float
+) -> trl.RecurrentTensor:
+    """DQfD's supervised large-margin loss (Hester et al., 2018, eq. 2) per point:
+    ``max_a [Q(s, a) + margin * (a != a_E)] - Q(s, a_E)``, times the slot's weight (0 on
+    an empty slot); zero once the demonstrated action a_E leads every other by ``margin``."""
+    hot = _one_hot(act, n_act)
+    return ((q + margin * (1.0 - hot)).max(-1) - (q * hot).sum(-1)) * weight
+
+
 def build(
     args: DQNArgs, log_fn: Any, replay: ReplayUDFs | None = None, final_params: dict[str, Any] | None = None
 ) -> Any:
@@ -343,9 +373,11 @@ def build(
     given, receives the actors' Q-network parameters (``dnn.w0``, ...) of every iteration."""
     import gymnasium as gym
 
-    ctx = trl.Context(dims=("b", "i", "t", "k"))
-    with ctx as ((b, B), (i, I), (t, T), (k, K)):
+    # s: the demonstration buffer's slots (one context dim more; unused without demonstrations)
+    ctx = trl.Context(dims=("b", "i", "t", "k", "s"))
+    with ctx as ((b, B), (i, I), (t, T), (k, K), (s, S)):
         env = make_env(args, B)
+        demo = args.demo_coef > 0.0 and hasattr(env, "demo_buffer")
         if not isinstance(env.action_space, gym.spaces.Discrete):
             raise trl.TimeRLError(f"DQN needs a Discrete action space, got {env.action_space}")
         n_act = int(env.action_space.n)
@@ -413,6 +445,12 @@ def build(
         huber = trl.where(abs_td < 1.0, 0.5 * td * td, abs_td - 0.5)
         loss = (s_weight * huber).mean()
         loss.backward()
+        if demo:  # DQfD's large-margin loss on the demonstrations, at every learner step
+            o_d, a_d, w_d = env.demo_buffer(
+                (i, s), s, S, min_speedup=args.demo_min_speedup, after=[before[i, 0]]
+            )
+            j_e = margin_loss(dnn.forward(o_d), a_d, w_d, n_act, args.demo_margin)
+            (j_e * (args.demo_coef / float(env.demo_slots()))).backward()
         trl.optim.Adam(dnn.params, lr=args.lr).step()
         (updated,) = trl.udf(
             replay.update,
@@ -470,4 +508,6 @@ def build(
                 w.sink(lambda v, pt, key=f"dnn.w{n}": final_params.__setitem__(key, v))
                 bias.sink(lambda v, pt, key=f"dnn.b{n}": final_params.__setitem__(key, v))
     bounds = {B: args.num_envs, I: args.iterations, T: d, K: args.learner_steps}
+    if demo:
+        bounds[S] = env.demo_slots()
     return checkpoint_and_compile(ctx, args, dnn, i, bounds)
