@@ -45,8 +45,10 @@ class CompileOptions:
     scan_loops: bool = True
     # JAX: the iteration loop's body (acting, learning, the optimiser) traced once and run as
     # one compiled call per iteration, where everything in it is traceable and moves with the
-    # iteration (plan/iteration_body.py, runtime/iteration.py); needs scan_loops
-    compile_iterations: bool = True
+    # iteration (plan/iteration_body.py, runtime/iteration.py); needs scan_loops. Off by
+    # default: on a quiet CPU core it is not faster yet (PPO on gymnax, 512 x 250: slower;
+    # docs/performance.md), it is when the host is the bottleneck
+    compile_iterations: bool = False
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)

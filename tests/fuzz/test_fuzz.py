@@ -70,6 +70,8 @@ def _option_sets(long: bool) -> list[dict[str, Any]]:
         {"incrementalize": 8},
         # swapping of every eligible tensor (a tiny threshold, so that it fires)
         {"swap": True, "swap_threshold": 1},
+        # the iteration loop's body as one compiled call (JAX; traced at every key here)
+        {"compile_iterations": True},
     ]
     if long:
         # each switch that is on by default, off (explain_memory, accumulate: off already)

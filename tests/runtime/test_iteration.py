@@ -161,7 +161,7 @@ def test_a_loop_whose_live_values_change_every_iteration_stops_trying() -> None:
         total = y[0:I].sum()
         got = []
         total.sink(lambda v, p: got.append(np.array(v)))
-    ex = ctx.compile({I: 9}, backend="jax")
+    ex = ctx.compile({I: 9}, backend="jax", compile_iterations=True)
     ex.execute()
     it = ex._interp._iteration
     assert ex.plan.body == "" and it.calls == 0 and "differed" in it.off and not it.seen
@@ -174,18 +174,16 @@ def test_a_loop_whose_live_values_change_every_iteration_stops_trying() -> None:
 
 def test_the_plan_says_why_a_body_is_not_compiled() -> None:
     ctx = trl.Context(dims=("i", "t"))
+    tab = np.arange(16, dtype=np.float32).reshape(8, 2)
     with ctx as ((i, I), (t, T)):
         w = trl.param(np.array([0.3, -0.2], np.float32), domain=(i,), name="w")
-        y = trl.empty((2,), domain=(i,), name="y")
-        y[i] = w * 2.0
-        z = trl.empty((2,), domain=(i,), name="z")
-        z[i] = y[I - 1 - i] + 1.0  # reads the iterations backwards
-        z.sink(lambda v, p: None)
-        (z * z).sum().backward()
-        w[i + 1] = w - 0.1 * w.grad
-    ex = ctx.compile({I: 4, T: 2}, backend="jax")
-    assert ex.plan.body != ""
+        w[i + 1] = w * 0.5 + trl.const(tab)[2 * i]  # moves by two rows per iteration
+        w.sink(lambda v, p: None)
+    ex = ctx.compile({I: 4, T: 2}, backend="jax", compile_iterations=True)
+    assert ex.plan.iter_loop is not None and "2*i" in ex.plan.body.replace(" ", "")
     assert ex._interp._iteration is None
     ctx, bounds, _ = _program()
-    ex = ctx.compile(bounds, backend="torch")
+    ex = ctx.compile(bounds, backend="torch", compile_iterations=True)
     assert "does not compile loops" in ex.plan.body
+    ex = ctx.compile(bounds, backend="jax")  # off by default
+    assert "compile_iterations=False" in ex.plan.body and ex._interp._iteration is None
