@@ -143,30 +143,14 @@ class CompiledIteration:
         """The store's layout relative to iteration ``base`` and its values, in table order."""
         struct: list[Any] = []
         leaves: list[Any] = []
-        ipos = self.ipos
-        for nid, tabs in self.ex.store.all_tables().items():
-            j = ipos.get(nid)
-            for oid, tab in enumerate(tabs):
-                t = type(tab)
-                if t is dict or t is RowsTable:
-                    for p, v in dict.items(tab):
-                        if j is not None:
-                            p = (*p[:j], p[j] - base, *p[j + 1 :])
-                        struct.append((nid, oid, p, v.shape, v.dtype))
-                        leaves.append(v)
-                    if t is RowsTable:
-                        for st in tab.stacks():
-                            cols = st.cols
-                            if j is not None:
-                                cols = cols.copy()
-                                cols[:, j] -= base
-                            key = (cols.tobytes(), cols.shape, st.alive.tobytes())
-                            struct.append(
-                                (nid, oid, "rows", st.axis, st.share, key, st.arr.shape, st.arr.dtype)
-                            )
-                            leaves.append(st.arr)
-                elif len(tab):
-                    raise tracing.NotTraceable("a block-stored table holds values")
+        for (nid, oid), (entries, stacks) in self._tables_state(base).items():
+            for p, v in entries:
+                struct.append((nid, oid, p, v.shape, v.dtype))
+                leaves.append(v)
+            for arr, axis, share, cols, alive in stacks:
+                key = (cols.tobytes(), cols.shape, alive.tobytes())
+                struct.append((nid, oid, "rows", axis, share, key, arr.shape, arr.dtype))
+                leaves.append(arr)
         return tuple(struct), leaves
 
     def _load(self, leaves: list[Any]) -> None:
@@ -380,8 +364,10 @@ class CompiledIteration:
             j = ipos.get(nid)
             for oid, tab in enumerate(tabs):
                 t = type(tab)
-                if (t is not dict and t is not RowsTable) or not len(tab):
+                if not len(tab):
                     continue
+                if t is not dict and t is not RowsTable:
+                    raise tracing.NotTraceable("a block-stored table holds values")
                 entries = []
                 for p, x in dict.items(tab):
                     if j is not None:
