@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from timerl.errors import TimeRLError
 from timerl.pdg.ops import OpKind
 from timerl.runtime import tracing
 from timerl.runtime.rows_table import RowsTable
@@ -327,22 +326,25 @@ class CompiledIteration:
                 rebuild.append((tk[0], tk[1], entries, stacks))
             return new, [p.get_state() for p in self.pures]
 
+        counters = (ex.exec_count, ex.dispatches)
+        fn, why = None, ""
         try:
             fn = jax.jit(traced).trace(np.int32(0), leaves, states).lower().compile()
-        except (TimeRLError, Exception) as exc:  # noqa: BLE001 - any failure: run as before
+        except Exception as exc:  # noqa: BLE001 - any failure: this key runs as before
+            why = (
+                str(exc)
+                if isinstance(exc, tracing.NotTraceable)
+                else f"tracing it failed ({type(exc).__name__}: {exc})"
+            )
+        finally:  # the trace ran the body on tracers: put back what the store held
             ex.store.restore(snap)
             self._restore_hints(hints)
             for p, st in zip(self.pures, states, strict=True):
                 p.set_state(st)
-            if isinstance(exc, tracing.NotTraceable):
-                self._refuse(key, str(exc))
-            else:
-                self._refuse(key, f"tracing it failed ({type(exc).__name__}: {exc})")
+            ex.exec_count, ex.dispatches = counters
+        if fn is None:
+            self._refuse(key, why)
             return None
-        ex.store.restore(snap)
-        self._restore_hints(hints)
-        for p, st in zip(self.pures, states, strict=True):
-            p.set_state(st)
         body = self.bodies[key] = _Body(fn, base, list(rebuild), ctx, counted[0])
         log.info(
             "iteration loop over %s: the body of iteration %d traced and compiled as one call in "
