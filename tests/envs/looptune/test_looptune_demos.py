@@ -23,6 +23,17 @@ PROBLEMS = [Problem(64, 96, 80), Problem(128, 64, 112), Problem(96, 128, 64)]
 MOVE = tuple(ACTIONS.index(a) for a in ("split_2", "down", "swap_down", "swap_down"))
 
 
+def _planted_env(num_envs: object) -> LoopTuneEnv:
+    """LoopTune on ``PROBLEMS`` (analytic measurer) with ``MOVE`` remembered as every
+    problem's demonstration."""
+    env = trl.env.make(
+        "looptune.mm", num_envs=num_envs, seed=0, problems=PROBLEMS, measurer="analytic", reward="log"
+    )
+    for p in PROBLEMS:
+        env.demonstrations.remember(p.name, 2.0, MOVE)
+    return env
+
+
 def test_demonstrations_keep_the_fastest_episode() -> None:
     d = Demonstrations()
     assert d.remember("p", 1.2, [1, 2])
@@ -138,12 +149,7 @@ def test_ppo_buffer_imitation_learns_the_demonstrated_move(tmp_path, bc_coef: fl
     )
 
     def env_fn(a: ppo.PPOArgs, B: object) -> LoopTuneEnv:
-        env = trl.env.make(
-            "looptune.mm", num_envs=B, seed=0, problems=PROBLEMS, measurer="analytic", reward="log"
-        )
-        for p in PROBLEMS:
-            env.demonstrations.remember(p.name, 2.0, MOVE)
-        return env
+        return _planted_env(B)
 
     ppo.build(args, lambda v, pt: None, env_fn).execute()
     latest = {k: v[max(v)] for k, v in read_values(str(tmp_path / "ckpt")).items() if k.startswith("dnn.")}
@@ -186,12 +192,7 @@ def _dqn_demo_argmax(tmp_path, monkeypatch, demo_coef: float) -> float:
     )
 
     def make_env(a: dqn.DQNArgs, B: object) -> LoopTuneEnv:
-        env = trl.env.make(
-            "looptune.mm", num_envs=B, seed=0, problems=PROBLEMS, measurer="analytic", reward="log"
-        )
-        for p in PROBLEMS:
-            env.demonstrations.remember(p.name, 2.0, MOVE)
-        return env
+        return _planted_env(B)
 
     monkeypatch.setattr(dqn, "make_env", make_env)
     params: dict[str, np.ndarray] = {}
