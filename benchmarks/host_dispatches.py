@@ -22,10 +22,10 @@ from timerl.agents.ppo import PPOArgs, build_fixed
 
 
 def run(
-    steps: int, envs: int, iterations: int, warmup: int, backend: str, compiled: bool = True
-) -> tuple[float, float, float]:
-    """(dispatches per iteration, seconds per iteration, compile seconds) for one T;
-    ``compiled``: the iteration loop's body as one call (``compile_iterations``)."""
+    steps: int, envs: int, iterations: int, warmup: int, backend: str, compiled: bool | str = True
+) -> tuple[float, float, float, str]:
+    """(dispatches per iteration, seconds per iteration, compile seconds, how the body ran)
+    for one T; ``compiled``: ``compile_iterations`` (True, False or "auto")."""
     marks: list[tuple[int, float]] = []
     holder: dict[str, object] = {}
 
@@ -49,7 +49,7 @@ def run(
     ex.execute()
     d = np.diff([m[0] for m in marks])[warmup:]
     s = np.diff([m[1] for m in marks])[warmup:]
-    return float(np.mean(d)), float(np.median(s)), compile_s
+    return float(np.mean(d)), float(np.median(s)), compile_s, ex.iteration_body
 
 
 def main() -> None:
@@ -62,17 +62,26 @@ def main() -> None:
     ap.add_argument(
         "--body",
         default="both",
-        choices=["compiled", "statements", "both"],
-        help="the iteration body as one compiled call (compile_iterations), statement by statement, or both",
+        choices=["compiled", "statements", "both", "auto", "all"],
+        help="the iteration body as one compiled call (compile_iterations=True), statement by "
+        "statement (False), both, as the default chooses (auto), or all three",
     )
     a = ap.parse_args()
-    modes = {"compiled": [True], "statements": [False], "both": [False, True]}[a.body]
+    modes: list[bool | str] = {
+        "compiled": [True],
+        "statements": [False],
+        "both": [False, True],
+        "auto": ["auto"],
+        "all": [False, True, "auto"],
+    }[a.body]
     print(f"{'T':>6} {'body':>10} {'dispatches/iter':>16} {'s/iter':>9} {'compile s':>10}")
     for T in a.steps:
         for compiled in modes:
-            d, s, c = run(T, a.envs, a.iterations, a.warmup, a.backend, compiled)
-            body = "one call" if compiled else "statements"
+            d, s, c, how = run(T, a.envs, a.iterations, a.warmup, a.backend, compiled)
+            body = {True: "one call", False: "statements", "auto": "auto"}[compiled]
             print(f"{T:>6} {body:>10} {d:>16.1f} {s:>9.4f} {c:>10.1f}", flush=True)
+            if compiled == "auto":
+                print(f"{'':>6} auto: {how}", flush=True)
 
 
 if __name__ == "__main__":

@@ -45,10 +45,11 @@ class CompileOptions:
     scan_loops: bool = True
     # JAX: the iteration loop's body (acting, learning, the optimiser) traced once and run as
     # one compiled call per iteration, where everything in it is traceable and moves with the
-    # iteration (plan/iteration_body.py, runtime/iteration.py); needs scan_loops. Off by
-    # default: on a quiet CPU core it is not faster yet (PPO on gymnax, 512 x 250: slower;
-    # docs/performance.md), it is when the host is the bottleneck
-    compile_iterations: bool = False
+    # iteration (plan/iteration_body.py, runtime/iteration.py); needs scan_loops. "auto": where
+    # the host takes a large share of an iteration and the calls, timed against the
+    # statements, are no slower (PPO on gymnax: few envs yes, 512 x 250 no; docs/performance.md);
+    # True: wherever the plan allows; False: never
+    compile_iterations: bool | str = "auto"
     free_iterations: bool = True  # free values of iterations no later point reads
     block_store: bool = True  # slice-read tensors in preallocated buffers updated in place
     dealloc: bool = True  # free each read point after its last reader (frees placed by isl)
@@ -86,6 +87,10 @@ class CompileOptions:
         if bad:
             raise TimeRLError(f"unknown compile option(s) {bad}; valid options: {sorted(names)}")
         return CompileOptions(**kwargs)
+
+    def __post_init__(self) -> None:
+        if self.compile_iterations not in (True, False, "auto"):
+            raise TimeRLError(f"compile_iterations={self.compile_iterations!r}: use True, False or 'auto'")
 
 
 class Executor:
@@ -139,6 +144,15 @@ class Executor:
         """Statements run from Python so far in the current run: one per region, node or
         scanned loop entry (the iterations of a scanned loop run inside one compiled call)."""
         return self._interp.dispatches
+
+    @property
+    def iteration_body(self) -> str:
+        """How the iteration loop's body ran in the last run: as one compiled call per
+        iteration, or statement by statement, and why (``compile_iterations``)."""
+        it = self._interp._iteration
+        if it is None:
+            return f"statement by statement: {self.plan.body}"
+        return it.status
 
     def memory_stats(self, top: int = 10) -> Any:
         """Bytes held by the run's stores: live and peak, per pool and for the ``top`` largest

@@ -19,7 +19,11 @@ W = np.array([[0.5, -0.3], [0.2, 0.8]], np.float32)
 
 
 def _program(
-    bad_sink_at: int | None = None, ckpt: str | None = None, steps: int = 7, sink_inside: bool = False
+    bad_sink_at: int | None = None,
+    ckpt: str | None = None,
+    steps: int = 7,
+    sink_inside: bool = False,
+    iterations: int = 7,
 ) -> tuple[trl.Context, dict, dict]:
     """A rollout over t from the parameter w with noise drawn per (i, t), a step size that
     depends on i and w moved by the rollout's sum; sinks record the values."""
@@ -48,10 +52,10 @@ def _program(
         w.sink(lambda v, p: seen["w"].__setitem__(p["i"], np.array(v)))
         if ckpt is not None:
             w[(i + 1) % 2 == 0].checkpoint(ckpt)
-    return ctx, {I: 7, T: steps}, seen
+    return ctx, {I: iterations, T: steps}, seen
 
 
-def _run(compiled: bool, **kw: object) -> tuple[dict, Any]:
+def _run(compiled: bool | str, **kw: object) -> tuple[dict, Any]:
     ctx, bounds, seen = _program(**kw)  # type: ignore[arg-type]
     ex = ctx.compile(bounds, backend="jax", compile_iterations=compiled)
     ex.execute()
@@ -185,5 +189,85 @@ def test_the_plan_says_why_a_body_is_not_compiled() -> None:
     ctx, bounds, _ = _program()
     ex = ctx.compile(bounds, backend="torch", compile_iterations=True)
     assert "does not compile loops" in ex.plan.body
-    ex = ctx.compile(bounds, backend="jax")  # off by default
+    ex = ctx.compile(bounds, backend="jax", compile_iterations=False)
     assert "compile_iterations=False" in ex.plan.body and ex._interp._iteration is None
+    assert ex.iteration_body.startswith("statement by statement: the body of the iteration loop is not")
+    ex = ctx.compile(bounds, backend="jax")  # "auto" by default: the plan allows it
+    assert ex.plan.body == "" and "where timed faster" in ex.plan.summary()
+    with pytest.raises(TimeRLError, match="compile_iterations='yes'"):
+        ctx.compile(bounds, backend="jax", compile_iterations="yes")
+
+
+class _Clock:
+    """Stands in for ``time`` in runtime/iteration.py: an iteration statement by statement
+    takes ``stmt`` seconds, ``host`` of them on the host thread; a compiled call ``call``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stmt: float, call: float, host: float) -> None:
+        self.t = self.cpu = 0.0
+        monkeypatch.setattr(iteration, "time", self)
+        run, statements = iteration.CompiledIteration._run, iteration.CompiledIteration._statements
+
+        def timed_run(it: Any, *a: Any) -> None:
+            self.t += call
+            run(it, *a)
+
+        def timed_statements(it: Any) -> None:
+            self.t += stmt
+            self.cpu += host * stmt
+            statements(it)
+
+        monkeypatch.setattr(iteration.CompiledIteration, "_run", timed_run)
+        monkeypatch.setattr(iteration.CompiledIteration, "_statements", timed_statements)
+
+    def perf_counter(self) -> float:
+        return self.t
+
+    def thread_time(self) -> float:
+        return self.cpu
+
+
+@pytest.mark.parametrize(
+    ("stmt", "call", "host", "min_left", "calls", "want"),
+    [
+        (
+            2.0,
+            1.0,
+            0.9,
+            5,
+            20,
+            "one compiled call per iteration: measured 1000.0 ms per iteration against 2000.0",
+        ),
+        (2.0, 3.0, 0.9, 5, 4, "statement by statement: one compiled call took 3000.0 ms"),
+        (2.0, 1.0, 0.1, 5, 0, "statement by statement: the host took 10% of an iteration (2000.0 ms)"),
+        (2.0, 1.0, 0.9, 100, 0, "statement by statement: only 19 iterations remain"),
+    ],
+)
+def test_auto_keeps_the_body_compiled_only_where_it_was_timed_faster(
+    monkeypatch: pytest.MonkeyPatch,
+    stmt: float,
+    call: float,
+    host: float,
+    min_left: int,
+    calls: int,
+    want: str,
+) -> None:
+    """``compile_iterations="auto"``: a trace only where the host's share of an iteration
+    run statement by statement is large and enough iterations remain; the compiled body kept
+    only where its calls were no slower than the statements (clocks stood in for); the
+    values are those of the statements whichever way it runs."""
+    monkeypatch.setattr(iteration, "SAMPLES", 2)
+    monkeypatch.setattr(iteration, "MIN_LEFT", min_left)
+    off, _ = _run(False, iterations=24)
+    _Clock(monkeypatch, stmt, call, host)
+    on, ex = _run("auto", iterations=24)
+    it = ex._iteration
+    assert it.status.startswith(want), it.status
+    # iteration 0 differs; 1 is its key's first; 2-3 are timed; 4 traces (or not); 5 follows
+    # the trace; 6-7 are timed; 8 keeps the compiled body (or not)
+    assert it.calls == calls
+    if "took" in want:
+        assert not it.bodies  # the compiled calls' memory is let go
+    for k in range(24):
+        np.testing.assert_allclose(on["sum"][k], off["sum"][k], rtol=1e-6)
+        np.testing.assert_allclose(on["w"][k], off["w"][k], rtol=1e-6)
+        assert on["noise"][k] == off["noise"][k]

@@ -92,7 +92,8 @@ class PlanOptions:
     scan_loops: bool = False  # static loops of traceable statements as one compiled scan (needs fuse)
     free_iterations: bool = False  # free whole iterations at the iteration loop's steps
     block_store: bool = True  # slice-read outputs in block buffers (plan/storage.py)
-    compile_iterations: bool = False  # the iteration loop's body as one compiled call (needs scan_loops)
+    # the iteration loop's body as one compiled call (needs scan_loops); 'auto': where timed faster
+    compile_iterations: bool | str = False
     memory_budget: int | None = None  # bytes the device store may hold; checked at run time too
 
 
@@ -154,7 +155,11 @@ class Plan:
             f"iteration loop over {self.iter_loop.var}" if self.iter_loop is not None else "no iteration loop"
         )
         if self.iter_loop is not None and not self.body:
-            it += " (body compiled)"
+            it += (
+                " (body compiled where timed faster)"
+                if self.options.compile_iterations == "auto"
+                else " (body compiled)"
+            )
 
         return (
             f"{len(regs)} regions ({sum(len(r.members) for r in regs)} nodes), {donated} donated inputs, "

@@ -21,6 +21,15 @@ as a function of the values the store holds when the iteration starts, and then 
   iteration's. A new key is traced once it was seen twice (the first iterations, which
   reset the environment or initialise the parameters, run statement by statement as before);
   at most :data:`MAX_BODIES` bodies per loop.
+* **Whether it pays** (``compile_iterations="auto"``, the default). One call saves at most
+  the host's share of an iteration, and XLA's one large module is not always as fast as the
+  statements' small ones (PPO on gymnax at 512 envs x 250 steps: slower on a CPU core). So
+  the loop first times :data:`SAMPLES` steady iterations statement by statement (wall clock
+  and the host thread's CPU time); it traces only where the host took at least
+  :data:`HOST_SHARE` of them and at least :data:`MIN_LEFT` iterations remain, then times
+  :data:`SAMPLES` calls and keeps whichever way was faster (logged at INFO, and
+  ``Executor.iteration_body`` says which and why). ``compile_iterations=True`` always
+  compiles where the plan allows.
 * **The host.** ``EVAL_SYMBOL`` values and the seeds of random draws are host callbacks of the
   distance in iterations (the same values as the interpreter's), sinks ordered host
   callbacks with their points moved on; their errors are raised after the call.
@@ -34,6 +43,8 @@ and that key runs statement by statement, logged once.
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,6 +70,13 @@ TRACE_AFTER = 2
 NEW_IN_A_ROW = 4
 """After this many iterations in a row with a key never seen before (live values that change
 every iteration: a history kept to the end, say), the loop stops computing keys."""
+HOST_SHARE = 0.3
+"""auto: the body is traced only where the host thread's CPU time was at least this share of
+an iteration run statement by statement (the most one call can save)."""
+MIN_LEFT = 50
+"""auto: ... and at least this many iterations remain (a trace compiles for seconds)."""
+SAMPLES = 3
+"""auto: steady iterations timed each way before choosing."""
 _MAX_GRID = 1 << 22  # inner iterations a condition is checked over
 
 
@@ -102,6 +120,22 @@ class CompiledIteration:
         self.calls = 0  # iterations run as one call
         self.ran = False  # whether the last iteration ran as one call
         self.pending: list[tracing.TraceContext] = []  # calls whose sinks may still raise
+        self.auto = plan.options.compile_iterations == "auto"
+        self.chosen = ""  # auto: why the compiled body was kept ('' until measured)
+        # auto: (wall, host cpu) seconds of steady iterations run each way
+        self.timed: dict[str, list[tuple[float, float]]] = {"statements": [], "compiled": []}
+        self._last: tuple[float, float, str, bool] | None = None  # the previous iteration's start
+
+    @property
+    def status(self) -> str:
+        """How the iteration loop's body runs, and why."""
+        if self.off:
+            return f"statement by statement: {self.off}"
+        if self.chosen:
+            return f"one compiled call per iteration: {self.chosen}"
+        if self.calls:
+            return f"one compiled call per iteration ({self.calls} so far)"
+        return "statement by statement so far (a body is traced once an iteration repeats)"
 
     # -- the key ---------------------------------------------------------------------------
     def _grid(self, loops: tuple[Loop, ...]) -> dict[Sym, np.ndarray]:
@@ -169,18 +203,33 @@ class CompiledIteration:
 
     # -- one iteration ---------------------------------------------------------------------
     def __call__(self) -> None:
-        ex = self.ex
         if self.off:
             self.body()
             return
+        if not self.auto:
+            self._step()
+            return
+        now, cpu = time.perf_counter(), time.thread_time()
+        if self._last is not None:  # the previous iteration's time, where it was steady
+            t0, c0, mode, steady = self._last
+            if steady:
+                self.timed[mode].append((now - t0, cpu - c0))
+        prev = self._last[2] if self._last is not None else ""
+        mode, steady = self._step()
+        self._last = (now, cpu, mode, steady and mode == prev)
+
+    def _step(self) -> tuple[str, bool]:
+        """Run one iteration; returns how it ran ('statements', 'compiled' or 'trace') and
+        whether it was steady (its key seen before: no compilation in it)."""
+        ex = self.ex
         v = ex._env[self.var]
         try:
             sig = self._signature(v)
             struct, leaves = self._flatten(v + self.offset)
         except tracing.NotTraceable as exc:
             self._refuse(None, str(exc))
-            self.body()
-            return
+            self._statements()
+            return "statements", False
         key = (sig, struct)
         self.ran = False
         body = self.bodies.get(key)
@@ -195,19 +244,80 @@ class CompiledIteration:
                 log.info(
                     "iteration loop over %s runs statement by statement from now on: %s", self.var, self.off
                 )
-            if key in self.refused or n < TRACE_AFTER:
-                self.body()
-                return
+            if key in self.refused or n < TRACE_AFTER or self.off or not self._worth_tracing(v):
+                self._statements()
+                return "statements", n >= TRACE_AFTER
             if len(self.bodies) >= MAX_BODIES:
                 self._refuse(key, f"{MAX_BODIES} bodies were traced already")
-                self.body()
-                return
+                self._statements()
+                return "statements", True
             body = self._trace(key, v, leaves)
             if body is None:
-                self.body()
-                return
+                self._statements()
+                return "statements", False
+            self._new_in_a_row = 0
+            self._run(body, v, leaves)
+            return "trace", False
         self._new_in_a_row = 0
+        if self.auto and not self.chosen and len(self.timed["compiled"]) >= SAMPLES:
+            self._choose()
+            if self.off:
+                self.body()
+                return "statements", False
         self._run(body, v, leaves)
+        return "compiled", True
+
+    def _statements(self) -> None:
+        """The body statement by statement, after the sinks of earlier calls have run."""
+        if self.pending and self.calls:
+            self.wait()
+        self.body()
+
+    def _worth_tracing(self, v: int) -> bool:
+        """auto: whether a trace may pay (module doc); False while the statements' times are
+        still being taken, and for good (``off``) once they say it would not."""
+        if not self.auto or self.chosen or self.bodies:
+            return True
+        runs = self.timed["statements"]
+        if len(runs) < SAMPLES:
+            return False
+        wall = statistics.median(w for w, _ in runs)
+        share = statistics.median(c / w for w, c in runs if w > 0)
+        left = self._left(v)
+        if share < HOST_SHARE:
+            self.off = (
+                f"the host took {share:.0%} of an iteration ({wall * 1e3:.1f} ms) run statement by "
+                f"statement, under {HOST_SHARE:.0%}: one compiled call would save too little "
+                "(compile_iterations=True compiles it anyway)"
+            )
+        elif left is not None and left < MIN_LEFT:
+            self.off = f"only {left} iterations remain (fewer than {MIN_LEFT}: compiling would not pay)"
+        if self.off:
+            log.info("iteration loop over %s runs statement by statement: %s", self.var, self.off)
+            return False
+        return True
+
+    def _left(self, v: int) -> int | None:
+        """Iterations of the loop after ``v``, or None where its bounds are not static."""
+        try:
+            vals = self._grid((self.loop,))[self.var]
+        except (tracing.NotTraceable, KeyError, NameError, TypeError):
+            return None
+        return int(np.count_nonzero(vals > v))
+
+    def _choose(self) -> None:
+        """auto: keep the compiled body where its calls were no slower than the statements."""
+        c = statistics.median(w for w, _ in self.timed["compiled"])
+        s = statistics.median(w for w, _ in self.timed["statements"])
+        figures = f"{c * 1e3:.1f} ms per iteration against {s * 1e3:.1f} ms statement by statement"
+        if c <= s:
+            self.chosen = f"measured {figures}"
+            log.info("iteration loop over %s: one compiled call per iteration, %s", self.var, self.chosen)
+            return
+        self.off = f"one compiled call took {figures} (compile_iterations=True keeps it anyway)"
+        log.info("iteration loop over %s runs statement by statement: %s", self.var, self.off)
+        self.wait()
+        self.bodies.clear()  # the compiled calls' memory
 
     def _run(self, body: _Body, v: int, leaves: list[Any]) -> None:
         ex = self.ex
