@@ -51,6 +51,25 @@ def test_summary_of_a_hand_made_report() -> None:
     assert "greedy" not in text and text.splitlines()[2].startswith("a ")
 
 
+def test_fraction_of_the_machine_peak_per_problem(tmp_path) -> None:
+    """With the measured peak in ``meta``, the summary and every problem's row give each
+    method's GFLOPS as a fraction of it."""
+    r = hand_report()
+    r = Report(r.methods, r.results, {"peak_gflops": 20.0})
+    s = {x.method: x for x in ev.summarize(r)}
+    assert s["a"].peak_fraction_geomean == pytest.approx((0.4 * 0.4 * 0.475) ** (1 / 3))
+    assert s["numpy"].peak_fraction_geomean == pytest.approx((2.0 * 2.5 * 0.5) ** (1 / 3))
+    assert "x peak" in ev.format_summary(r) and "20.0 GFLOPS" in ev.format_summary(r)
+    assert "x peak" not in ev.format_summary(hand_report())
+    assert math.isnan({x.method: x for x in ev.summarize(hand_report())}["a"].peak_fraction_geomean)
+    pytest.importorskip("matplotlib", reason="plots need pip install 'timerl[looptune]'")
+    paths = ev.write_report(r, tmp_path / "out")
+    with paths["results.csv"].open() as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[2]["a_x_peak"]) == pytest.approx(0.475) and float(rows[0]["numpy_x_peak"]) == 2.0
+    assert json.loads(paths["results.json"].read_text())["problems"][1]["x_peak"]["a"] == pytest.approx(0.4)
+
+
 def test_write_report_files(tmp_path) -> None:
     pytest.importorskip("matplotlib", reason="plots need pip install 'timerl[looptune]'")
     paths = ev.write_report(hand_report(), tmp_path / "out")

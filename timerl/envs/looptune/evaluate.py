@@ -142,6 +142,7 @@ class MethodSummary:
     within_best_share: float  # share of its problems at >= 90 % of the best method there
     mean_seconds: float  # tuning time (nan for the references)
     failures: int  # results of 0 GFLOPS (a failed build or run)
+    peak_fraction_geomean: float = math.nan  # GFLOPS / the machine's peak (meta["peak_gflops"])
 
 
 def _ok(x: float) -> bool:
@@ -162,6 +163,7 @@ def summarize(report: Report) -> tuple[MethodSummary, ...]:
         r.problem: max((v for m in methods if math.isfinite(v := r.value(m))), default=math.nan)
         for r in report.results
     }
+    peak = float(report.meta.get("peak_gflops") or math.nan)
     out = []
     for m in methods:
         rows = [r for r in report.results if math.isfinite(r.value(m))]
@@ -180,27 +182,36 @@ def summarize(report: Report) -> tuple[MethodSummary, ...]:
                 ),
                 mean_seconds=sum(secs) / len(secs) if secs else math.nan,
                 failures=sum(r.value(m) <= 0 for r in rows),
+                peak_fraction_geomean=geomean([r.value(m) / peak for r in rows]) if _ok(peak) else math.nan,
             )
         )
     return tuple(out)
 
 
 def format_summary(report: Report) -> str:
-    """The summary as a fixed-width text table."""
+    """The summary as a fixed-width text table (``x peak`` only when ``meta`` has the peak)."""
 
     def num(x: float, fmt: str) -> str:
         return format(x, fmt) if math.isfinite(x) else "-"
 
+    peak = report.meta.get("peak_gflops")
     lines = [
-        f"{'method':<14}{'n':>4}{'speedup':>10}{'x numpy':>10}{'>=90% best':>12}{'tune s':>10}{'fail':>6}",
+        f"{'method':<14}{'n':>4}{'speedup':>10}{'x numpy':>10}{'x peak' if peak else '':>{8 if peak else 0}}"
+        f"{'>=90% best':>12}{'tune s':>10}{'fail':>6}",
     ]
     for s in summarize(report):
         lines.append(
             f"{s.method:<14}{s.num_problems:>4}{num(s.speedup_geomean, '.2f'):>10}"
-            f"{num(s.numpy_fraction_geomean, '.2f'):>10}{num(100 * s.within_best_share, '.0f') + '%':>12}"
+            f"{num(s.numpy_fraction_geomean, '.2f'):>10}"
+            + (f"{num(s.peak_fraction_geomean, '.2f'):>8}" if peak else "")
+            + f"{num(100 * s.within_best_share, '.0f') + '%':>12}"
             f"{num(s.mean_seconds, '.1f'):>10}{s.failures:>6}"
         )
-    lines.append("speedup, x numpy: geometric means over problems; tune s: mean tuning seconds")
+    lines.append(
+        "speedup, x numpy"
+        + (f", x peak (this machine's measured {peak:.1f} GFLOPS)" if peak else "")
+        + ": geometric means over problems; tune s: mean tuning seconds"
+    )
     return "\n".join(lines)
 
 
@@ -453,9 +464,11 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
     paths = {
         name: out / name for name in ("results.csv", "results.json", "summary.txt", "fig8.png", "fig9.png")
     }
+    peak = float(report.meta.get("peak_gflops") or math.nan)
     header = ["problem", "kernel", "sizes", "untuned_gflops", "numpy_gflops"]
     for m in report.methods:
         header += [f"{m}_gflops", f"{m}_seconds"]
+    header += [f"{m}_x_peak" for m in (UNTUNED, *report.methods, NUMPY)]
     with paths["results.csv"].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
@@ -464,6 +477,7 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
             row: list[Any] = [r.problem.name, r.problem.kernel.name, sizes, r.untuned, r.numpy]
             for m in report.methods:
                 row += [r.gflops.get(m, math.nan), r.seconds.get(m, math.nan)]
+            row += [r.value(m) / peak for m in (UNTUNED, *report.methods, NUMPY)]
             w.writerow(row)
     doc = {
         "meta": dict(report.meta),
@@ -477,6 +491,7 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
                 "numpy_gflops": r.numpy,
                 "gflops": dict(r.gflops),
                 "seconds": dict(r.seconds),
+                "x_peak": {m: r.value(m) / peak for m in (UNTUNED, *report.methods, NUMPY)},
                 "info": {k: dict(v) for k, v in r.info.items()},
             }
             for r in report.results
@@ -659,8 +674,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.measurer == "tvm":
         from timerl.envs.looptune import tvm_lower
+        from timerl.envs.looptune.measure import machine_peak
 
         meta["cpu"] = tvm_lower.host_cpu()
+        meta["peak_gflops"] = machine_peak()
     report = evaluate(
         problems, tuners, reference or measurer, numpy_fn=npy.__getitem__, meta=meta, progress=not args.quiet
     )
