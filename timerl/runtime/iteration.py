@@ -125,6 +125,7 @@ class CompiledIteration:
         # auto: (wall, host cpu) seconds of steady iterations run each way
         self.timed: dict[str, list[tuple[float, float]]] = {"statements": [], "compiled": []}
         self._last: tuple[float, float, str, bool] | None = None  # the previous iteration's start
+        self._after_call = False  # the last iteration ran as one call (its sinks may be running)
 
     @property
     def status(self) -> str:
@@ -262,15 +263,16 @@ class CompiledIteration:
         if self.auto and not self.chosen and len(self.timed["compiled"]) >= SAMPLES:
             self._choose()
             if self.off:
-                self.body()
+                self._statements()
                 return "statements", False
         self._run(body, v, leaves)
         return "compiled", True
 
     def _statements(self) -> None:
         """The body statement by statement, after the sinks of earlier calls have run."""
-        if self.pending and self.calls:
+        if self._after_call:
             self.wait()
+            self._after_call = False
         self.body()
 
     def _worth_tracing(self, v: int) -> bool:
@@ -282,7 +284,7 @@ class CompiledIteration:
         if len(runs) < SAMPLES:
             return False
         wall = statistics.median(w for w, _ in runs)
-        share = statistics.median(c / w for w, c in runs if w > 0)
+        share = statistics.median(c / max(w, 1e-9) for w, c in runs)
         left = self._left(v)
         if share < HOST_SHARE:
             self.off = (
@@ -349,7 +351,7 @@ class CompiledIteration:
         ex.dispatches += 1
         ex.exec_count += body.execs
         self.calls += 1
-        self.ran = True
+        self.ran = self._after_call = True
         if body.ctx not in self.pending:
             self.pending.append(body.ctx)
 
