@@ -145,6 +145,17 @@ class MethodSummary:
     peak_fraction_geomean: float = math.nan  # GFLOPS / the machine's peak (meta["peak_gflops"])
 
 
+def _peak(report: Report) -> float:
+    """The machine's measured peak GFLOPS recorded in ``report.meta`` (nan when absent)."""
+    return float(report.meta.get("peak_gflops") or math.nan)
+
+
+def _x_peak(r: ProblemResult, methods: Sequence[str], peak: float) -> dict[str, float]:
+    """Each method's GFLOPS on result ``r`` as a fraction of ``peak`` (the untuned nest and
+    NumPy included)."""
+    return {m: r.value(m) / peak for m in (UNTUNED, *methods, NUMPY)}
+
+
 def _ok(x: float) -> bool:
     return math.isfinite(x) and x > 0
 
@@ -163,7 +174,7 @@ def summarize(report: Report) -> tuple[MethodSummary, ...]:
         r.problem: max((v for m in methods if math.isfinite(v := r.value(m))), default=math.nan)
         for r in report.results
     }
-    peak = float(report.meta.get("peak_gflops") or math.nan)
+    peak = _peak(report)
     out = []
     for m in methods:
         rows = [r for r in report.results if math.isfinite(r.value(m))]
@@ -464,7 +475,7 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
     paths = {
         name: out / name for name in ("results.csv", "results.json", "summary.txt", "fig8.png", "fig9.png")
     }
-    peak = float(report.meta.get("peak_gflops") or math.nan)
+    peak = _peak(report)
     header = ["problem", "kernel", "sizes", "untuned_gflops", "numpy_gflops"]
     for m in report.methods:
         header += [f"{m}_gflops", f"{m}_seconds"]
@@ -477,7 +488,7 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
             row: list[Any] = [r.problem.name, r.problem.kernel.name, sizes, r.untuned, r.numpy]
             for m in report.methods:
                 row += [r.gflops.get(m, math.nan), r.seconds.get(m, math.nan)]
-            row += [r.value(m) / peak for m in (UNTUNED, *report.methods, NUMPY)]
+            row += list(_x_peak(r, report.methods, peak).values())
             w.writerow(row)
     doc = {
         "meta": dict(report.meta),
@@ -491,7 +502,7 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, P
                 "numpy_gflops": r.numpy,
                 "gflops": dict(r.gflops),
                 "seconds": dict(r.seconds),
-                "x_peak": {m: r.value(m) / peak for m in (UNTUNED, *report.methods, NUMPY)},
+                "x_peak": _x_peak(r, report.methods, peak),
                 "info": {k: dict(v) for k, v in r.info.items()},
             }
             for r in report.results
