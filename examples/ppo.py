@@ -60,6 +60,25 @@ def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     return means
 
 
+def finished_returns(running: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> list[float]:
+    """The returns of the episodes that end in a rollout (``rewards``, ``dones``: (envs, steps)),
+    env by env in step order; ``running`` (per env: the return of its unfinished episode) is
+    carried in place. In NumPy: a loop over the steps cost ~5 ms per 8 x 1,000 rollout, a
+    sixth of PPO's whole iteration there."""
+    totals = np.cumsum(rewards, axis=1) + running[:, None]  # each env's return so far
+    env, _ = np.nonzero(dones)
+    ends = totals[dones]  # row-major: env by env, steps in order
+    first = np.ones(len(env), dtype=bool)
+    first[1:] = env[1:] != env[:-1]
+    starts = np.where(first, 0.0, np.roll(ends, 1))  # the previous end in the same env
+    final = np.ones(len(env), dtype=bool)
+    final[:-1] = env[:-1] != env[1:]
+    last = np.zeros(len(running))
+    last[env[final]] = ends[final]  # each env's last end
+    running[:] = totals[:, -1] - last
+    return (ends - starts).tolist()
+
+
 def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     """Train with fixed-length rollouts; returns, per iteration, the mean return of the
     episodes that finished in it (the previous mean when none did)."""
@@ -70,13 +89,7 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
         it = pt["i"]
-        rewards, dones = v[0], v[1] > 0  # (envs, steps)
-        eps: list[float] = []
-        for k in range(rewards.shape[1]):
-            running[:] += rewards[:, k]
-            if dones[:, k].any():
-                eps.extend(running[dones[:, k]].tolist())
-                running[dones[:, k]] = 0.0
+        eps = finished_returns(running, v[0], v[1] > 0)
         m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
         means.append(m)
         steps = (it + 1) * args.num_envs * args.num_steps

@@ -382,3 +382,23 @@ def test_dealloc_on_equals_off(backend: str, fixed: bool) -> None:
     (r_off, p_off), (r_on, p_on) = runs
     assert r_on and r_on == r_off
     assert p_on < p_off
+
+
+def test_finished_returns_matches_a_loop_over_the_steps() -> None:
+    """The example's episode returns (vectorized) equal a step-by-step account, across rollouts."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        envs, steps = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        loop_running = rng.random(envs)
+        running = loop_running.copy()
+        for _ in range(3):  # consecutive rollouts carry the unfinished episodes
+            rewards = rng.random((envs, steps))
+            dones = rng.random((envs, steps)) < rng.random()
+            expected: list[float] = []
+            for k in range(steps):
+                loop_running += rewards[:, k]
+                expected.extend(loop_running[dones[:, k]].tolist())
+                loop_running[dones[:, k]] = 0.0
+            got = ppo.finished_returns(running, rewards, dones)
+            np.testing.assert_allclose(sorted(got), sorted(expected))
+            np.testing.assert_allclose(running, loop_running)

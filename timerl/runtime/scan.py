@@ -647,9 +647,10 @@ class ScannedLoop:
     ) -> Callable[..., Any]:
         if self.ex.backend.scans != "compiled":
             return self._build_host(plan, choice, carry_src, stored, length, flips)
-        import jax
         import jax.numpy as jnp
         from jax import lax
+
+        from timerl.backends.jax_backend import jit
 
         be = self.ex.backend
         static = dict(self.ex._static)
@@ -704,7 +705,7 @@ class ScannedLoop:
                 for y, a, f in zip(ys, axes, flips, strict=True)
             )
 
-        return jax.jit(run)
+        return jit(run)
 
     def _build_host(
         self,
@@ -813,10 +814,11 @@ def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]
 def _take_rows(axis: int) -> Callable[[Any, np.ndarray], Any]:
     """``rows`` of an array along ``axis``, moved to the front: one compiled call (the
     eager ``take`` and ``moveaxis`` cost a Python dispatch each per loop entry)."""
-    import jax
     import jax.numpy as jnp
 
-    return jax.jit(lambda x, rows: jnp.moveaxis(jnp.take(x, rows, axis=axis), axis, 0))
+    from timerl.backends.jax_backend import jit
+
+    return jit(lambda x, rows: jnp.moveaxis(jnp.take(x, rows, axis=axis), axis, 0))
 
 
 def _jax_input(x: Any) -> Any:
@@ -878,14 +880,15 @@ _JOIN_SEEN: set[tuple[Any, ...]] = set()  # shapes _Joined joined in NumPy (boun
 def _join(n_before: int, n_after: int, axis: int) -> Callable[[list[Any], Any, list[Any]], Any]:
     """One compiled call joining peeled rows and a scan's stacked rows along ``axis`` (a
     NumPy join and ``device_put`` cost ~8x more per call on the host)."""
-    import jax
     import jax.numpy as jnp
 
     def join(before: list[Any], tail: Any, after: list[Any]) -> Any:
         parts = [jnp.expand_dims(x, axis) for x in before] + [tail]
         return jnp.concatenate(parts + [jnp.expand_dims(x, axis) for x in after], axis=axis)
 
-    return jax.jit(join)
+    from timerl.backends.jax_backend import jit
+
+    return jit(join)
 
 
 def _range_frees(stmts: list[AstNode], ex: Executor) -> list[_RangeFree] | None:
