@@ -134,6 +134,10 @@ class AbstractBackend(abc.ABC):
     def from_numpy(self, a: np.ndarray) -> Any:
         """Copy a NumPy array into a backend tensor, keeping its dtype."""
 
+    def from_numpy_all(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        """:meth:`from_numpy` of each array (a UDF's outputs); a backend may batch them."""
+        return [self.from_numpy(a) for a in arrays]
+
     @abc.abstractmethod
     def to_numpy(self, x: Any) -> np.ndarray:
         """A NumPy view or copy of ``x`` (treat it as read-only)."""

@@ -217,7 +217,7 @@ def call_udf(node: Node, fn: Any, ins: Sequence[Any], pd: dict[str, int], be: An
         raise user_code_error("UDF", node, exc, pd) from exc
     if dlpack:
         return udf_dlpack_outputs(node, res, pd, be)
-    return [be.from_numpy(a) for a in udf_outputs(node, res, pd)]
+    return be.from_numpy_all(udf_outputs(node, res, pd))
 
 
 def eval_shape(shape: Sequence[Any], env: Any, node: Node) -> tuple[int, ...]:
