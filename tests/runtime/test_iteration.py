@@ -77,6 +77,22 @@ def test_the_body_runs_as_one_call_with_the_same_values() -> None:
         assert on["noise"][k] == off["noise"][k]  # the same seeds: the same draws
 
 
+def test_nothing_host_side_runs_inside_the_compiled_call() -> None:
+    """The noise's seeds and the step size (from i) are inputs of the call, the sinks' values
+    outputs: the compiled body has no host callback, and the sinks still see every iteration
+    in order."""
+    ctx, bounds, seen = _program()
+    ex = ctx.compile(bounds, backend="jax", compile_iterations=True)
+    ex.execute()
+    it = ex._interp._iteration
+    assert it.calls == 5 and not it.queued
+    (body,) = it.bodies.values()
+    assert len(body.hosts) >= 2 and len(body.sinks) == 3  # seeds and lr; sum, noise and w
+    text = body.fn.as_text().lower()
+    assert "callback" not in text, "a host callback inside the compiled body"
+    assert sorted(seen["sum"]) == sorted(seen["w"]) == list(range(7))
+
+
 def test_a_short_loop_that_does_not_scan_is_unrolled_into_the_body() -> None:
     off, _ = _run(False, sink_inside=True)
     on, ex = _run(True, sink_inside=True)

@@ -267,7 +267,7 @@ class Executor:
         self.dispatches = 0
         self.donation_stats[:] = [0, 0, 0]
         if self._iteration is not None:
-            self._iteration.pending.clear()
+            self._iteration.queued.clear()
         self._run()
         if self._iteration is not None:
             self._iteration.finish()

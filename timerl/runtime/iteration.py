@@ -30,9 +30,13 @@ as a function of the values the store holds when the iteration starts, and then 
   :data:`SAMPLES` calls and keeps whichever way was faster (logged at INFO, and
   ``Executor.iteration_body`` says which and why). ``compile_iterations=True`` always
   compiles where the plan allows.
-* **The host.** ``EVAL_SYMBOL`` values and the seeds of random draws are host callbacks of the
-  distance in iterations (the same values as the interpreter's), sinks ordered host
-  callbacks with their points moved on; their errors are raised after the call.
+* **The host.** Nothing host-side runs inside a call (on a GPU a host callback stops the
+  device until the host answers). ``EVAL_SYMBOL`` values and the seeds of random draws are
+  inputs, computed on the host before each call from the distance in iterations (the same
+  values as the interpreter's; a first trace finds them, a second takes them as inputs).
+  Sinks' values are outputs: their callbacks run, in program order and with their points
+  moved on, once the next call is on its way (or before the loop runs statement by statement
+  again, and at the end of the run), so the host's sink work overlaps the device's next call.
 
 Values are those of the interpreted body (XLA may fuse across statements: float results may
 differ in the last bits, as in regions and scans). A trace that fails (a statement not
@@ -87,7 +91,8 @@ class _Body:
     # per table the body changes: (nid, oid, entries [(relative point, src)], stacks
     # [(src, axis, share, relative cols, alive)]); src: ("in", k) or ("out", k)
     rebuild: list[tuple[int, int, list[tuple[Any, tuple[str, int]]], list[tuple[Any, ...]]]]
-    ctx: tracing.TraceContext
+    hosts: list[tuple[Callable[[int], Any], tuple[int, ...], np.dtype]]  # inputs computed per call
+    sinks: list[Callable[[np.ndarray, int], None]]  # called back with the call's last outputs
     execs: int
 
 
@@ -119,7 +124,8 @@ class CompiledIteration:
         self._new_in_a_row = 0
         self.calls = 0  # iterations run as one call
         self.ran = False  # whether the last iteration ran as one call
-        self.pending: list[tracing.TraceContext] = []  # calls whose sinks may still raise
+        # per call whose sinks have not run yet: (callbacks, their values, distance)
+        self.queued: list[tuple[list[Callable[[np.ndarray, int], None]], list[Any], int]] = []
         self.auto = plan.options.compile_iterations == "auto"
         self.chosen = ""  # auto: why the compiled body was kept ('' until measured)
         # auto: (wall, host cpu) seconds of steady iterations run each way
@@ -323,12 +329,16 @@ class CompiledIteration:
 
     def _run(self, body: _Body, v: int, leaves: list[Any]) -> None:
         ex = self.ex
-        for ctx in self.pending:
-            ctx.raise_errors()
         base = v + self.offset
         d = base - body.base
         states = [p.get_state() for p in self.pures]
-        outs, new_states = body.fn(np.int32(d), leaves, states)
+        hosts = [tracing.host_array(fn, shape, dt, d) for fn, shape, dt in body.hosts] if body.hosts else None
+        outs, new_states, sunk = body.fn(np.int32(d), leaves, states, hosts)
+        # the previous call's sinks run while this one computes (before the store moves on,
+        # so an error leaves the store as that call left it)
+        self._flush()
+        if body.sinks:
+            self.queued.append((body.sinks, sunk, d))
         for p, st in zip(self.pures, new_states, strict=True):
             p.set_state(st)
         store, ipos = ex.store, self.ipos
@@ -352,21 +362,21 @@ class CompiledIteration:
         ex.exec_count += body.execs
         self.calls += 1
         self.ran = self._after_call = True
-        if body.ctx not in self.pending:
-            self.pending.append(body.ctx)
+
+    def _flush(self) -> None:
+        """Run the sinks of the calls so far, in order (a sink's error propagates)."""
+        while self.queued:
+            calls, values, d = self.queued.pop(0)
+            for call, x in zip(calls, values, strict=True):
+                call(np.array(x), d)
 
     def wait(self) -> None:
-        """Block until the calls' host callbacks (sinks) have run, and raise their errors."""
-        import jax
-
-        jax.effects_barrier()
-        for ctx in self.pending:
-            ctx.raise_errors()
+        """Run the sinks of the calls so far (after they finish)."""
+        self._flush()
 
     def finish(self) -> None:
-        """At the end of a run: wait for the last calls' sinks and raise what they raised."""
-        if self.pending:
-            self.wait()
+        """At the end of a run: the last call's sinks."""
+        self._flush()
 
     # -- tracing ---------------------------------------------------------------------------
     def _refuse(self, key: Any, why: str) -> None:
@@ -390,8 +400,6 @@ class CompiledIteration:
         ex = self.ex
         base = v + self.offset
         t0 = time.perf_counter()
-        snap = ex.store.snapshot()
-        hints = {k: dict(h) for k, h in ex.stack_hints.items()}
         try:
             states = [p.get_state() for p in self.pures]
         except Exception as exc:  # noqa: BLE001 - an env before its reset: not this iteration
@@ -401,8 +409,10 @@ class CompiledIteration:
         rebuild: list[Any] = []
         counted = [0]
 
-        def traced(delta: Any, xs: list[Any], sts: list[Any]) -> tuple[list[Any], list[Any]]:
-            ctx.delta = delta
+        def traced(
+            delta: Any, xs: list[Any], sts: list[Any], hosts: list[Any] | None
+        ) -> tuple[list[Any], list[Any], list[Any]]:
+            ctx.begin(delta, hosts)
             self._load(xs)
             for p, st in zip(self.pures, sts, strict=True):
                 p.set_state(st)
@@ -436,28 +446,38 @@ class CompiledIteration:
                 entries = [(p, src(x)) for p, x in a[0]]
                 stacks = [(src(x), axis, share, cols, alive) for x, axis, share, cols, alive in a[1]]
                 rebuild.append((tk[0], tk[1], entries, stacks))
-            return new, [p.get_state() for p in self.pures]
+            return new, [p.get_state() for p in self.pures], list(ctx.sink_values)
 
         counters = (ex.exec_count, ex.dispatches)
+
+        def trace(hosts: list[Any] | None) -> Any:
+            snap = ex.store.snapshot()
+            hints = {k: dict(h) for k, h in ex.stack_hints.items()}
+            try:
+                return jax.jit(traced).trace(np.int32(0), leaves, states, hosts)
+            finally:  # the trace ran the body on tracers: put back what the store held
+                ex.store.restore(snap)
+                self._restore_hints(hints)
+                for p, st in zip(self.pures, states, strict=True):
+                    p.set_state(st)
+                ex.exec_count, ex.dispatches = counters
+
         fn, why = None, ""
         try:
-            fn = jax.jit(traced).trace(np.int32(0), leaves, states).lower().compile()
+            found = trace(None)  # finds the host values the body needs
+            if ctx.hosts:  # again, with them as inputs instead of callbacks
+                found = trace([np.zeros(shape, dt) for _, shape, dt in ctx.hosts])
+            fn = found.lower().compile()
         except Exception as exc:  # noqa: BLE001 - any failure: this key runs as before
             why = (
                 str(exc)
                 if isinstance(exc, tracing.NotTraceable)
                 else f"tracing it failed ({type(exc).__name__}: {exc})"
             )
-        finally:  # the trace ran the body on tracers: put back what the store held
-            ex.store.restore(snap)
-            self._restore_hints(hints)
-            for p, st in zip(self.pures, states, strict=True):
-                p.set_state(st)
-            ex.exec_count, ex.dispatches = counters
         if fn is None:
             self._refuse(key, why)
             return None
-        body = self.bodies[key] = _Body(fn, base, list(rebuild), ctx, counted[0])
+        body = self.bodies[key] = _Body(fn, base, list(rebuild), list(ctx.hosts), list(ctx.sinks), counted[0])
         log.info(
             "iteration loop over %s: the body of iteration %d traced and compiled as one call in "
             "%.1f s (%d live values in, %d tables rebuilt per call)",

@@ -2,9 +2,10 @@
 
 While :class:`~timerl.runtime.iteration.CompiledIteration` traces the iteration loop's body,
 the interpreter runs every statement once on JAX tracers. What the host would compute from
-the point (an ``EVAL_SYMBOL``'s value, the seeds of random draws) becomes a host callback of
-the distance ``delta`` (in iterations) between the traced iteration and the one the call
-runs, and a sink a callback with its value and point; a statement that cannot be traced
+the point (an ``EVAL_SYMBOL``'s value, the seeds of random draws) becomes an input of the
+call, computed on the host from the distance ``delta`` (in iterations) between the traced
+iteration and the one the call runs, and a sink's value an output of the call, called back
+after it; a statement that cannot be traced
 raises :class:`NotTraceable`. :data:`current` is None outside a trace (one attribute read per
 statement that cares).
 """
@@ -25,12 +26,35 @@ class NotTraceable(Exception):
 
 class TraceContext:
     """What the thunks need while a body is traced: ``delta`` (a traced int32 scalar) and,
-    per node, where its points move with the iteration (``ipos``: node id -> coordinate)."""
+    per node, where its points move with the iteration (``ipos``: node id -> coordinate).
+
+    Nothing host-side runs inside the compiled call (on a GPU each host callback would stop
+    the device until the host answers):
+
+    * a value the host computes from the point (:meth:`host_value`) is an input of the call,
+      computed before it from the distance; the first trace of a body finds which values
+      there are (``hosts``, in the order the body asks for them) with callbacks in their
+      place, a second trace takes them as inputs (``inputs``);
+    * a sink (:meth:`sink`) is an output of the call, and its callback runs on the host after
+      the call, in program order (``sinks``).
+    """
 
     def __init__(self, delta: Any, ipos: dict[int, int]) -> None:
         self.delta = delta
         self.ipos = ipos
-        self.errors: list[BaseException] = []  # raised by sinks inside the compiled call
+        self.hosts: list[tuple[Callable[[int], Any], tuple[int, ...], np.dtype]] = []
+        self.inputs: Sequence[Any] | None = None  # the host values, traced (second trace)
+        self.sinks: list[Callable[[np.ndarray, int], None]] = []
+        self.sink_values: list[Any] = []
+
+    def begin(self, delta: Any, inputs: Sequence[Any] | None) -> None:
+        """Start a trace: the host values are ``inputs`` (found by an earlier trace) or found
+        now (None)."""
+        self.delta, self.inputs = delta, inputs
+        if inputs is None:
+            self.hosts = []
+        self.sinks, self.sink_values = [], []
+        self._k = 0
 
     def shift(self, nid: int, point: Point, d: int) -> Point:
         """``point`` of node ``nid`` moved ``d`` iterations on."""
@@ -40,39 +64,31 @@ class TraceContext:
         return point[:j] + (point[j] + d,) + point[j + 1 :]
 
     def host_value(self, fn: Callable[[int], Any], shape: Sequence[int], dtype: Any) -> Any:
-        """``fn(delta)`` computed on the host at every call (a NumPy array of ``shape``)."""
+        """``fn(delta)`` (a NumPy array of ``shape``) for the iteration a call runs."""
         import jax
 
         shape, dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+        k, self._k = self._k, self._k + 1
+        if self.inputs is not None:
+            if k >= len(self.hosts) or self.hosts[k][1:] != (shape, dtype):
+                raise NotTraceable("the body asked for other host values in a second trace")
+            return self.inputs[k]
+        self.hosts.append((fn, shape, dtype))
 
         def cb(d: Any) -> np.ndarray:
-            return np.asarray(fn(int(d)), dtype=dtype).reshape(shape)
+            return host_array(fn, shape, dtype, int(d))
 
         return jax.pure_callback(cb, jax.ShapeDtypeStruct(shape, dtype), self.delta)
 
     def sink(self, call: Callable[[np.ndarray, int], None], x: Any) -> None:
-        """``call(value, delta)`` on the host, in program order; its errors are kept for
-        :meth:`raise_errors` (a callback must not raise into XLA)."""
-        from jax.experimental import io_callback
+        """``call(value, delta)`` on the host after the call, in program order."""
+        self.sinks.append(call)
+        self.sink_values.append(x)
 
-        errors = self.errors
 
-        def cb(v: Any, d: Any) -> None:
-            if errors:
-                return
-            try:
-                call(np.array(v), int(d))
-            except BaseException as exc:  # noqa: BLE001 - re-raised by raise_errors
-                errors.append(exc)
-
-        io_callback(cb, None, x, self.delta, ordered=True)
-
-    def raise_errors(self) -> None:
-        """Raise the first error a sink raised (once)."""
-        if self.errors:
-            exc = self.errors[0]
-            self.errors.clear()
-            raise exc
+def host_array(fn: Callable[[int], Any], shape: tuple[int, ...], dtype: np.dtype, d: int) -> np.ndarray:
+    """``fn(d)`` as a NumPy array of ``shape`` and ``dtype``."""
+    return np.asarray(fn(d), dtype=dtype).reshape(shape)
 
 
 current: TraceContext | None = None
