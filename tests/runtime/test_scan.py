@@ -5,6 +5,7 @@ traceable are scanned."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -57,6 +58,42 @@ def test_a_pure_recurrence_is_scanned_with_the_same_values(backend: str) -> None
     reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend(backend))
     for k in on:
         np.testing.assert_allclose(seen["sum"][k], on[k], rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_first_iteration_runs_inside_the_scan(caplog, backend: str) -> None:
+    """x[i, 0] = w reads a value from outside the loop over t: it is the carry's first
+    value, and no iteration is peeled (the values: the test above and the reference)."""
+    caplog.set_level(logging.DEBUG, logger="timerl.runtime.scan")
+    ctx, bounds, _ = _program()
+    ctx.compile(bounds, backend=backend).execute()
+    scans = [r.getMessage() for r in caplog.records if "as one scan" in r.getMessage()]
+    assert scans and all("7 iterations" in m and "(0 peeled before)" in m for m in scans), scans
+
+
+def test_a_scan_that_fails_from_the_first_iteration_peels_it(caplog, monkeypatch) -> None:
+    """If the scan with the first iteration's values fails (JAX: nothing ran), that loop
+    peels its first iteration from then on, with the same values."""
+    from timerl.runtime.scan import ScannedLoop
+
+    orig = ScannedLoop._scan
+
+    def failing(self, peeled, vals, choice, kinds, first_values=None):  # type: ignore[no-untyped-def]
+        if first_values:
+            raise TypeError("a carry of another type")
+        return orig(self, peeled, vals, choice, kinds, first_values)
+
+    monkeypatch.setattr(ScannedLoop, "_scan", failing)
+    caplog.set_level(logging.DEBUG, logger="timerl.runtime.scan")
+    ctx, bounds, seen = _program()
+    ex = ctx.compile(bounds, backend="jax")
+    ex.execute()
+    assert ex._interp.scanned_entries == 3
+    assert any("its first iteration is peeled" in r.getMessage() for r in caplog.records)
+    ctx, bounds, ref = _program()
+    reference_evaluate(build_pdg(ctx, bounds, CompileOptions()), get_backend("jax"))
+    for k in ref["sum"]:
+        np.testing.assert_allclose(seen["sum"][k], ref["sum"][k], rtol=1e-5)
 
 
 def _countdown_program(n: int = 6):

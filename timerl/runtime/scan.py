@@ -19,9 +19,14 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
   ``o[t + 1] = step(...)[t]``), a value from outside the loop that does not change along
   it (passed once), or one that does (gathered per iteration before the scan and stacked
   as the scanned input).
-* **Branches**: a ``MERGE`` must take the same branch at every scanned iteration. The
-  first iterations of a loop entry that take another branch (``o[0] = reset``) run through
-  the interpreter first (peeled); the scan starts after them.
+* **Branches**: a ``MERGE`` must take the same branch at every scanned iteration. Where
+  only the first iteration differs, and there only ``MERGE`` members whose branch reads a
+  value the store holds before the loop while their later branch reads the carry
+  (``o[i, 0] = reset`` or ``o[i - 1, T]``,
+  ``o[t + 1] = step(...)[t]``), that value is the carry's first value and the scan starts at
+  the first iteration (:meth:`ScannedLoop._first_values`). Otherwise the first iterations
+  that take another branch run through the interpreter first (peeled); the scan starts after
+  them.
 * **Outputs** read after the loop (or by a branch the scan does not take) are stacked by
   the scan, with the rows after the batch dims (the layout the interpreter gives a stack of
   points), and recorded per point as rows of that array
@@ -173,6 +178,7 @@ class ScannedLoop:
         self._row_fns: dict[Expr, Callable[..., Any]] = {}  # _rows_read's compiled row expressions
         self._warned = False
         self._broken: str | None = None
+        self._peel_first = False  # the scan with the first iteration's values failed: peel it
         self._store = ex.store
 
     def _fresh_inputs(self) -> None:
@@ -198,15 +204,28 @@ class ScannedLoop:
             self.fallback()
             return
         start, choice, kinds = plan
+        first: dict[tuple[int, int], Any] = {}
+        if start == 1 and not self._peel_first:  # the first iteration's branch as the carry's first value
+            entered = self._first_values(vals, choice)
+            if entered is not None:
+                first, start, kinds = entered
         for v in vals[:start]:  # peeled iterations (other branches)
             env[var] = v
             self.body()
         env.pop(var, None)
         try:
-            self._scan(vals[:start], vals[start:], choice, kinds)
+            self._scan(vals[:start], vals[start:], choice, kinds, first)
         except TimeRLError:
             raise
-        except Exception as exc:  # tracing or compiling the scan failed: say so, run as before
+        except Exception as exc:
+            if first and ex.backend.scans == "compiled":  # nothing ran: peel the first iteration
+                self._peel_first = True
+                log.debug(
+                    "loop over %s: its first iteration is peeled (%s: %s)", var, type(exc).__name__, exc
+                )
+                self()
+                return
+            # tracing or compiling the scan failed: say so, run as before
             # a host loop ran its UDFs (no second run of them); a compiled iteration's trace fails
             if ex.backend.scans != "compiled" or tracing.current is not None:
                 raise
@@ -226,6 +245,51 @@ class ScannedLoop:
             return
         ex.scanned_entries += 1
         ex.dispatches += 1
+
+    def _first_values(
+        self, vals: list[int], choice: list[int | None]
+    ) -> tuple[dict[tuple[int, int], Any], int, list[list[str]]] | None:
+        """Scan from the first iteration too where only ``MERGE`` members take another branch
+        there, that branch reads a value the store holds before the loop (from outside it, or
+        from an earlier entry of it), and the branch they take
+        after it reads a member at the previous iteration (``o[0] = reset``, ``o[t + 1] =
+        step(...)[t]``): that value is then the carry's first value, and the first step
+        runs inside the scan instead of through the interpreter (no join of its rows, no
+        compilation of its statements on their own). ``(first carry values by (member,
+        output), 0, kinds)``, or None to peel the first iteration."""
+        plan = self._kinds(vals, 0, choice)
+        if isinstance(plan, str):
+            return None
+        _, _, kinds = plan
+        carried = {}
+        for k, m in enumerate(self.members):
+            for e, kind in zip(m.edges, kinds[k], strict=True):
+                if kind == "carry":
+                    slot = (self.index[e.src], e.oid)
+                    carried[slot] = carried.get(slot, 0) + 1
+        first: dict[tuple[int, int], Any] = {}
+        be = self.ex.backend
+        for k, m in enumerate(self.members):
+            if m.branch_conds is None:
+                continue
+            point, penv = self._point_env(m, vals[0])
+            j0 = next((j for j, c in enumerate(m.branch_conds) if c(penv)), -1)
+            j = choice[k]
+            if j0 == j:
+                continue
+            if j0 < 0 or j is None or kinds[k][j] != "carry":
+                return None
+            slot = (self.index[m.edges[j].src], m.edges[j].oid)
+            if carried[slot] != 1 or slot in first:  # another read of it would see this value
+                return None
+            try:  # from outside the loop, or from a member at an earlier entry of it
+                y = m.inputs[j0][0](penv)
+            except Exception:  # noqa: BLE001 - not in the store before the loop: peel
+                return None
+            if m.node.batch and not m.inputs[j0][1]:
+                y = be.broadcast_batch(y, tuple(m.node.batch))
+            first[slot] = y
+        return (first, 0, kinds) if first else None
 
     def _values(self, env: dict[Sym, Any]) -> list[int]:
         """The loop variable's values at this entry: from ``init`` by ``inc`` while ``cond``
@@ -381,7 +445,12 @@ class ScannedLoop:
 
     # -- the scan ---------------------------------------------------------------------------
     def _scan(
-        self, peeled: list[int], vals: list[int], choice: list[int | None], kinds: list[list[str]]
+        self,
+        peeled: list[int],
+        vals: list[int],
+        choice: list[int | None],
+        kinds: list[list[str]],
+        first_values: Mapping[tuple[int, int], Any] | None = None,
     ) -> None:
         ex = self.ex
         store = ex.store
@@ -413,6 +482,9 @@ class ScannedLoop:
             plan.append(row)
         carry0 = []
         for mk, oid in carry_src:
+            if first_values and (mk, oid) in first_values:
+                carry0.append(first_values[(mk, oid)])
+                continue
             src = self.members[mk]
             q, _ = self._point_env(src, first - self.inc)
             carry0.append(store.table(src.node.id, oid)[q])
