@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -26,6 +27,20 @@ def test_run_log_writes_metrics_events_and_curve(tmp_path, capsys) -> None:
     data = events[0].read_bytes()
     assert b"mean_return" in data and b"env_steps" in data
     assert capsys.readouterr().out.splitlines() == ["line 0", "line 1", "line 2"]
+
+
+def test_run_log_does_not_import_torch(tmp_path) -> None:
+    """tensorboardX imports torch when it can (seconds and ~200 MB in a JAX run): RunLog keeps
+    it out where nothing imported it, and torch still imports afterwards."""
+    code = (
+        "import sys, timerl as trl\n"
+        f"log = trl.run.RunLog({str(tmp_path / 'r')!r}, total=1, quiet=True)\n"
+        "log.log(0, None, x=1.0); log.close()\n"
+        "assert 'torch' not in sys.modules, 'RunLog imported torch'\n"
+        "import torch\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert b"x" in next((tmp_path / "r").glob("events.out.tfevents.*")).read_bytes()
 
 
 @dataclass
