@@ -212,25 +212,26 @@ def make_fused_thunk(
             # a Torch view holds its base, and a view itself is not donated)
             ok = tuple(k for k in dpos if refcount(ext[k]) == 2 and getattr(ext[k], "_base", None) is None)
             held = [k for k in dpos if k not in ok]
+            copied: list[int] = []
             if held and ok not in called and not into:
                 # a variant never run (the first iteration's inputs held by the initialiser,
                 # say): donate copies of the held inputs instead of compiling one more variant
                 if sum(nbytes(ext[k]) for k in held) <= COPY_TO_DONATE:
                     for k in held:
                         ext[k] = be.block_copy(ext[k])
-                    ok = dpos
+                    copied, ok = held, dpos
             called.add(ok)
             if ok:
                 for k in ok:  # its contents change: a host copy of them is no longer its copy
                     store.forget_host_copy(ext[k])
                 fn = giving(ok)
-                stats[0] += len(ok) - len(held) * (ok == dpos)
-                stats[2] += sum(nbytes(ext[k]) for k in ok if k not in held)
+                stats[0] += len(ok) - len(copied)  # the held inputs count as not donated
+                stats[2] += sum(nbytes(ext[k]) for k in ok if k not in copied)
             if held:
                 stats[1] += len(held)
                 if log.isEnabledFor(logging.DEBUG):
                     srcs = [gathers[k].edge.src for k in held]  # type: ignore[attr-defined]
-                    how = "donating copies of" if ok == dpos else "not donating"
+                    how = "donating copies of" if copied else "not donating"
                     log.debug("region [%s] at %s: %s %s (held elsewhere)", ids, point, how, srcs)
         try:
             outs = fn(*ext)

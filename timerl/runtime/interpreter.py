@@ -270,7 +270,7 @@ class Executor:
             self._iteration.queued.clear()
         self._run()
         if self._iteration is not None:
-            self._iteration.finish()
+            self._iteration.wait()
         log.debug("executed %d node points; %s", self.exec_count, self.store.stats())
 
     def _new_store(self) -> PointStore:

@@ -336,7 +336,7 @@ class CompiledIteration:
         outs, new_states, sunk = body.fn(np.int32(d), leaves, states, hosts)
         # the previous call's sinks run while this one computes (before the store moves on,
         # so an error leaves the store as that call left it)
-        self._flush()
+        self.wait()
         if body.sinks:
             self.queued.append((body.sinks, sunk, d))
         for p, st in zip(self.pures, new_states, strict=True):
@@ -363,20 +363,13 @@ class CompiledIteration:
         self.calls += 1
         self.ran = self._after_call = True
 
-    def _flush(self) -> None:
-        """Run the sinks of the calls so far, in order (a sink's error propagates)."""
+    def wait(self) -> None:
+        """Run the sinks of the calls so far, in order, as their values arrive (a sink's error
+        propagates); at the end of a run, the last call's."""
         while self.queued:
             calls, values, d = self.queued.pop(0)
             for call, x in zip(calls, values, strict=True):
                 call(np.array(x), d)
-
-    def wait(self) -> None:
-        """Run the sinks of the calls so far (after they finish)."""
-        self._flush()
-
-    def finish(self) -> None:
-        """At the end of a run: the last call's sinks."""
-        self._flush()
 
     # -- tracing ---------------------------------------------------------------------------
     def _refuse(self, key: Any, why: str) -> None:
