@@ -22,9 +22,8 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
 * **Branches**: a ``MERGE`` must take the same branch at every scanned iteration. Where
   only the first iteration differs, and there only ``MERGE`` members whose branch reads a
   value the store holds before the loop while their later branch reads the carry
-  (``o[i, 0] = reset`` or ``o[i - 1, T]``,
-  ``o[t + 1] = step(...)[t]``), that value is the carry's first value and the scan starts at
-  the first iteration (:meth:`ScannedLoop._first_values`). Otherwise the first iterations
+  (``o[i, 0] = reset`` or ``o[i - 1, T]``, ``o[t + 1] = step(...)[t]``), that value is the
+  carry's first value and the scan starts at the first iteration (:meth:`ScannedLoop._first_values`). Otherwise the first iterations
   that take another branch run through the interpreter first (peeled); the scan starts after
   them.
 * **Outputs** read after the loop (or by a branch the scan does not take) are stacked by
@@ -208,7 +207,7 @@ class ScannedLoop:
         if start == 1 and not self._peel_first:  # the first iteration's branch as the carry's first value
             entered = self._first_values(vals, choice)
             if entered is not None:
-                first, start, kinds = entered
+                (first, kinds), start = entered, 0
         for v in vals[:start]:  # peeled iterations (other branches)
             env[var] = v
             self.body()
@@ -248,15 +247,15 @@ class ScannedLoop:
 
     def _first_values(
         self, vals: list[int], choice: list[int | None]
-    ) -> tuple[dict[tuple[int, int], Any], int, list[list[str]]] | None:
+    ) -> tuple[dict[tuple[int, int], Any], list[list[str]]] | None:
         """Scan from the first iteration too where only ``MERGE`` members take another branch
         there, that branch reads a value the store holds before the loop (from outside it, or
-        from an earlier entry of it), and the branch they take
-        after it reads a member at the previous iteration (``o[0] = reset``, ``o[t + 1] =
-        step(...)[t]``): that value is then the carry's first value, and the first step
-        runs inside the scan instead of through the interpreter (no join of its rows, no
-        compilation of its statements on their own). ``(first carry values by (member,
-        output), 0, kinds)``, or None to peel the first iteration."""
+        from an earlier entry of it), and the branch they take after it reads a member at the
+        previous iteration (``o[0] = reset``, ``o[t + 1] = step(...)[t]``): that value is then
+        the carry's first value, and the first step runs inside the scan instead of through
+        the interpreter (no join of its rows, no compilation of its statements on their own).
+        ``(first carry values by (member, output), the kinds from the first iteration)``, or
+        None to peel the first iteration."""
         plan = self._kinds(vals, 0, choice)
         if isinstance(plan, str):
             return None
@@ -272,7 +271,7 @@ class ScannedLoop:
         for k, m in enumerate(self.members):
             if m.branch_conds is None:
                 continue
-            point, penv = self._point_env(m, vals[0])
+            _, penv = self._point_env(m, vals[0])
             j0 = next((j for j, c in enumerate(m.branch_conds) if c(penv)), -1)
             j = choice[k]
             if j0 == j:
@@ -289,7 +288,7 @@ class ScannedLoop:
             if m.node.batch and not m.inputs[j0][1]:
                 y = be.broadcast_batch(y, tuple(m.node.batch))
             first[slot] = y
-        return (first, 0, kinds) if first else None
+        return (first, kinds) if first else None
 
     def _values(self, env: dict[Sym, Any]) -> list[int]:
         """The loop variable's values at this entry: from ``init`` by ``inc`` while ``cond``
