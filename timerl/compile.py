@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -70,6 +71,10 @@ class CompileOptions:
     # bytes ("2GB", "512MiB" or an int): estimate the peak from the schedule before running and
     # fail (MemoryBudgetError) when it cannot fit; turns dealloc on if that fits (plan/peak.py)
     memory_budget: str | int | None = None
+    # the most each dynamic bound can reach ({T: 1000}): a memory_budget then holds when the
+    # estimated peak at these values fits, even if it grows with them; an episode that runs
+    # past its bound is a BoundError at run time (fit_dynamic.py; docs/memory.md)
+    max_bounds: Mapping[Any, int] | tuple[tuple[str, int], ...] = ()
     # log at INFO (and keep as executor.memory_explanation) the estimated peak, which tensors
     # grow with which dynamic bound, the reads that hold them and what would bound them
     # (plan/explain.py; the tries rebuild the program, so compiling takes longer)
@@ -91,6 +96,23 @@ class CompileOptions:
     def __post_init__(self) -> None:
         if self.compile_iterations not in (True, False, "auto"):
             raise TimeRLError(f"compile_iterations={self.compile_iterations!r}: use True, False or 'auto'")
+        object.__setattr__(self, "max_bounds", _named_maxima(self.max_bounds))
+
+
+def _named_maxima(given: Any) -> tuple[tuple[str, int], ...]:
+    """``max_bounds`` as sorted ``(bound name, most)`` pairs (hashable; checked: positive ints)."""
+    pairs = given.items() if isinstance(given, Mapping) else given
+    out: dict[str, int] = {}
+    for key, most in pairs:
+        name = key if isinstance(key, str) else getattr(key, "name", None)
+        if not isinstance(name, str):
+            raise TimeRLError(
+                f"max_bounds: {key!r} is not a bound; use the symbol of a dynamic bound ({{T: 1000}})"
+            )
+        if isinstance(most, bool) or not isinstance(most, numbers.Integral) or most < 1:
+            raise TimeRLError(f"max_bounds[{name}] = {most!r}: give the most {name} can reach, an int >= 1")
+        out[name] = int(most)
+    return tuple(sorted(out.items()))
 
 
 class Executor:
@@ -302,6 +324,7 @@ def plan_options(options: CompileOptions) -> Any:
         free_iterations=options.free_iterations,
         block_store=options.block_store,
         memory_budget=None if options.memory_budget is None else parse_bytes(options.memory_budget),
+        max_bounds=options.max_bounds,
     )
 
 
@@ -368,7 +391,7 @@ def _fit_budget(
     from timerl.fit_dynamic import check_dynamic, fit_dynamic
 
     pdg, sched, options, growth = fit_dynamic(pdg, sched, options, budget, backend, rebuild_with)
-    if growth.peaks[-1] <= budget:
+    if growth.bounded is not None and growth.bounded <= budget:
         return pdg, sched, options
     rebuild = None if rebuild_with is None else _rebuilder(rebuild_with, options)
     pdg, sched, options = _fit_search(pdg, sched, options, budget, backend, rebuild)
@@ -555,6 +578,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
 
         budget = parse_bytes(options.memory_budget)  # a bad size fails before any compile work
     pdg = build_pdg(ctx, bounds, options)  # verified, reads checked
+    _check_max_bounds(pdg, options)
     sched = schedule_pdg(
         pdg,
         dealloc=options.dealloc,
@@ -584,6 +608,18 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     ex = Executor(pdg, sched, be, options, resume)
     ex.memory_explanation = explanation
     return ex
+
+
+def _check_max_bounds(pdg: PDG, options: CompileOptions) -> None:
+    """``max_bounds`` names dynamic bounds only (a static bound is known already)."""
+    dynamic = sorted(s.name for s in pdg.dynamic_bounds)
+    for name, _ in options.max_bounds:
+        if name not in dynamic:
+            static = name in {s.name for s in pdg.static_bounds}
+            raise TimeRLError(
+                f"max_bounds[{name}]: {name} is {'a static bound (its value is given)' if static else 'not a bound of the program'}; "
+                f"max_bounds takes the dynamic bounds (ended by a done-signal): {', '.join(dynamic) or 'none here'}"
+            )
 
 
 def _explain(

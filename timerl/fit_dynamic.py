@@ -23,6 +23,10 @@ outputs, which stay on the device, so a swapped schedule's growth cannot be veri
 When none stops growing, :class:`~timerl.errors.MemoryBudgetError` names the growing
 tensors before anything runs (an unbounded ``T`` cannot fit a budget then); when one does,
 :func:`check_dynamic` compares its peak at the larger probe with the budget.
+
+With ``max_bounds`` (``{T: 1000}``: the most each dynamic bound reaches; the runtime raises
+:class:`~timerl.errors.BoundError` when an episode runs past it), a try whose peak grows is
+kept when its estimate at those values (``Growth.at_max``, walked at ``T = 1000``) fits.
 """
 
 from __future__ import annotations
@@ -101,35 +105,56 @@ def fit_dynamic(
     options and :class:`~timerl.plan.peak.Growth`. :class:`MemoryBudgetError` naming the
     growing tensors when every try grows."""
     first = None
+    best: tuple[str, Any] | None = None  # the try with the smallest peak at max_bounds
     for what, change in TRIES:
         got = _variant(pdg, sched, options, change, rebuild)
         if got is None:
             continue
         p, s, opts = got
         growth = _growth(p, s, opts, backend)
+        at_max = "" if growth.at_max is None else f", {fmt_bytes(growth.at_max)} at {growth.where()}"
         log.info(
-            "memory_budget %s, %s: estimated peak %s at %s",
+            "memory_budget %s, %s: estimated peak %s at %s%s",
             fmt_bytes(budget), what, " -> ".join(fmt_bytes(b) for b in growth.peaks),
-            ", ".join(f"{'/'.join(growth.bounds)} = {v}" for v in growth.probes),
+            ", ".join(f"{'/'.join(growth.bounds)} = {v}" for v in growth.probes), at_max,
         )  # fmt: skip
         if first is None:
             first = growth
-        if not growth.grows:
+        if growth.at_max is not None and (best is None or growth.at_max < best[1].at_max):
+            best = (what, growth)
+        if not growth.grows or (growth.bounded is not None and growth.bounded <= budget):
             if opts != options:
                 log.warning(
-                    "memory_budget %s: the peak grew with %s; %s keep it at %s",
-                    fmt_bytes(budget), "/".join(growth.bounds), what, fmt_bytes(growth.peaks[-1]),
+                    "memory_budget %s: the peak %s with %s; %s: at most %s%s",
+                    fmt_bytes(budget), "grows" if growth.grows else "grew", "/".join(growth.bounds), what,
+                    fmt_bytes(growth.bounded or 0), f" at {growth.where()}" if growth.grows else "",
+                )  # fmt: skip
+            elif growth.grows:
+                log.info(
+                    "memory_budget %s: the peak grows with %s, up to %s at %s",
+                    fmt_bytes(budget), "/".join(growth.bounds), fmt_bytes(growth.bounded or 0), growth.where(),
                 )  # fmt: skip
             return p, s, opts, growth
     assert first is not None
+    names = ", ".join(first.bounds)
+    if best is not None:
+        what, g = best
+        raise MemoryBudgetError(
+            f"memory_budget={fmt_bytes(budget)} cannot be met up to {g.where()}: the estimated peak "
+            f"grows with {names}, and the schedule that holds least ({what}) reaches {fmt_bytes(g.at_max or 0)} "
+            f"there ({' -> '.join(fmt_bytes(b) for b in g.peaks)} at the probes). Growing tensors, "
+            f"{g.describe()}\nTried: {'; '.join(w for w, _ in TRIES)}.\n"
+            "Fix: raise memory_budget, lower max_bounds, or read the episode through a window "
+            "(r[t:min(t + n, T)])."
+        )
     raise MemoryBudgetError(
         f"memory_budget={fmt_bytes(budget)} cannot be met for every value of the dynamic bound(s) "
-        f"{', '.join(first.bounds)}: the estimated peak grows with them "
+        f"{names}: the estimated peak grows with them "
         f"({' -> '.join(fmt_bytes(b) for b in first.peaks)}), so a long enough episode exceeds any budget. "
         f"Growing tensors, {first.describe()}\n"
         f"Tried: {'; '.join(w for w, _ in TRIES)}; each still grows.\n"
-        "Fix: read the episode through a window (r[t:min(t + n, T)]) or make what waits for its end "
-        "smaller, or give a static bound."
+        "Fix: give the most each bound reaches (max_bounds={T: 1000}), read the episode through a window "
+        "(r[t:min(t + n, T)]) or make what waits for its end smaller, or give a static bound."
     )
 
 
@@ -139,9 +164,10 @@ def check_dynamic(pdg: PDG, sched: Any, options: Any, budget: int, backend: Any)
     growth = _growth(pdg, sched, options, backend)
     if growth is None:
         return
-    if growth.grows or growth.peaks[-1] > budget:
+    if growth.bounded is None or growth.bounded > budget:
+        at_max = "" if growth.at_max is None else f", {fmt_bytes(growth.at_max)} at {growth.where()}"
         raise MemoryBudgetError(
             f"memory_budget={fmt_bytes(budget)} cannot be met: the schedule's estimated peak is "
-            f"{' -> '.join(fmt_bytes(b) for b in growth.peaks)} {growth.describe()}\n"
-            "Fix: raise memory_budget, or shrink the largest tensors."
+            f"{' -> '.join(fmt_bytes(b) for b in growth.peaks)}{at_max} {growth.describe()}\n"
+            "Fix: raise memory_budget, give or lower max_bounds, or shrink the largest tensors."
         )

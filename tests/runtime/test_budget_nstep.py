@@ -107,3 +107,71 @@ def test_a_peak_growing_with_an_unbounded_dynamic_bound_fails_before_running() -
     ctx, bounds = _monte_carlo(lambda v, p: ran.append(v))
     ctx.compile(bounds, backend="torch").execute()  # runs without a budget
     assert len(ran) == 100
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_max_bounds_lets_a_growing_peak_run_under_the_budget(backend: str) -> None:
+    """Monte-Carlo returns with ``max_bounds={T: 64}``: the peak grows with ``T`` but its
+    estimate at ``T = 64`` fits, so the program runs (same values as without a budget) and
+    the store stays under the budget."""
+    want: list[object] = []
+    ctx, bounds = _monte_carlo(lambda v, p: want.append(np.array(v)))
+    ctx.compile(bounds, backend=backend).execute()
+    got: list[object] = []
+    ctx, bounds = _monte_carlo(lambda v, p: got.append(np.array(v)))
+    ex = ctx.compile(bounds, backend=backend, memory_budget="1MB", max_bounds={"T": 64})
+    ex.execute()
+    assert ex.options.max_bounds == (("T", 64),)
+    assert len(got) == len(want) == 100
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    growth = dynamic_growth(ex.plan)
+    assert growth is not None and growth.grows and growth.at_max is not None
+    assert growth.peaks[0] <= growth.at_max <= 1_000_000
+    assert ex.memory_stats().peak_bytes <= 1_000_000
+
+
+def test_an_episode_past_max_bounds_stops_the_run() -> None:
+    """Episodes of 50 steps under ``max_bounds={T: 40}``: ``BoundError`` at the step that
+    passes it, naming the bound, the point and the fix."""
+    ctx, bounds = _monte_carlo(lambda v, p: None)
+    ex = ctx.compile(bounds, backend="torch", max_bounds={"T": 40})
+    with pytest.raises(trl.BoundError) as info:
+        ex.execute()
+    msg = str(info.value)
+    assert "max_bounds T <= 40" in msg and "t = 39" in msg and "{i: 0}" in msg and "Fix:" in msg
+
+
+def test_a_peak_past_the_budget_at_max_bounds_fails_before_running() -> None:
+    """At ``T = 100,000`` the rewards of an episode (400 KB per tensor holding them) do not fit
+    64 KB: ``MemoryBudgetError`` before running, naming ``max_bounds`` and the growing
+    tensor."""
+    ran: list[object] = []
+    ctx, bounds = _monte_carlo(lambda v, p: ran.append(v))
+    with pytest.raises(MemoryBudgetError) as info:
+        ctx.compile(bounds, backend="torch", memory_budget="64KB", max_bounds={"T": 100_000})
+    msg = str(info.value)
+    assert "up to T = 100000 (max_bounds)" in msg and "'env'" in msg and "lower max_bounds" in msg
+    assert not ran
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [({"B": 5}, "not a bound of the program"), ({"I": 5}, "a static bound"), ({"T": 0}, "an int >= 1")],
+)
+def test_max_bounds_names_dynamic_bounds(given: dict, words: str) -> None:
+    ctx, bounds = _monte_carlo(lambda v, p: None)
+    with pytest.raises(trl.TimeRLError, match=words):
+        ctx.compile(bounds, backend="torch", max_bounds=given)
+
+
+def test_the_peak_at_max_bounds_is_extrapolated_where_the_walk_stops() -> None:
+    """A walk at ``max_bounds`` cut short by its step limit gives at least the complete walk's
+    peak (the line through the probes at the padded length), and at most twice it."""
+    ctx, bounds = _monte_carlo(lambda v, p: None)
+    ex = ctx.compile(bounds, backend="torch", max_bounds={"T": 100_000})
+    full = dynamic_growth(ex.plan)
+    cut = dynamic_growth(ex.plan, max_steps=5_000)  # the probes' walks (<= 1,281 steps) complete
+    assert full is not None and cut is not None and full.at_max is not None and cut.at_max is not None
+    assert cut.peaks == full.peaks
+    assert full.at_max <= cut.at_max <= 2 * full.at_max

@@ -34,17 +34,25 @@ def resolve_batch(batch: tuple[Any, ...], env: Mapping[Sym, int]) -> tuple[int, 
     return tuple(bucket(env[x]) if isinstance(x, Sym) else int(x) for x in batch)
 
 
-def point_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, int]:
+def dynamic_values(pdg: PDG, value: int | Mapping[str, int]) -> dict[Sym, int]:
+    """Each dynamic bound of ``pdg`` at ``value`` (one int for all, or per bound name; 1 where
+    a mapping has no entry)."""
+    if isinstance(value, Mapping):
+        return {s: int(value.get(s.name, 1)) for s in pdg.dynamic_bounds}
+    return {s: value for s in pdg.dynamic_bounds}
+
+
+def point_bytes(pdg: PDG, dynamic_value: int | Mapping[str, int] = 1) -> dict[int, int]:
     """Bytes one point of each node holds (all outputs), symbolic dims evaluated with the
     static bounds, every dynamic bound at ``dynamic_value`` and the node's own dims at
     their last value."""
     return {nid: sum(b) for nid, b in output_bytes(pdg, dynamic_value).items()}
 
 
-def output_bytes(pdg: PDG, dynamic_value: int = 1) -> dict[int, tuple[int, ...]]:
+def output_bytes(pdg: PDG, dynamic_value: int | Mapping[str, int] = 1) -> dict[int, tuple[int, ...]]:
     """:func:`point_bytes` per output of each node."""
     env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
-    env.update({s: dynamic_value for s in pdg.dynamic_bounds})
+    env.update(dynamic_values(pdg, dynamic_value))
     # shapes that vary per point (``T - t``, an incrementalized block ``min(bs, N - bs*di)``)
     # are taken at index 0, where they are longest
     env.update({s: 0 for s, _ in pdg.dims})

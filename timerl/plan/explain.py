@@ -69,6 +69,8 @@ class MemoryExplanation:
             lines.append(f"the peak does not grow with {', '.join(g.bounds)} ({peaks} at {at})")
             return "\n".join(lines)
         lines.append(f"the peak grows with {', '.join(g.bounds)}: {peaks} at {at}; growing tensors:")
+        if g.at_max is not None:
+            lines.insert(-1, f"at {g.where()}: estimated peak {fmt_bytes(g.at_max)}")
         for t in self.tensors[:top]:
             lines.append(
                 f"  {t.label} (with {', '.join(t.bounds)}): {' -> '.join(fmt_bytes(b) for b in t.peak_bytes)}"

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from timerl.errors import MemoryBudgetError
 from timerl.pdg.ir import PDG
-from timerl.pdg.sizes import output_bytes, point_bytes
+from timerl.pdg.sizes import bucket, dynamic_values, output_bytes, point_bytes
 from timerl.plan.plan import Plan
 from timerl.plan.regions import FusedExec
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq
@@ -78,7 +78,7 @@ class _Walk:
         pdg: PDG,
         sizes: dict[int, int],
         max_steps: int,
-        dynamic_value: int = 1,
+        dynamic_value: int | Mapping[str, int] = 1,
         scanned: Callable[[Loop], bool] = lambda loop: False,
     ) -> None:
         self.pdg = pdg
@@ -94,7 +94,7 @@ class _Walk:
         self.peak = 0
         self.node_live: dict[int, list[int]] = {}  # nid -> [bytes, points, peak bytes, points then]
         self.env: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
-        self.env.update({s: dynamic_value for s in pdg.dynamic_bounds})
+        self.env.update(dynamic_values(pdg, dynamic_value))
 
     def compile(self, node: AstNode) -> Callable[[], None]:
         from timerl.symbolic.compile import compile_expr, compile_exprs
@@ -286,9 +286,9 @@ class _Stop(Exception):
     pass
 
 
-def _walk(plan: Plan, max_steps: int, dynamic_value: int) -> tuple[_Walk, bool]:
-    """The walk of ``plan``'s AST with every dynamic bound at ``dynamic_value``, and whether
-    it was complete."""
+def _walk(plan: Plan, max_steps: int, dynamic_value: int | Mapping[str, int]) -> tuple[_Walk, bool]:
+    """The walk of ``plan``'s AST with every dynamic bound at ``dynamic_value`` (one value,
+    or per bound name), and whether it was complete."""
     pdg = plan.pdg
     read = {e.src for e in pdg.edges if not e.order_only}
     sizes = {nid: b for nid, b in point_bytes(pdg, dynamic_value).items() if nid in read}
@@ -346,11 +346,31 @@ class Growth:
     peaks: tuple[int, ...]
     tensors: tuple[GrowingTensor, ...]
     complete: bool
+    # every dynamic bound at the most the user said it reaches (``max_bounds``), when each has
+    # one: those values and the peak there (walked; extrapolated from the probes if the walk
+    # stopped at its step limit)
+    maxima: tuple[tuple[str, int], ...] = ()
+    at_max: int | None = None
 
     @property
     def grows(self) -> bool:
         """Whether the peak grows with the dynamic bounds."""
         return self.peaks[-1] > self.peaks[0]
+
+    @property
+    def bounded(self) -> int | None:
+        """The most the schedule holds at once for every value of the dynamic bounds the
+        program may take (the peak at the largest probe when it does not grow, else the peak
+        at ``max_bounds``); None when it grows without a bound."""
+        if not self.grows:
+            return self.peaks[-1]
+        return self.at_max
+
+    def where(self) -> str:
+        """The bounds' values the peak is given at (``T = 1000`` with ``max_bounds``)."""
+        if self.grows and self.at_max is not None:
+            return ", ".join(f"{k} = {v}" for k, v in self.maxima) + " (max_bounds)"
+        return f"{'/'.join(self.bounds)} = {self.probes[-1]}"
 
     def describe(self, top: int = 5) -> str:
         """The growing tensors as lines: bytes held at each probe."""
@@ -378,13 +398,36 @@ def dynamic_growth(
         ((nid, b) for nid, b in per_node.items() if b[-1] > b[0]),
         key=lambda kv: (kv[1][0] - kv[1][-1], kv[0]),
     )
+    peaks = tuple(w.peak for w, _ in walks)
+    names = tuple(sorted(s.name for s in pdg.dynamic_bounds))
+    maxima = dict(plan.options.max_bounds)
+    at_max = None
+    if peaks[-1] > peaks[0] and all(b in maxima for b in names):
+        at_max = _peak_at(plan, maxima, probes, peaks, max_steps)
     return Growth(
-        tuple(sorted(s.name for s in pdg.dynamic_bounds)),
+        names,
         tuple(probes),
-        tuple(w.peak for w, _ in walks),
+        peaks,
         tuple(GrowingTensor(nid, pdg.nodes[nid].label, tuple(b)) for nid, b in growing),
         all(c for _, c in walks),
+        tuple((b, maxima[b]) for b in names if b in maxima),
+        at_max,
     )
+
+
+def _peak_at(
+    plan: Plan, maxima: Mapping[str, int], probes: tuple[int, ...], peaks: tuple[int, ...], max_steps: int
+) -> int:
+    """The estimated peak with each dynamic bound at ``maxima``; when that walk stops at
+    ``max_steps``, at least the line through the probes' peaks at the padded length
+    ``bucket(max)`` (growth per step is at most linear in an episode's points, doubled by
+    the padding of batch axes)."""
+    w, complete = _walk(plan, max_steps, maxima)
+    if complete:
+        return w.peak
+    most = bucket(max(maxima.values()))
+    slope = (peaks[-1] - peaks[0]) / (probes[-1] - probes[0])
+    return max(w.peak, int(peaks[-1] + slope * max(0, most - probes[-1])))
 
 
 def check_budget(plan: Plan, budget: int, what: str = "") -> PeakEstimate:

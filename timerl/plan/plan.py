@@ -95,6 +95,8 @@ class PlanOptions:
     # the iteration loop's body as one compiled call (needs scan_loops); 'auto': where timed faster
     compile_iterations: bool | str = False
     memory_budget: int | None = None  # bytes the device store may hold; checked at run time too
+    # (dynamic bound, the most it may reach): run time raises past it; the budget holds up to it
+    max_bounds: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -140,6 +140,7 @@ class _DynBound:
     known: dict[Point, int] = field(default_factory=dict)  # enclosing point -> value
     lbs: dict[Point, int] = field(default_factory=dict)  # enclosing point -> lower bound (default 1)
     key: Point | None = None  # the current enclosing point (fallback for AST sites)
+    most: int | None = None  # the user's max_bounds for it: an episode running past it raises
 
     def value(self, key: Point | None) -> int | None:
         return None if key is None else self.known.get(key)
@@ -231,6 +232,10 @@ class Executor:
         self.seed = int(seed)
         self._static: Env = {s: int(v) for s, v in pdg.static_bounds.items()}
         self._dyn = _dyn_bounds(pdg)
+        for name, most in plan.options.max_bounds:
+            for db in self._dyn.values():
+                if db.sym.name == name:
+                    db.most = most
         self._env: Env = dict(self._static)
         # outputs a scanned loop may store as rows of its stacked results (runtime/scan.py)
         self.row_outputs: set[tuple[int, int]] = set()
@@ -578,6 +583,14 @@ class Executor:
                 raise BoundError(
                     f"{label} ran at {db.dim} = {t}, past the end {db.sym} = {prev} found before "
                     "(the schedule runs the done-signal beyond the episode)"
+                )
+            if db.most is not None and t + 2 > db.most:
+                at = dict(zip(db.enclosing, key, strict=True))
+                raise BoundError(
+                    f"{label} did not end {db.sym} at {db.dim} = {t} for {at or 'the run'}: the episode runs past "
+                    f"max_bounds {db.sym} <= {db.most}, which the memory_budget was checked against. "
+                    f"Fix: raise max_bounds[{db.sym}], or end episodes by then (a done-signal true at "
+                    f"{db.dim} = {db.most - 1})."
                 )
             if db.key is None:
                 db.key = key
