@@ -82,7 +82,9 @@ class CompileOptions:
     # bytes ("64MiB" or an int): reductions reading more are computed in blocks along a new dim
     # (TimeRL Alg. 3, pdg/passes/incrementalize.py; docs/memory.md); None: off
     incrementalize: str | int | None = None
-    seed: int = 0  # RNG seed (random ops draw per (seed, node, point))
+    # RNG seed (random ops draw per (seed, node, point)); with agents (trl.param(agents=...)):
+    # agent k draws as a one-agent run with seed + k, or with seed[k] when one is given per agent
+    seed: int | tuple[int, ...] = 0
     resume: str = ""  # a checkpoint (ckpt_<i>.json/.npz, or a directory: its latest) to continue from
 
     @staticmethod
@@ -97,6 +99,13 @@ class CompileOptions:
         if self.compile_iterations not in (True, False, "auto"):
             raise TimeRLError(f"compile_iterations={self.compile_iterations!r}: use True, False or 'auto'")
         object.__setattr__(self, "max_bounds", _named_maxima(self.max_bounds))
+        if not isinstance(self.seed, numbers.Integral):
+            object.__setattr__(self, "seed", tuple(int(x) for x in self.seed))
+
+    @property
+    def base_seed(self) -> int:
+        """The seed, or the first agent's (``seed`` given per agent)."""
+        return int(self.seed) if isinstance(self.seed, numbers.Integral) else self.seed[0]
 
 
 def _named_maxima(given: Any) -> tuple[tuple[str, int], ...]:
@@ -603,7 +612,7 @@ def compile_context(ctx: Context, bounds: Mapping[Any, Any], backend: str, **kwa
     if options.resume:
         from timerl.runtime.checkpoint import load_checkpoint
 
-        resume = load_checkpoint(str(options.resume), pdg, options.seed)
+        resume = load_checkpoint(str(options.resume), pdg, options.base_seed)
     log.info("compiled %d nodes, %d edges in %.2fs", len(pdg.nodes), len(pdg.edges), time.perf_counter() - t0)
     ex = Executor(pdg, sched, be, options, resume)
     ex.memory_explanation = explanation

@@ -39,9 +39,19 @@ def _init_linear(
 class DNNBuilder:
     """Configure an MLP policy; see the module docstring."""
 
-    def __init__(self, domain: Sequence[Sym] = (), seed: int = 0) -> None:
+    def __init__(self, domain: Sequence[Sym] = (), seed: int = 0, seeds: Sequence[int] | None = None) -> None:
+        """``domain``: the parameters' dims (``(i,)``). ``seeds``: one network per seed along
+        the leading dim of ``domain`` (``domain=(s, i), seeds=[0, 1, 2]``: three agents
+        trained in one program, agent ``k`` initialised as ``DNNBuilder(domain=(i,),
+        seed=seeds[k])`` would be; ``trl.param(agents=...)``)."""
         self.domain = tuple(domain)
         self.seed = seed
+        self.seeds = None if seeds is None else [int(x) for x in seeds]
+        if self.seeds is not None and (not self.seeds or len(self.domain) < 2):
+            raise RTDefinitionError(
+                "DNNBuilder(seeds=...): give one seed per agent and a domain with the agent dim first and "
+                "the update dims after it, e.g. DNNBuilder(domain=(s, i), seeds=[0, 1, 2])"
+            )
         self.obs_dim: int | None = None
         self.hidden: list[int] = [64, 64]
         self.head: str = "categorical"
@@ -113,19 +123,29 @@ class DNN:
     """An MLP policy; ``params`` lists its parameter RTs (domain ``builder.domain``)."""
 
     def __init__(self, b: DNNBuilder) -> None:
-        rng = np.random.default_rng(b.seed)
+        # one generator per agent (b.seeds), each drawing what a one-agent network would
+        rngs = [np.random.default_rng(x) for x in (b.seeds if b.seeds is not None else [b.seed])]
+        agents = b.domain[:1] if b.seeds is not None else ()
         weights = dict(b.weights)
+
+        def init_linear(fan_in: int, fan_out: int, gain: float) -> tuple[np.ndarray, np.ndarray]:
+            pairs = [_init_linear(rng, fan_in, fan_out, gain) for rng in rngs]
+            if not agents:
+                return pairs[0]
+            return np.stack([w for w, _ in pairs]), np.stack([x for _, x in pairs])
 
         def param(init: np.ndarray, domain: Any, name: str) -> RecurrentTensor:
             if name in weights:
                 got = np.asarray(weights.pop(name), dtype=np.float32)
+                if agents and got.shape == init.shape[1:]:  # one network's weights: every agent's
+                    got = np.broadcast_to(got, init.shape).copy()
                 if got.shape != init.shape:
                     raise RTDefinitionError(
                         f"DNNBuilder.build(weights=...): {name} has shape {got.shape}, the network "
                         f"needs {init.shape}; build with the hidden sizes the weights were trained with"
                     )
                 init = got
-            return _param(init, domain, name=name)
+            return _param(init, domain, name=name, agents=agents)
 
         sizes = [b.obs_dim, *b.hidden, b.out_dim]
         self.head = b.head
@@ -135,13 +155,14 @@ class DNN:
         self.layers: list[tuple[RecurrentTensor, RecurrentTensor]] = []
         for k, (fi, fo) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             last = k == len(sizes) - 2
-            w, bias = _init_linear(rng, int(fi), int(fo), 0.01 if last else math.sqrt(2))
+            w, bias = init_linear(int(fi), int(fo), 0.01 if last else math.sqrt(2))
             self.layers.append(
                 (param(w, b.domain, name=f"dnn.w{k}"), param(bias, b.domain, name=f"dnn.b{k}"))
             )
         self.params: list[RecurrentTensor] = [p for layer in self.layers for p in layer]
         if self.head == "gaussian":
-            self.log_std = param(np.zeros(b.out_dim, np.float32), b.domain, name="dnn.log_std")
+            zero = np.zeros((len(rngs), b.out_dim) if agents else b.out_dim, np.float32)
+            self.log_std = param(zero, b.domain, name="dnn.log_std")
             self.params.append(self.log_std)
         # value head: its own MLP, or one linear layer on the shared trunk
         self.critic_layers: list[tuple[RecurrentTensor, RecurrentTensor]] = []
@@ -150,7 +171,7 @@ class DNN:
             vsizes = [b.hidden[-1], 1] if b.shared else [b.obs_dim, *b.hidden, 1]
             for k, (fi, fo) in enumerate(zip(vsizes[:-1], vsizes[1:], strict=True)):
                 last = k == len(vsizes) - 2
-                w, bias = _init_linear(rng, int(fi), int(fo), 1.0 if last else math.sqrt(2))
+                w, bias = init_linear(int(fi), int(fo), 1.0 if last else math.sqrt(2))
                 self.critic_layers.append(
                     (param(w, b.domain, name=f"dnn.vw{k}"), param(bias, b.domain, name=f"dnn.vb{k}"))
                 )

@@ -125,6 +125,9 @@ class PDG:
     edges: tuple[Edge, ...]
     static_bounds: Mapping[Sym, int] = field(default_factory=dict)
     dynamic_bounds: frozenset[Sym] = frozenset()
+    # dims along which parameters hold independent agents (trl.param(agents=...)): random
+    # draws are seeded per agent there (runtime/common.Seeds)
+    agent_dims: tuple[Sym, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", MappingProxyType(dict(self.nodes)))

@@ -110,12 +110,20 @@ def rand(
     normal: bool = False,
     name: str | None = None,
 ) -> RecurrentTensor:
-    """Uniform [0, 1) samples (``normal=True``: standard normal), fresh at every point."""
+    """Uniform [0, 1) samples (``normal=True``: standard normal), fresh at every point.
+
+    The draws depend on the run's seed, the point and the op's stream: the number of random
+    ops the program created before it (so other ops, and agent dims, do not change them)."""
     ctx = current()
     kind = OpKind.RAND_NORMAL if normal else OpKind.RAND_UNIFORM
     shp = _shape(shape)
+    stream = ctx.graph.random_ops
+    ctx.graph.random_ops += 1
     node = ctx.graph.add(
-        Op.make(kind, shape=shp, dtype=dtype), _domain(domain), (TensorSpec(shp, dtype),), name=name
+        Op.make(kind, shape=shp, dtype=dtype, stream=stream),
+        _domain(domain),
+        (TensorSpec(shp, dtype),),
+        name=name,
     )
     return RecurrentTensor(ctx, node)
 
@@ -148,24 +156,53 @@ def as_tensor(
 
 
 def param(
-    init: Any, domain: Sequence[Sym] = (), name: str | None = None, dtype: DType | None = None
+    init: Any,
+    domain: Sequence[Sym] = (),
+    name: str | None = None,
+    dtype: DType | None = None,
+    agents: Sequence[Sym] = (),
 ) -> RecurrentTensor:
     """A parameter: ``w[0] = init`` over ``domain`` (e.g. ``(i,)``); later points come from an optimiser.
 
     With an empty domain the parameter is a constant leaf (gradients still flow to it).
+
+    ``agents``: leading dims of ``domain`` along which independent agents are trained in one
+    program (``domain=(s, i), agents=(s,)``): ``init`` then holds one entry per agent along
+    each (shape ``(S, *shape)``; ``S`` must be the dim's bound), agent ``k`` starts from
+    ``init[k]``, and optimisers step the other dims only (``w[s, i + 1]`` from ``w[s, i]``).
     """
     from timerl.rt.tensor import to_rt
 
     ctx = current()
     dom = _domain(domain)
+    ag = _domain(agents)
+    if tuple(dom[: len(ag)]) != ag or len(ag) >= max(len(dom), 1):
+        raise RTDefinitionError(
+            f"param {name or ''}: agents={tuple(s.name for s in ag)} must be leading dims of its domain "
+            f"{tuple(s.name for s in dom)}, with at least one dim after them for the updates (e.g. "
+            "domain=(s, i), agents=(s,))"
+        )
+    if ag and isinstance(init, RecurrentTensor):
+        raise RTDefinitionError(
+            f"param {name or ''}: with agents=..., give the init as an array (one entry per agent)"
+        )
     init_rt = to_rt(init) if not isinstance(init, RecurrentTensor) else init
     if dtype is not None:
         init_rt = init_rt.cast(dtype)
     if init_rt.domain:
         raise RTDefinitionError(f"param init must not vary over symbolic dims, got domain {init_rt.domain}")
-    w = empty(init_rt.shape, init_rt.dtype, dom, name)
+    if len(init_rt.shape) < len(ag):
+        raise RTDefinitionError(
+            f"param {name or ''}: agents={tuple(s.name for s in ag)} needs an init with a leading dim per "
+            f"agent dim, got shape {init_rt.shape}"
+        )
+    w = empty(init_rt.shape[len(ag) :], init_rt.dtype, dom, name)
     w.node.is_param = True
-    if dom:
+    w.node.agents = ag
+    w.node.agent_sizes = tuple(int(k) for k in init_rt.shape[: len(ag)])
+    if ag:
+        w[ag + tuple(0 for _ in dom[len(ag) :])] = init_rt[ag]
+    elif dom:
         w[tuple(0 for _ in dom)] = init_rt
     else:
         w.node.inputs.append(init_rt._input())

@@ -42,6 +42,11 @@ class BNode:
     is_param: bool = False
     stop_gradient: bool = False
     batch_dims: tuple[Sym, ...] = ()  # dims this op must be vectorized over (env UDFs)
+    # a parameter's agent dims (trl.param(agents=...)): each of their points is one agent,
+    # initialised from its own slice of the init, never stepped by an optimiser; and the
+    # number of agents each init holds (checked against the dims' bounds when lowering)
+    agents: tuple[Sym, ...] = ()
+    agent_sizes: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -72,6 +77,7 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: dict[int, BNode] = {}
         self._next = 0
+        self.random_ops = 0  # random ops recorded so far: the next one's RNG stream
 
     def add(
         self,

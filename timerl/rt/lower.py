@@ -79,10 +79,20 @@ def _lower(ctx: Context, bounds: Mapping[Any, Any], setters: list[int]) -> PDG:
         for inp in n.order_after:
             edges.append(Edge(n.id, inp.src, -1, inp.oid, inp.phi, inp.cond, None, True))
         nodes[n.id] = Node(n.id, n.op, n.domain, n.outputs, len(n.inputs), n.cond, (), n.name, n.where)
+    for n in ctx.graph.nodes.values():
+        for d, k in zip(n.agents, n.agent_sizes, strict=True):
+            b = ctx.bound_of(d)
+            if static.get(b) != k:
+                given = "dynamic" if b in dynamic else static.get(b)
+                raise BoundError(
+                    f"{n.label} holds {k} agents along `{d}` (the leading dim of its init), but `{b}` = "
+                    f"{given}: give `{b.name}: {k}`, or an init with one entry per agent"
+                )
     for b, who in used.items():
         if b not in static and b not in dynamic:
             raise BoundError(
                 f"bound `{b}` is used by {who} but compile() got no value for it; pass "
                 f"`{b.name}: <int>` or `{b.name}: <done RT>` in the bounds"
             )
-    return PDG(ctx.dims, nodes, tuple(edges), static, frozenset(dynamic))
+    agents = tuple(dict.fromkeys(d for n in ctx.graph.nodes.values() for d in n.agents))
+    return PDG(ctx.dims, nodes, tuple(edges), static, frozenset(dynamic), agents)

@@ -1,7 +1,8 @@
 """Helpers shared by the interpreter and the reference evaluator (contracts, not gathering code).
 
 * :func:`point_seed`, :func:`point_seeds`: the RNG seed of a random op at one point, so that random values
-  depend only on ``(seed, node id, point)``, never on execution order.
+  depend only on ``(seed, stream, point)`` (:func:`stream`: the op's ordinal among the
+  program's random ops), never on execution order; :class:`Seeds`: one seed per agent.
 * :func:`draw_points`: the same draws for a random op vectorized over some of its dims.
 * :func:`point_dict`: the ``{dim name: value}`` dict handed to UDFs and sinks.
 * :func:`udf_outputs`: checks and converts what a UDF returned.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,12 +38,73 @@ def _mix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def point_seeds(seed: int, nid: int, points: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class Seeds:
+    """A run's RNG seed: ``base``, and for a program training agents along ``dim``
+    (``trl.param(agents=...)``) one seed per agent: agent ``k``'s draws are those of a
+    one-agent run with ``per_agent[k]`` (its point without ``dim``)."""
+
+    base: int
+    dim: Sym | None = None
+    per_agent: tuple[int, ...] = ()
+
+    def of(self, node: Node, point: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        """The seed and point of ``node``'s draw at ``point`` (a point of its domain)."""
+        if self.dim is None or self.dim not in node.domain:
+            return self.base, tuple(point)
+        k = node.domain.index(self.dim)
+        return self.per_agent[point[k]], tuple(point[:k]) + tuple(point[k + 1 :])
+
+    def point_seed(self, node: Node, point: Sequence[int]) -> int:
+        """:func:`point_seed` of ``node``'s (unvectorized) draw at ``point``."""
+        seed, pt = self.of(node, point)
+        return point_seed(seed, stream(node), pt)
+
+
+def stream(node: Node) -> int:
+    """The RNG stream of a random op: its ``stream`` attribute (the random ops created
+    before it, ``trl.rand``), else its node id."""
+    return int(node.op.attr("stream", node.id))
+
+
+def run_seeds(agent_dims: Sequence[Sym], bounds: Any, seed: int | Sequence[int]) -> Seeds:
+    """The :class:`Seeds` of a run with ``seed`` (an int; or one per agent) of a program
+    whose parameters vary over ``agent_dims`` (``bounds``: their bound values by dim). With
+    an int, agent ``k`` draws as a one-agent run with ``seed + k``."""
+    if not agent_dims:
+        if not isinstance(seed, (int, np.integer)):
+            raise TimeRLError(
+                f"seed={seed!r}: one seed per agent needs parameters over an agent dim "
+                "(trl.param(..., agents=(s,)) or DNNBuilder(seeds=...)); give an int"
+            )
+        return Seeds(int(seed))
+    if len(agent_dims) > 1:
+        raise TimeRLError(
+            f"parameters vary over agent dims {[d.name for d in agent_dims]}: one agent dim per program "
+            "(put seeds and settings on one dim, e.g. a grid flattened along s)"
+        )
+    (dim,) = agent_dims
+    n = int(bounds[dim])
+    if isinstance(seed, (int, np.integer)):
+        return Seeds(int(seed), dim, tuple(int(seed) + k for k in range(n)))
+    seeds = tuple(int(x) for x in seed)
+    if len(seeds) != n:
+        raise TimeRLError(
+            f"seed={list(seeds)}: {len(seeds)} seeds for {n} agents along `{dim.name}`; give one per agent"
+        )
+    return Seeds(seeds[0], dim, seeds)
+
+
+def point_seeds(seed: int | np.ndarray, nid: int, points: np.ndarray) -> np.ndarray:
     """31-bit seeds of ``(seed, nid, point)`` for each row of ``points`` (an ``(n, d)``
     integer array), computed elementwise in NumPy: stable across runs, processes and
-    machines, and the same as :func:`point_seed` row by row."""
+    machines, and the same as :func:`point_seed` row by row. ``seed``: one for all rows,
+    or one per row (agents, :class:`Seeds`)."""
     pts = np.ascontiguousarray(points, dtype=np.int64)
-    h = np.full(len(pts), int(seed) & _MASK64, dtype=np.uint64)
+    if isinstance(seed, np.ndarray):
+        h = (seed.astype(np.int64).view(np.uint64) & np.uint64(_MASK64)).copy()
+    else:
+        h = np.full(len(pts), int(seed) & _MASK64, dtype=np.uint64)
     h = _mix(_mix(h) ^ np.uint64((int(nid) * _GOLDEN) & _MASK64))
     for j in range(pts.shape[1]):
         h = _mix(h ^ (pts[:, j].view(np.uint64) + np.uint64((_GOLDEN * (j + 1)) & _MASK64)))
@@ -63,7 +126,7 @@ def point_seed(seed: int, nid: int, point: Sequence[int]) -> int:
     return h & 0x7FFFFFFF
 
 
-def draw_seeds(node: Node, seed: int, point: Sequence[int], dim_order: Sequence[Sym]) -> np.ndarray:
+def draw_seeds(node: Node, seed: Seeds, point: Sequence[int], dim_order: Sequence[Sym]) -> np.ndarray:
     """The seeds of a RAND node's per-point draws along its ``point_dims`` at ``point``
     (int32, one per row of :func:`draw_points`)."""
     pdims = tuple(node.op.attr("point_dims"))
@@ -72,16 +135,21 @@ def draw_seeds(node: Node, seed: int, point: Sequence[int], dim_order: Sequence[
     order = [s for s in dim_order if s in coords or s in pdims]
     combos = np.indices(sizes).reshape(len(sizes), -1)
     column = {s: combos[k] for k, s in enumerate(pdims)}
+    base: int | np.ndarray = seed.base
+    if seed.dim is not None and seed.dim in order:  # each agent's rows: its seed, its point without the dim
+        k = column[seed.dim] if seed.dim in column else np.full(combos.shape[1], coords[seed.dim])
+        base = np.asarray(seed.per_agent, np.int64)[k]
+        order = [s for s in order if s is not seed.dim]
     points = np.empty((combos.shape[1], len(order)), np.int64)
     for j, s in enumerate(order):
         points[:, j] = column[s] if s in column else coords[s]
-    return point_seeds(seed, node.id, points).astype(np.int32)
+    return point_seeds(base, stream(node), points).astype(np.int32)
 
 
 def draw_points(
     be: Any,
     node: Node,
-    seed: int,
+    seed: Seeds,
     point: Sequence[int],
     dim_order: Sequence[Sym],
     env: Any,

@@ -85,7 +85,7 @@ from timerl.runtime.common import (
     draw_seeds,
     eval_shape,
     point_dict,
-    point_seed,
+    run_seeds,
     user_code_error,
 )
 from timerl.runtime.fusion import make_fused_thunk
@@ -229,7 +229,10 @@ class Executor:
         self._fused_fns: dict[Any, Callable[..., Any]] = {}  # kept across runs
         self.ast = ast
         self.backend = backend
-        self.seed = int(seed)
+        self.seeds = run_seeds(
+            pdg.agent_dims, {d: pdg.static_bounds[pdg.bound_of(d)] for d in pdg.agent_dims}, seed
+        )
+        self.seed = self.seeds.base
         self._static: Env = {s: int(v) for s, v in pdg.static_bounds.items()}
         self._dyn = _dyn_bounds(pdg)
         for name, most in plan.options.max_bounds:
@@ -777,7 +780,7 @@ class Executor:
                     ctx.sink(lambda x, d: call(x, ctx.shift(nid, point, d)), gathers[0](v))
 
         elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and op.attr("point_dims", ()):
-            seed, order = self.seed, [s for s, _ in self.pdg.dims]
+            seed, order = self.seeds, [s for s, _ in self.pdg.dims]
 
             def compute(v: Env, point: Point) -> None:
                 ctx = tracing.current
@@ -792,7 +795,7 @@ class Executor:
                 put(nid, 0, point, draw_points(be, node, seed, point, order, v, seeds))
 
         else:
-            run, seed = be.run, self.seed
+            run, seeds = be.run, self.seeds
             rand = kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL)
 
             def compute(v: Env, point: Point) -> None:
@@ -800,11 +803,11 @@ class Executor:
                 if rand:
                     ctx = tracing.current
                     if ctx is None:
-                        be.seed(point_seed(seed, nid, point))
+                        be.seed(seeds.point_seed(node, point))
                     else:  # a compiled iteration: the seed of the iteration it runs
                         be.seed(
                             ctx.host_value(
-                                lambda d: point_seed(seed, nid, ctx.shift(nid, point, d)), (), np.int32
+                                lambda d: seeds.point_seed(node, ctx.shift(nid, point, d)), (), np.int32
                             )
                         )
                 try:

@@ -38,7 +38,7 @@ from timerl.runtime.common import (
     draw_points,
     eval_shape,
     point_dict,
-    point_seed,
+    run_seeds,
     udf_outputs,
     user_code_error,
 )
@@ -59,7 +59,10 @@ class ReferenceEvaluator:
     def __init__(self, pdg: PDG, backend: AbstractBackend, seed: int = 0, all_points: bool = True) -> None:
         self.pdg = pdg
         self.backend = backend
-        self.seed = int(seed)
+        self.seeds = run_seeds(
+            pdg.agent_dims, {d: pdg.static_bounds[pdg.bound_of(d)] for d in pdg.agent_dims}, seed
+        )
+        self.seed = self.seeds.base
         self.all_points = all_points
         self.memo: dict[Key, list[np.ndarray]] = {}
         self.static: dict[Sym, int] = {s: int(v) for s, v in pdg.static_bounds.items()}
@@ -431,11 +434,11 @@ class ReferenceEvaluator:
                 raise user_code_error("sink", n, exc, pd) from exc
             outs = []
         elif kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and n.op.attr("point_dims", ()):
-            y = draw_points(be, n, self.seed, p, [s for s, _ in self.pdg.dims], env)
+            y = draw_points(be, n, self.seeds, p, [s for s, _ in self.pdg.dims], env)
             outs = [np.array(be.to_numpy(y))]
         else:
             if kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL):
-                be.seed(point_seed(self.seed, nid, p))
+                be.seed(self.seeds.point_seed(n, p))
             flags = [lay.batched for lay in layouts]
             y = be.run(n.op, [be.from_numpy(np.array(x)) for x in ins], batch, flags, env)
             outs = [np.array(be.to_numpy(y))]

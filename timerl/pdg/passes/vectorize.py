@@ -10,6 +10,9 @@ over it declared it among its ``batch_dims`` (the function handles all its point
 no dependence between its points, so it is removed from every domain and becomes a
 leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
 
+Agent dims (``pdg.agent_dims``) are vectorized last; a random op's draws along one stay per
+agent (``point_dims``: each agent's rows seeded as its own run's, ``runtime/common.Seeds``).
+
 Precondition: a lowered PDG. Postcondition: no node has ``b`` in its domain; nodes
 that had it carry ``batch == (B,)`` (dims vectorized earlier come first); edges lose
 their ``b`` component. Sinks over ``b`` are wrapped to call the user's function once
@@ -107,6 +110,9 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
             "envs at once) but cannot be: read them only as `x[b, ...]` (no shifts, slices or "
             "conditions on them), or leave vectorization on"
         )
+    # agent dims last, so that they are trailing batch dims: a random op's draws along them
+    # stay per agent (``point_dims``, seeded per agent by the runtime: runtime/common.Seeds)
+    chosen = [d for d in chosen if d not in pdg.agent_dims] + [d for d in chosen if d in pdg.agent_dims]
     nodes = dict(pdg.nodes)
     edges = list(pdg.edges)
     for s in chosen:
@@ -121,6 +127,8 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
                 op = n.op
                 if op.kind is OpKind.SINK:
                     op = Op.make(OpKind.SINK, fn=_per_batch_sink(op.attr("fn"), s.name, len(n.batch)))
+                elif op.kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and s in pdg.agent_dims:
+                    op = Op.make(op.kind, **{**dict(op.attrs), "point_dims": (*op.attr("point_dims", ()), s)})
                 n = replace(
                     n,
                     domain=tuple(d for d in n.domain if d is not s),
