@@ -289,7 +289,9 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
     if options.vectorize_time:
         from timerl.pdg.passes.vectorize_partial import vectorize_partial
 
-        inner = pdg.dims[-1][0] if pdg.dims else None
+        # the innermost dim, not counting agent dims (put last in the context, they are batch dims)
+        timed = [d for d, _ in pdg.dims if not any(d is a for a in pdg.agent_dims)]
+        inner = timed[-1] if timed else None
         if inner is not None and any(inner in n.domain for n in pdg):
             if options.check_reads:  # reads along vectorized dims are no longer in phi after it
                 check_reads_defined(pdg)

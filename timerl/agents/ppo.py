@@ -24,7 +24,7 @@ network or env (``examples/ppo_tiramisu.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -110,6 +110,47 @@ class PPOArgs(RunArgs):
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
     seed: int = 0
     """random seed"""
+    num_seeds: int = 1
+    """agents trained at once in one program, along a dim s (with --num-steps): agent k runs as
+    a one-agent run with --seed SEED + k would (its network, its envs, its random draws)"""
+    sweep: tuple[str, ...] = ()
+    """settings varied over the agents, a grid: --sweep lr=3e-4,1e-3 ent_coef=0,0.01 trains
+    every combination, each with --num-seeds seeds (fields: lr, ent_coef, vf_coef, clip_coef,
+    gamma, gae_lambda)"""
+
+
+SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_coef", "gamma", "gae_lambda")
+"""The settings ``--sweep`` may vary over the agents (each used as an RT over the agent dim)."""
+
+
+def agent_settings(args: PPOArgs) -> list[dict[str, float]]:
+    """One dict per agent: the ``--sweep`` grid's combinations in order, each repeated for
+    ``--num-seeds`` seeds; agent ``k`` has ``seed = --seed + k``. One agent without either."""
+    grid: list[dict[str, float]] = [{}]
+    for item in args.sweep:
+        name, sep, values = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in SWEEPABLE or not values:
+            raise TimeRLError(
+                f"--sweep {item!r}: give name=v1,v2,... with a name among {', '.join(SWEEPABLE)}"
+            )
+        try:
+            vals = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise TimeRLError(f"--sweep {item!r}: the values must be numbers") from None
+        grid = [{**g, name: v} for g in grid for v in vals]
+    if args.num_seeds < 1:
+        raise TimeRLError(f"--num-seeds must be at least 1, got {args.num_seeds}")
+    out = [dict(g) for g in grid for _ in range(args.num_seeds)]
+    for k, st in enumerate(out):
+        st["seed"] = float(args.seed + k)
+    return out
+
+
+def _per_agent(args: PPOArgs, settings: list[dict[str, float]], s: Sym) -> PPOArgs:
+    """``args`` with each swept setting an RT over the agent dim ``s`` (``const(values)[s]``)."""
+    swept = {k for st in settings for k in st if k != "seed"}
+    return replace(args, **{k: trl.const(np.array([st[k] for st in settings], np.float32))[s] for k in swept})
 
 
 def check_args(args: PPOArgs) -> None:
@@ -125,6 +166,10 @@ def check_args(args: PPOArgs) -> None:
         )
     if args.layers < 0:
         raise TimeRLError(f"--layers must be 0 or more, got {args.layers}")
+    if len(agent_settings(args)) > 1 and args.num_steps <= 0:
+        raise TimeRLError(
+            "--num-seeds / --sweep train several agents with fixed-length rollouts: give --num-steps N"
+        )
     n = args.num_envs * args.num_steps
     if args.num_steps > 0 and n % args.num_minibatches:
         raise TimeRLError(
@@ -162,8 +207,13 @@ def normalise(args: PPOArgs, adv: RT, alive: RT, B: Sym, i: Sym, T: Sym) -> RT:
     return (adv - mu) / (std + 1e-8)
 
 
-def _clip(x: RT, lo: float, hi: float) -> RT:
-    return trl.where(x < lo, trl.full((), lo), trl.where(x > hi, trl.full((), hi), x))
+def _clip(x: RT, lo: Any, hi: Any) -> RT:
+    """``x`` clipped to ``[lo, hi]`` (floats, or RTs: a clip coefficient per agent)."""
+
+    def rt(v: Any) -> RT:
+        return v if isinstance(v, trl.RecurrentTensor) else trl.full((), v)
+
+    return trl.where(x < lo, rt(lo), trl.where(x > hi, rt(hi), x))
 
 
 def surrogate(args: PPOArgs, logp: RT, logp_old: RT, adv_n: RT) -> RT:
@@ -180,28 +230,41 @@ def clipped_loss(args: PPOArgs, logp: RT, logp_old: RT, entropy: RT, v: RT, ret:
     return surrogate(args, logp, logp_old, adv_n) + args.vf_coef * v_loss - args.ent_coef * entropy
 
 
-def make_env(args: PPOArgs, B: Sym) -> Any:
-    """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium."""
+def make_env(args: PPOArgs, B: Sym, S: Sym | None = None) -> Any:
+    """``args.env_id`` with a family prefix (``brax.…``, ``looptune.…``) as is, else gymnasium;
+    ``S``: the agent dim's bound (``B`` envs per agent, agent k's seeded with seed + k)."""
     env_id = (
         args.env_id
         if args.env_id.split(".")[0] in ("gym", "brax", "gymnax", "looptune")
         else f"gym.{args.env_id}"
     )
-    extra = {"autoreset": True} if args.num_steps > 0 else {}
+    extra: dict[str, Any] = {"autoreset": True} if args.num_steps > 0 else {}
+    if S is not None:
+        extra["agents"] = S
     return trl.env.make(env_id, num_envs=B, seed=args.seed, **extra)
 
 
 def gae_fixed(
-    args: PPOArgs, b: Sym, i: Sym, t: Sym, T: Sym, v: RT, v_last: RT, r: RT, d: RT
+    args: PPOArgs,
+    b: Sym,
+    i: Sym,
+    t: Sym,
+    T: Sym,
+    v: RT,
+    v_last: RT,
+    r: RT,
+    d: RT,
+    agents: tuple[Sym, ...] = (),
 ) -> tuple[RT, RT]:
     """GAE over a fixed-length rollout: ``d[t]`` ends an episode at step t (the env reset
-    inside that step), ``v_last`` bootstraps from the observation after the last step."""
+    inside that step), ``v_last`` bootstraps from the observation after the last step.
+    ``agents``: the agent dim (last in the context: indices leave it implicit)."""
     not_done = 1.0 - d.cast(trl.float32)
-    v_next = trl.empty((), domain=(b, i, t), name="v_next")
+    v_next = trl.empty((), domain=(b, i, t, *agents), name="v_next")
     v_next[b, i, T - 1] = v_last
     v_next[b, i, t] = v[b, i, t + 1]
     delta = r + args.gamma * not_done * v_next.detach() - v.detach()
-    adv = trl.empty((), domain=(b, i, t), name="adv")
+    adv = trl.empty((), domain=(b, i, t, *agents), name="adv")
     adv[b, i, T - 1] = delta[b, i, T - 1]
     adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
     return adv, adv + v.detach()
@@ -233,6 +296,7 @@ def minibatch_loss(
     v_old: RT,
     adv: RT,
     ret: RT,
+    agents: tuple[Sym, ...] = (),
 ) -> tuple[RT, RT]:
     """PPO's loss on minibatch m of epoch e, as CleanRL computes it: iteration i's rollout
     flattened to ``B * T`` samples, shuffled once per epoch (``argsort`` of uniform keys),
@@ -249,8 +313,8 @@ def minibatch_loss(
         flat = x.detach()[0:B, i, 0:T]
         return flat.reshape(-1, *flat.shape[2:])
 
-    perm = trl.rand((n,), domain=(i, e), name="shuffle").argsort()
-    idx = perm.reshape(args.num_minibatches, mb)[i, e, m]
+    perm = trl.rand((n,), domain=(i, e, *agents), name="shuffle").argsort()  # one shuffle per agent
+    idx = perm.reshape(args.num_minibatches, mb)[(i, e, *agents, m)]
     logp, ent, v_new = dnn.evaluate(rows(o).take(idx), rows(a).take(idx))
     adv_mb, ret_mb, v_mb = rows(adv).take(idx), rows(ret).take(idx), rows(v_old).take(idx)
     if args.norm_adv:
@@ -280,10 +344,18 @@ def bc_loss(logp: RT, weight: RT) -> RT:
     return -logp * weight
 
 
-def _network(args: PPOArgs, env: Any, pdims: tuple[Sym, ...], weights: dict[str, np.ndarray] | None) -> Any:
-    """The actor-critic over the parameter dims ``pdims`` (``(i,)`` or ``(i, e, m)``)."""
+def _network(
+    args: PPOArgs,
+    env: Any,
+    pdims: tuple[Sym, ...],
+    weights: dict[str, np.ndarray] | None,
+    agents: tuple[Sym, ...] = (),
+    seeds: list[int] | None = None,
+) -> Any:
+    """The actor-critic over the parameter dims ``pdims`` (``(i,)`` or ``(i, e, m)``, and the
+    agent dim: one network per seed of ``seeds``)."""
     return (
-        trl.DNNBuilder(domain=pdims, seed=args.seed)
+        trl.DNNBuilder(domain=pdims + agents, seed=args.seed, seeds=seeds if agents else None, agents=agents)
         .from_env(env, hidden=[args.hidden] * args.layers, critic=True, shared=args.shared)
         .build(weights)
     )
@@ -311,14 +383,21 @@ def build_fixed(
     go to ``ctx.compile`` (e.g. ``vectorize_time=False``)."""
     check_args(args)
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
-    ctx = trl.Context(dims=("b", "i", "e", "m", "t") if epochs else ("b", "i", "t"))
-    with ctx as ((b, B), (i, I), *upd, (t, T)):
-        env = env_fn(args, B)
+    settings = agent_settings(args)
+    many = len(settings) > 1  # agents along a dim s, last: indices leave it implicit
+    dims = ("b", "i", "e", "m", "t") if epochs else ("b", "i", "t")
+    ctx = trl.Context(dims=dims + ("s",) if many else dims)
+    with ctx as syms:
+        (b, B), (i, I), (t, T) = syms[0], syms[1], syms[len(dims) - 1]
+        upd = list(syms[2 : len(dims) - 1])
+        ag: tuple[Sym, ...] = (syms[-1][0],) if many else ()
+        hp = _per_agent(args, settings, ag[0]) if many else args  # settings per agent: RTs over s
+        env = env_fn(args, B, syms[-1][1]) if many else env_fn(args, B)
         pdims = (i, *(s for s, _ in upd))
-        dnn = _network(args, env, pdims, weights)
+        dnn = _network(args, env, pdims, weights, ag, [int(st["seed"]) for st in settings])
         actor = dnn.at(i, 0, 0) if epochs else dnn
-        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
-        o0 = env.reset(domain=(b,))
+        o = trl.like(env.obs_space, domain=(b, i, t, *ag), name="obs")
+        o0 = env.reset(domain=(b, *ag))
         a = actor(o)
         v = actor.value()
         logp_old = actor.log_prob(a)
@@ -328,20 +407,22 @@ def build_fixed(
         o[b, i, 0] = o_next[b, i - 1, T - 1]
         o[b, i, t + 1] = o_next
         v_last = actor.value(o_next[b, i, T - 1])
-        adv, ret = gae_fixed(args, b, i, t, T, v, v_last, r, d)
+        adv, ret = gae_fixed(hp, b, i, t, T, v, v_last, r, d, ag)
         if not epochs:
-            adv_n = normalise_fixed(args, adv, B, i, T)
-            per_point = clipped_loss(args, logp_old, logp_old, ent_old, v, ret, adv_n)
+            adv_n = normalise_fixed(hp, adv, B, i, T)
+            per_point = clipped_loss(hp, logp_old, logp_old, ent_old, v, ret, adv_n)
             (per_point * (1.0 / float(args.num_envs * args.num_steps))).backward()
         else:
             (e, _), (m, _) = upd
-            loss, _ = minibatch_loss(args, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret)
+            loss, _ = minibatch_loss(hp, dnn, B, T, i, e, m, o, a, logp_old, v, adv, ret, ag)
             loss.backward()
-        _adam_step(args, i, dnn)
+        _adam_step(hp, i, dnn)
         trl.stack([r[0:B, i, 0:T], d[0:B, i, 0:T].cast(trl.float32)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: args.num_steps}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
+    if many:
+        bounds[syms[-1][1]] = len(settings)
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 

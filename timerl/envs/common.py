@@ -21,6 +21,33 @@ def static_num_envs(env_id: str, num_envs: int | Sym, bounds: Mapping[Sym, int])
     return int(n)
 
 
+def agent_seeds(env_id: str, seed: int | Sequence[int], agents: Sym | None) -> list[int]:
+    """The env seeds of each agent: ``[seed]`` without agents; with agents, a list gives one
+    per agent and an int ``seed`` is expanded to ``seed + k`` once the agent count is known
+    (:func:`bind_agent_seeds`), as ``ctx.compile(seed=...)`` seeds random ops."""
+    if isinstance(seed, (int, np.integer)):
+        return [int(seed)]
+    if agents is None:
+        raise RTDefinitionError(
+            f"env {env_id}: seed={list(seed)!r} gives one seed per agent; pass agents=S too"
+        )
+    return [int(x) for x in seed]
+
+
+def bind_agent_seeds(env_id: str, seeds: list[int], agents: Sym, bounds: Mapping[Sym, int]) -> list[int]:
+    """``seeds`` for the ``bounds[agents]`` agents (see :func:`agent_seeds`)."""
+    n = bounds.get(agents)
+    if n is None:
+        raise RTDefinitionError(f"env {env_id}: the agent bound {agents} needs a static value")
+    if len(seeds) == int(n):
+        return seeds
+    if len(seeds) == 1:
+        return [seeds[0] + k for k in range(int(n))]
+    raise RTDefinitionError(
+        f"env {env_id}: {len(seeds)} seeds for {n} agents ({agents} = {n}); give one per agent"
+    )
+
+
 def pick_batch(items: Sequence[T], k: int, n: int, in_order: bool, seed: int) -> list[T]:
     """The ``n`` items of reset ``k``: consecutive ones in order (wrapping), else drawn with
     ``numpy.random.default_rng(seed + 7919 * k)``."""

@@ -17,12 +17,12 @@ episode, the reward of the last step and ``done`` true (gymnasium's ``SAME_STEP`
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from timerl.envs.common import static_num_envs
+from timerl.envs.common import agent_seeds, bind_agent_seeds, static_num_envs
 from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.context import current
@@ -135,6 +135,36 @@ def _reset_in_place(venv: Any, done: np.ndarray) -> np.ndarray:
     return venv.state.T.astype(np.float32)
 
 
+class _PerAgent:
+    """One single-agent env state per agent (``make(seed)``, agent ``k`` with its own seed),
+    stepped in turn; arrays cross as ``(B, S, ...)`` (host envs: NumPy)."""
+
+    array_io = "numpy"
+
+    def __init__(
+        self, make: Callable[[int], Any], env_id: str, seed: int | Sequence[int], agents: Sym
+    ) -> None:
+        self.make = make
+        self.env_id = env_id
+        self.agents = agents
+        self.seeds = agent_seeds(env_id, seed, agents)
+        self.states: list[Any] = []
+
+    def bind(self, bounds: Mapping[Sym, int]) -> None:
+        self.seeds = bind_agent_seeds(self.env_id, self.seeds, self.agents, bounds)
+        if len(self.states) != len(self.seeds):
+            self.states = [self.make(seed) for seed in self.seeds]
+        for st in self.states:
+            st.bind(bounds)
+
+    def reset(self, point: dict[str, int]) -> np.ndarray:
+        return np.stack([st.reset(point) for st in self.states], axis=1)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        outs = [st.step(action[:, k]) for k, st in enumerate(self.states)]
+        return tuple(np.stack(xs, axis=1) for xs in zip(*outs, strict=True))
+
+
 class _Fn(UDFFn):
     def __init__(self, state: _GymState, kind: str) -> None:
         super().__init__(self._call, f"{state.env_id}.{kind}")
@@ -162,7 +192,13 @@ class GymEnv:
     """A gymnasium environment family usable in RT programs."""
 
     def __init__(
-        self, env_id: str, num_envs: Any, seed: int = 0, autoreset: bool = False, **kwargs: Any
+        self,
+        env_id: str,
+        num_envs: Any,
+        seed: int | Sequence[int] = 0,
+        autoreset: bool = False,
+        agents: Sym | None = None,
+        **kwargs: Any,
     ) -> None:
         import gymnasium as gym
 
@@ -178,11 +214,20 @@ class GymEnv:
         self.action_space = probe.action_space
         probe.close()
         self.autoreset = autoreset
-        self._init_wrapper(env_id, num_envs, _GymState(env_id, num_envs, seed, kwargs, autoreset))
+        if agents is None:
+            state: Any = _GymState(env_id, num_envs, agent_seeds(env_id, seed, None)[0], kwargs, autoreset)
+        else:
+            state = _PerAgent(
+                lambda sd: _GymState(env_id, num_envs, sd, kwargs, autoreset), env_id, seed, agents
+            )
+        self._init_wrapper(env_id, num_envs, state, agents)
 
-    def _init_wrapper(self, env_id: str, num_envs: Any, state: Any) -> None:
+    def _init_wrapper(self, env_id: str, num_envs: Any, state: Any, agents: Sym | None = None) -> None:
         """The part shared with other env families (``BraxEnv``): ``state`` has ``bind``,
-        ``reset(point)`` and ``step(action)``; ``obs_space``/``action_space`` are set."""
+        ``reset(point)`` and ``step(action)``; ``obs_space``/``action_space`` are set.
+        ``agents``: the bound of an agent dim (``trl.param(agents=...)``): the env holds
+        ``B`` envs per agent, agent ``k``'s seeded as a one-agent env with its seed, and its
+        arrays cross as ``(B, S, ...)``."""
         self.env_id = env_id
         self.ctx = current()
         if isinstance(num_envs, Sym):
@@ -193,6 +238,15 @@ class GymEnv:
                 raise RTDefinitionError(
                     f"env {env_id}: num_envs must be the bound symbol of a batch dim (e.g. B) or 1"
                 )
+        self.agent_dim: Sym | None = None
+        if agents is not None:
+            if not isinstance(agents, Sym) or not agents.is_bound or self.batch_dim is None:
+                raise RTDefinitionError(
+                    f"env {env_id}: agents=... takes the bound symbol of the agent dim (e.g. S), with "
+                    "num_envs the bound of the batch dim (B)"
+                )
+            self.agent_dim = self.ctx.dim_of_bound(agents)
+        self._batch_dims = tuple(d for d in (self.batch_dim, self.agent_dim) if d is not None)
         self._state = state
         self._reset_node: Any = None
         self._reset_domain: tuple[Sym, ...] = ()
@@ -202,17 +256,20 @@ class GymEnv:
     def reset(self, domain: Sequence[Sym] = ()) -> RecurrentTensor:
         """Observations of a fresh episode at every point of ``domain`` (e.g. ``(b, i)``)."""
         dom = tuple(domain)
-        if self.batch_dim is not None and self.batch_dim not in dom:
+        missing = [d.name for d in self._batch_dims if not any(d is x for x in dom)]
+        if missing:
             raise RTDefinitionError(
-                f"env {self.env_id}: reset domain must include the batch dim {self.batch_dim}"
+                f"env {self.env_id}: reset domain {tuple(d.name for d in dom)} must include the batch "
+                f"dim(s) {', '.join(missing)}"
             )
         (obs,) = udf(
             _Fn(self._state, "reset"),
             [self.obs_spec],
             dom,
             name=f"{self.env_id}.reset",
-            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+            batch_dims=self._batch_dims,
         )
+        self._mark_agents(obs)
         self._reset_node = obs.node
         self._reset_domain = obs.node.domain
         return obs
@@ -226,9 +283,15 @@ class GymEnv:
             obs.domain,
             [obs],
             name=f"{self.env_id}.action_mask",
-            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+            batch_dims=self._batch_dims,
         )
+        self._mark_agents(mask)
         return mask
+
+    def _mark_agents(self, x: RecurrentTensor) -> None:
+        """Record the agent dim on an env op (the vectorizer puts agent dims last)."""
+        if self.agent_dim is not None:
+            x.node.agents = (self.agent_dim,)
 
     def step(self, action: RecurrentTensor) -> tuple[RecurrentTensor, RecurrentTensor, RecurrentTensor]:
         """``(next_obs, reward, done)`` at the action's points (``done``: episode over)."""
@@ -259,8 +322,9 @@ class GymEnv:
             dom,
             [action],
             name=f"{self.env_id}.step",
-            batch_dims=(self.batch_dim,) if self.batch_dim is not None else (),
+            batch_dims=self._batch_dims,
         )
+        self._mark_agents(obs)
         step_node = obs.node
         T = self.ctx.bound_of(t)
         # Effects are ordered: step t after step t-1; reset k after all steps of episode k-1.

@@ -37,12 +37,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from timerl.envs.common import jax_argument, static_num_envs
+from timerl.envs.common import agent_seeds, bind_agent_seeds, jax_argument, static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.errors import RuntimeExecutionError, TimeRLError
 from timerl.symbolic import Sym
@@ -156,6 +156,15 @@ class _Compiled:
         self.reset = jax.jit(reset, static_argnums=(1,))
         self.step_autoreset = jax.jit(step_autoreset)
         self.step_episodic = jax.jit(step_episodic)
+
+        # agents (make(..., agents=S)): the same functions mapped over a leading agent axis,
+        # one seed per agent, so each agent's envs run as a one-agent env with its seed
+        def reset_agents(seeds: jax.Array, n: int) -> tuple[Any, ...]:
+            return jax.vmap(lambda x: reset(x, n))(seeds)
+
+        self.reset_agents = jax.jit(reset_agents, static_argnums=(1,))
+        self.step_autoreset_agents = jax.jit(jax.vmap(step_autoreset))
+        self.step_episodic_agents = jax.jit(jax.vmap(step_episodic))
         # Every argument is committed to this device: a mix of committed and uncommitted
         # arguments would compile ``step`` a second time (as in brax_env).
         self.device = jax.devices()[0]
@@ -180,11 +189,20 @@ class _GymnaxState:
 
     array_io = "dlpack"  # the UDFs built on this state exchange backend tensors (see UDFFn)
 
-    def __init__(self, c: _Compiled, num_envs: Any, seed: int, autoreset: bool) -> None:
+    def __init__(
+        self,
+        c: _Compiled,
+        num_envs: Any,
+        seed: int | Sequence[int],
+        autoreset: bool,
+        agents: Sym | None = None,
+    ) -> None:
         self.c = c
         self.env_id = f"gymnax.{c.env_id}"
         self.num_envs = num_envs
-        self.seed = int(seed)
+        self.agents = agents  # the agent dim's bound: arrays cross as (B, S, ...), state as (S, B, ...)
+        self.seeds = agent_seeds(self.env_id, seed, agents)
+        self.seed = self.seeds[0]
         self.autoreset = autoreset
         self.batched = isinstance(num_envs, Sym)
         self.n = 0
@@ -192,21 +210,39 @@ class _GymnaxState:
         self.key: Any = None
         self.last_obs: Any = None
         self.done: Any = None
+        fns = (c.reset, c.step_autoreset, c.step_episodic)
+        if agents is not None:
+            fns = (c.reset_agents, c.step_autoreset_agents, c.step_episodic_agents)
+        self._reset, self._step_autoreset, self._step_episodic = fns
 
     def bind(self, bounds: Mapping[Sym, int]) -> None:
         self.n = static_num_envs(self.env_id, self.num_envs, bounds)
+        if self.agents is not None:
+            self.seeds = bind_agent_seeds(self.env_id, self.seeds, self.agents, bounds)
 
     def _out(self, x: Any) -> Any:
+        if self.agents is not None:
+            import jax.numpy as jnp
+
+            return jnp.swapaxes(x, 0, 1)
         return x if self.batched else x[0]
+
+    def _in(self, action: Any) -> Any:
+        if self.agents is not None:
+            import jax.numpy as jnp
+
+            return jnp.swapaxes(action, 0, 1)
+        return action if self.batched else action[None]
 
     def reset(self, point: dict[str, int]) -> Any:
         import jax
 
         k = sum(point.values())
-        seed = (self.seed + 7919 * k) % (2**32)
+        seeds = [(s + 7919 * k) % (2**32) for s in self.seeds]
         with jax.enable_x64(False):
-            seed_arr = jax.device_put(np.uint32(seed), self.c.device)
-            self.state, self.last_obs, self.done, self.key = self.c.reset(seed_arr, self.n)
+            arg = np.uint32(seeds[0]) if self.agents is None else np.asarray(seeds, np.uint32)
+            seed_arr = jax.device_put(arg, self.c.device)
+            self.state, self.last_obs, self.done, self.key = self._reset(seed_arr, self.n)
         return self._out(self.last_obs)
 
     def step(self, action: Any) -> tuple[Any, Any, Any]:
@@ -215,13 +251,11 @@ class _GymnaxState:
         if self.state is None:
             raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
         with jax.enable_x64(False):
-            action = jax_argument(action, self.c.device)
-            if not self.batched:
-                action = action[None]
+            action = self._in(jax_argument(action, self.c.device))
             if self.autoreset:
-                self.state, self.key, obs, rew, done = self.c.step_autoreset(self.state, self.key, action)
+                self.state, self.key, obs, rew, done = self._step_autoreset(self.state, self.key, action)
                 return self._out(obs), self._out(rew), self._out(done)
-            self.state, self.key, self.last_obs, rew, self.done = self.c.step_episodic(
+            self.state, self.key, self.last_obs, rew, self.done = self._step_episodic(
                 self.state, self.key, self.last_obs, self.done, action
             )
         return self._out(self.last_obs), self._out(rew), self._out(self.done)
@@ -230,7 +264,7 @@ class _GymnaxState:
         """``step`` as a pure function of the live state (threaded through a scan's carry)."""
         from timerl.runtime.scan import PureStep
 
-        c, out = self.c, self._out
+        out, step_autoreset, step_episodic = self._out, self._step_autoreset, self._step_episodic
 
         def get_state() -> Any:
             if self.state is None:
@@ -249,14 +283,14 @@ class _GymnaxState:
             import jax
             import jax.numpy as jnp
 
-            action = inputs[0] if self.batched else inputs[0][None]
+            action = self._in(inputs[0])
             if jnp.issubdtype(action.dtype, jnp.integer):
                 action = action.astype(jnp.int32)  # as the env's own (32-bit) step receives it
             with jax.enable_x64(False):  # traced as the interpreted step runs it
                 if self.autoreset:
-                    state, key, obs, rew, done = c.step_autoreset(st[0], st[1], action)
+                    state, key, obs, rew, done = step_autoreset(st[0], st[1], action)
                     return (state, key), [out(obs), out(rew), out(done)]
-                state, key, last, rew, done = c.step_episodic(*st, action)
+                state, key, last, rew, done = step_episodic(*st, action)
             return (state, key, last, done), [out(last), out(rew), out(done)]
 
         return PureStep(get_state, set_state, step)
@@ -271,12 +305,18 @@ class GymnaxEnv(GymEnv):
     """
 
     def __init__(
-        self, env_id: str, num_envs: Any, seed: int = 0, autoreset: bool = False, **kwargs: Any
+        self,
+        env_id: str,
+        num_envs: Any,
+        seed: int | Sequence[int] = 0,
+        autoreset: bool = False,
+        agents: Sym | None = None,
+        **kwargs: Any,
     ) -> None:
         c = compiled(env_id, **kwargs)
         self.compiled = c
         self.obs_space = c.obs_space
         self.action_space = c.action_space
         self.autoreset = autoreset
-        state = _GymnaxState(c, num_envs, seed, autoreset)
-        self._init_wrapper(f"gymnax.{env_id}", num_envs, state)
+        state = _GymnaxState(c, num_envs, seed, autoreset, agents)
+        self._init_wrapper(f"gymnax.{env_id}", num_envs, state, agents)

@@ -25,9 +25,17 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
       ``split="train"|"test"``, ``episode_len=16``, ``programs=None``, ``num_programs=64``,
       ``threads=None``, ``cache_dir=None``, ``measurer=None``).
 
-    ``num_envs`` is the bound symbol of the batch dim (``B``) or an int.
+    ``num_envs`` is the bound symbol of the batch dim (``B``) or an int. ``agents=S`` (gym and
+    gymnax): ``B`` envs per agent along the agent dim whose bound is ``S`` (many agents in one
+    program, ``trl.param(agents=...)``); agent ``k``'s envs are those of a one-agent env with
+    seed ``seed + k`` (or ``seed[k]`` with one seed per agent).
     """
     family, _, name = env_id.partition(".")
+    if kwargs.get("agents") is not None and family not in ("gym", "gymnax"):
+        raise TimeRLError(
+            f"environment {env_id!r}: agents=... (one set of envs per agent) is supported for 'gym.*' and "
+            "'gymnax.*' environments"
+        )
     if family == "gym" and name:
         from timerl.envs.gym_env import GymEnv
 

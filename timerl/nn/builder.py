@@ -39,18 +39,29 @@ def _init_linear(
 class DNNBuilder:
     """Configure an MLP policy; see the module docstring."""
 
-    def __init__(self, domain: Sequence[Sym] = (), seed: int = 0, seeds: Sequence[int] | None = None) -> None:
-        """``domain``: the parameters' dims (``(i,)``). ``seeds``: one network per seed along
-        the leading dim of ``domain`` (``domain=(s, i), seeds=[0, 1, 2]``: three agents
-        trained in one program, agent ``k`` initialised as ``DNNBuilder(domain=(i,),
-        seed=seeds[k])`` would be; ``trl.param(agents=...)``)."""
+    def __init__(
+        self,
+        domain: Sequence[Sym] = (),
+        seed: int = 0,
+        seeds: Sequence[int] | None = None,
+        agents: Sequence[Sym] = (),
+    ) -> None:
+        """``domain``: the parameters' dims (``(i,)``). ``seeds`` and ``agents``: one network
+        per seed along the agent dim (``domain=(i, s), agents=(s,), seeds=[0, 1, 2]``: three
+        agents trained in one program, agent ``k`` initialised as ``DNNBuilder(domain=(i,),
+        seed=seeds[k])`` would be; see ``trl.param(agents=...)``)."""
         self.domain = tuple(domain)
         self.seed = seed
         self.seeds = None if seeds is None else [int(x) for x in seeds]
-        if self.seeds is not None and (not self.seeds or len(self.domain) < 2):
+        self.agents = tuple(agents)
+        if (
+            (self.seeds is None) != (not self.agents)
+            or (self.seeds is not None and not self.seeds)
+            or len(self.agents) > 1
+        ):
             raise RTDefinitionError(
-                "DNNBuilder(seeds=...): give one seed per agent and a domain with the agent dim first and "
-                "the update dims after it, e.g. DNNBuilder(domain=(s, i), seeds=[0, 1, 2])"
+                "DNNBuilder(seeds=..., agents=...): give both, one seed per agent along one agent dim of "
+                "the domain, e.g. DNNBuilder(domain=(i, s), agents=(s,), seeds=[0, 1, 2])"
             )
         self.obs_dim: int | None = None
         self.hidden: list[int] = [64, 64]
@@ -125,7 +136,7 @@ class DNN:
     def __init__(self, b: DNNBuilder) -> None:
         # one generator per agent (b.seeds), each drawing what a one-agent network would
         rngs = [np.random.default_rng(x) for x in (b.seeds if b.seeds is not None else [b.seed])]
-        agents = b.domain[:1] if b.seeds is not None else ()
+        agents = b.agents
         weights = dict(b.weights)
 
         def init_linear(fan_in: int, fan_out: int, gain: float) -> tuple[np.ndarray, np.ndarray]:
@@ -152,6 +163,7 @@ class DNN:
         self.choices = b.choices
         self.activation = b.activation
         self.domain = b.domain
+        self.agents = b.agents
         self.layers: list[tuple[RecurrentTensor, RecurrentTensor]] = []
         for k, (fi, fo) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             last = k == len(sizes) - 2
@@ -298,7 +310,13 @@ class DNN:
         PPO updates once per epoch ``e``: acting at ``(b, i, t)`` uses the parameters
         at the start of iteration ``i`` with ``dnn.at(i, 0)``. ``params`` stays the full
         list (what the optimiser updates); the view shares nothing else with ``self``.
+        With agent dims (``DNNBuilder(agents=...)``) the index may leave them out: each agent
+        reads its own parameters.
         """
+        upd = [d for d in self.domain if not any(d is a for a in self.agents)]
+        if self.agents and len(index) == len(upd):
+            it = iter(index)
+            index = tuple(d if any(d is a for a in self.agents) else next(it) for d in self.domain)
         if len(index) != len(self.domain):
             raise RTDefinitionError(
                 f"dnn.at{index}: give one index per parameter dim {tuple(s.name for s in self.domain)}"

@@ -30,29 +30,34 @@ def _check(params: Sequence[RecurrentTensor]) -> None:
             )
 
 
-def _assign_next(p: RecurrentTensor, new: RecurrentTensor, agents: tuple[Any, ...] = ()) -> None:
+def _is(d: Any, dims: Sequence[Any]) -> bool:
+    return any(d is x for x in dims)
+
+
+def _assign_next(p: RecurrentTensor, new: RecurrentTensor) -> None:
     """``p`` at the next update point := ``new`` (the update computed at this point).
 
-    For domain ``(d0, ..., dk)``: ``p[d0, ..., dk + 1] = new`` and, for each outer level
+    For update dims ``(d0, ..., dk)``: ``p[d0, ..., dk + 1] = new`` and, for each outer level
     ``j < k``, ``p[d0, ..., dj + 1, 0, ..., 0] = new[d0, ..., dj, Bj+1 - 1, ..., Bk - 1]``.
-    The leading ``agents`` dims (``trl.param(agents=...)``) are not stepped: each agent's
+    A parameter's agent dims (``trl.param(agents=...)``) are not update dims: each agent's
     updates stay at its own coordinate.
     """
     dom = tuple(p.node.domain)
+    upd = [d for d in dom if not _is(d, p.node.agents)]
     ctx = current()
-    for j in range(len(dom) - 1, len(agents) - 1, -1):
-        inner = dom[j + 1 :]
-        target = dom[:j] + (dom[j] + 1,) + tuple(0 for _ in inner)
+    for j in range(len(upd) - 1, -1, -1):
+        inner = upd[j + 1 :]
+        target = tuple(d + 1 if d is upd[j] else (0 if _is(d, inner) else d) for d in dom)
         if not inner:
             p[target] = new
         else:
-            p[target] = new[dom[: j + 1] + tuple(ctx.bound_of(d) - 1 for d in inner)]
+            p[target] = new[tuple(ctx.bound_of(d) - 1 if _is(d, inner) else d for d in dom)]
 
 
 def _update_count(p: RecurrentTensor) -> RecurrentTensor:
     """How many updates precede this point's, plus one: the flattened mixed-radix index of
     the update dims (not the agent dims) + 1."""
-    dom = tuple(p.node.domain)[len(p.node.agents) :]
+    dom = [d for d in p.node.domain if not _is(d, p.node.agents)]
     ctx = current()
     k: Any = dom[0]
     for d in dom[1:]:
@@ -60,10 +65,16 @@ def _update_count(p: RecurrentTensor) -> RecurrentTensor:
     return as_tensor(k + 1)
 
 
+def _state_of(p: RecurrentTensor, name: str | None = None) -> RecurrentTensor:
+    """An optimiser state tensor over ``p``'s domain, with ``p``'s agent dims (one per agent)."""
+    x = empty(p.shape, p.dtype, p.node.domain, name=name)
+    x.node.agents, x.node.agent_sizes = p.node.agents, p.node.agent_sizes
+    return x
+
+
 def _first(p: RecurrentTensor) -> tuple[Any, ...]:
-    """The index of each agent's first update point: ``(s, 0, ...)`` (``(0, ...)`` without agents)."""
-    ag = p.node.agents
-    return ag + tuple(0 for _ in p.node.domain[len(ag) :])
+    """The index of each agent's first update point: 0 along the update dims."""
+    return tuple(d if _is(d, p.node.agents) else 0 for d in p.node.domain)
 
 
 def clipped_grads(params: Sequence[RecurrentTensor], max_norm: float | None) -> list[RecurrentTensor]:
@@ -99,13 +110,12 @@ class SGD:
 
     def step(self) -> None:
         for p, g in zip(self.params, clipped_grads(self.params, self.max_grad_norm), strict=True):
-            ag = p.node.agents
             if self.momentum:
-                buf = empty(p.shape, p.dtype, p.node.domain)
+                buf = _state_of(p)
                 buf[_first(p)] = zeros(p.shape, p.dtype)
                 g = buf * self.momentum + g
-                _assign_next(buf, g, ag)
-            _assign_next(p, p - g * self.lr, ag)
+                _assign_next(buf, g)
+            _assign_next(p, p - g * self.lr)
 
 
 class Adam:
@@ -127,17 +137,16 @@ class Adam:
     def step(self) -> None:
         b1, b2 = self.betas
         for p, g in zip(self.params, clipped_grads(self.params, self.max_grad_norm), strict=True):
-            dom, ag = p.node.domain, p.node.agents
             first = _first(p)
-            m = empty(p.shape, p.dtype, dom, name=f"{p.name}.adam_m" if p.name else None)
-            v = empty(p.shape, p.dtype, dom, name=f"{p.name}.adam_v" if p.name else None)
+            m = _state_of(p, f"{p.name}.adam_m" if p.name else None)
+            v = _state_of(p, f"{p.name}.adam_v" if p.name else None)
             m[first] = zeros(p.shape, p.dtype)
             v[first] = zeros(p.shape, p.dtype)
             m_new = m * b1 + g * (1 - b1)
             v_new = v * b2 + g * g * (1 - b2)
-            _assign_next(m, m_new, ag)
-            _assign_next(v, v_new, ag)
+            _assign_next(m, m_new)
+            _assign_next(v, v_new)
             k = _update_count(p)
             mhat = m_new / (1.0 - b1**k)
             vhat = v_new / (1.0 - b2**k)
-            _assign_next(p, p - self.lr * mhat / (vhat.sqrt() + self.eps), ag)
+            _assign_next(p, p - self.lr * mhat / (vhat.sqrt() + self.eps))

@@ -166,21 +166,22 @@ def param(
 
     With an empty domain the parameter is a constant leaf (gradients still flow to it).
 
-    ``agents``: leading dims of ``domain`` along which independent agents are trained in one
-    program (``domain=(s, i), agents=(s,)``): ``init`` then holds one entry per agent along
-    each (shape ``(S, *shape)``; ``S`` must be the dim's bound), agent ``k`` starts from
-    ``init[k]``, and optimisers step the other dims only (``w[s, i + 1]`` from ``w[s, i]``).
+    ``agents``: dims of ``domain`` along which independent agents are trained in one program
+    (``domain=(i, s), agents=(s,)``; put the agent dim last in the context's dims, so that
+    indices like ``x[b, i]`` leave it implicit): ``init`` then holds one entry per agent
+    along each (shape ``(S, *shape)``; ``S`` must be the dim's bound), agent ``k`` starts from
+    ``init[k]``, and optimisers step the other dims only (``w[i + 1, s]`` from ``w[i, s]``).
     """
     from timerl.rt.tensor import to_rt
 
     ctx = current()
     dom = _domain(domain)
     ag = _domain(agents)
-    if tuple(dom[: len(ag)]) != ag or len(ag) >= max(len(dom), 1):
+    if any(not any(a is d for d in dom) for a in ag) or len(ag) >= max(len(dom), 1):
         raise RTDefinitionError(
-            f"param {name or ''}: agents={tuple(s.name for s in ag)} must be leading dims of its domain "
-            f"{tuple(s.name for s in dom)}, with at least one dim after them for the updates (e.g. "
-            "domain=(s, i), agents=(s,))"
+            f"param {name or ''}: agents={tuple(s.name for s in ag)} must be dims of its domain "
+            f"{tuple(s.name for s in dom)}, with at least one other dim for the updates (e.g. "
+            "domain=(i, s), agents=(s,))"
         )
     if ag and isinstance(init, RecurrentTensor):
         raise RTDefinitionError(
@@ -201,7 +202,7 @@ def param(
     w.node.agents = ag
     w.node.agent_sizes = tuple(int(k) for k in init_rt.shape[: len(ag)])
     if ag:
-        w[ag + tuple(0 for _ in dom[len(ag) :])] = init_rt[ag]
+        w[tuple(d if any(d is a for a in ag) else 0 for d in dom)] = init_rt[ag]
     elif dom:
         w[tuple(0 for _ in dom)] = init_rt
     else:

@@ -80,7 +80,7 @@ def _lower(ctx: Context, bounds: Mapping[Any, Any], setters: list[int]) -> PDG:
             edges.append(Edge(n.id, inp.src, -1, inp.oid, inp.phi, inp.cond, None, True))
         nodes[n.id] = Node(n.id, n.op, n.domain, n.outputs, len(n.inputs), n.cond, (), n.name, n.where)
     for n in ctx.graph.nodes.values():
-        for d, k in zip(n.agents, n.agent_sizes, strict=True):
+        for d, k in zip(n.agents, n.agent_sizes, strict=False):  # env ops mark agents without sizes
             b = ctx.bound_of(d)
             if static.get(b) != k:
                 given = "dynamic" if b in dynamic else static.get(b)

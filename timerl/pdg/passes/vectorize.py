@@ -10,7 +10,8 @@ over it declared it among its ``batch_dims`` (the function handles all its point
 no dependence between its points, so it is removed from every domain and becomes a
 leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
 
-Agent dims (``pdg.agent_dims``) are vectorized last; a random op's draws along one stay per
+Agent dims (``pdg.agent_dims``) are vectorized last; a constant table indexed by one
+(``const(lrs)[s]``, a setting per agent) becomes the batched constant of its rows; a random op's draws along one stay per
 agent (``point_dims``: each agent's rows seeded as its own run's, ``runtime/common.Seeds``).
 
 Precondition: a lowered PDG. Postcondition: no node has ``b`` in its domain; nodes
@@ -68,6 +69,8 @@ def vectorizable_dims(pdg: PDG) -> list[Sym]:
         for n in pdg:
             if s.name in udf_batched and _is_dim_value(n, s):
                 continue
+            if _const_rows(pdg.nodes, pdg.edges, n, s, pdg.agent_dims, pdg.static_bounds[bnd]) is not None:
+                continue
             if _mentions(n.cond, s) or any(_mentions(v, s) for _, v in n.op.attrs):
                 ok = False
                 break
@@ -118,11 +121,17 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
     for s in chosen:
         size = pdg.static_bounds[pdg.bound_of(s)]
         new_nodes: dict[int, Node] = {}
+        tables: set[int] = set()  # const(table)[s] nodes, now constants: their input edge goes
         for nid, n in nodes.items():
+            rows = _const_rows(nodes, edges, n, s, pdg.agent_dims, size)
             if _is_dim_value(n, s):  # as_tensor(b): the values 0..B-1 along the new batch dim
                 value = np.arange(size, dtype=n.op.attr("dtype").numpy)
                 op = Op.make(OpKind.CONST, value=value, batched=True)  # value holds the batch dim
                 n = replace(n, domain=(), batch=(size,), batch_dims=(s,), op=op)
+            elif rows is not None:  # a setting per agent: the table's rows along the batch dim
+                op = Op.make(OpKind.CONST, value=np.ascontiguousarray(rows[:size]), batched=True)
+                n = replace(n, domain=(), num_inputs=0, batch=(size,), batch_dims=(s,), op=op)
+                tables.add(nid)
             elif s in n.domain:
                 op = n.op
                 if op.kind is OpKind.SINK:
@@ -139,6 +148,8 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
             new_nodes[nid] = n
         new_edges: list[Edge] = []
         for e in edges:
+            if e.sink in tables:
+                continue
             src = nodes[e.src]
             if s in src.domain:
                 phi = tuple(c for d, c in zip(src.domain, e.phi, strict=True) if d is not s)
@@ -146,6 +157,25 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
             new_edges.append(e)
         nodes, edges = new_nodes, new_edges
     return pdg.with_(nodes=nodes, edges=tuple(edges))
+
+
+def _const_rows(
+    nodes: Any, edges: Any, n: Node, s: Sym, agent_dims: tuple[Sym, ...], size: int
+) -> np.ndarray | None:
+    """For ``const(table)[s]`` with ``s`` an agent dim (a setting per agent: ``lr[s]``) and at
+    least ``size`` rows along it, the table's rows along ``s``; else None."""
+    if not any(s is a for a in agent_dims) or n.op.kind is not OpKind.INDEX or n.domain != (s,) or n.batch:
+        return None
+    if n.op.attr("index") is not s:
+        return None
+    ins = [e for e in edges if e.sink == n.id and not e.order_only]
+    if len(ins) != 1:
+        return None
+    src = nodes[ins[0].src]
+    if src.op.kind is not OpKind.CONST or src.domain or src.batch or src.op.attr("batched", False):
+        return None
+    rows = np.moveaxis(np.asarray(src.op.attr("value")), n.op.attr("dim"), 0)
+    return rows if len(rows) >= size else None
 
 
 def _is_dim_value(n: Node, s: Sym) -> bool:
