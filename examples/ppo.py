@@ -5,6 +5,8 @@
 # The program (GAE, clipped surrogate, value loss, entropy bonus, Adam) is
 # timerl/agents/ppo.py (`timerl.agents.ppo`); this script trains it and logs the returns.
 #   python examples/ppo.py --num-envs 8 --num-steps 128 --iterations 100 --backend torch
+# --num-seeds K (and --sweep lr=3e-4,1e-3 ...) trains K agents (x the grid) at once in one
+# program along a dim s: agent k as the one-agent run with --seed SEED + k would.
 from __future__ import annotations
 
 import time
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import timerl as trl
-from timerl.agents.ppo import EnvFn, PPOArgs, build, build_fixed, make_env
+from timerl.agents.ppo import EnvFn, PPOArgs, agent_settings, build, build_fixed, make_env
 
 
 @dataclass
@@ -81,33 +83,52 @@ def finished_returns(running: np.ndarray, rewards: np.ndarray, dones: np.ndarray
 
 def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     """Train with fixed-length rollouts; returns, per iteration, the mean return of the
-    episodes that finished in it (the previous mean when none did)."""
+    episodes that finished in it (the previous mean when none did). With ``--num-seeds`` /
+    ``--sweep`` (K agents in one program): each agent's curve is logged (metrics.csv's
+    ``agent`` column, TensorBoard ``agent_<k>/``), and the mean over the agents returned."""
     t0 = time.perf_counter()
-    running = np.zeros(args.num_envs)  # return of each env's current episode
+    settings = agent_settings(args)
+    n = len(settings)
+    running = np.zeros((n, args.num_envs))  # return of each env's current episode, per agent
+    curves: list[list[float]] = [[] for _ in range(n)]  # per agent: the mean return per iteration
     means: list[float] = []
     run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
-        it = pt["i"]
-        eps = finished_returns(running, v[0], v[1] > 0)
-        m = float(np.mean(eps)) if eps else (means[-1] if means else 0.0)
-        means.append(m)
+        it, k = pt["i"], pt.get("s", 0)
+        eps = finished_returns(running[k], v[0], v[1] > 0)
+        m = float(np.mean(eps)) if eps else (curves[k][-1] if curves[k] else 0.0)
+        curves[k].append(m)
         steps = (it + 1) * args.num_envs * args.num_steps
-        line = (
-            f"iter {it:4d}  mean return {m:9.3f}  episodes {len(eps):4d}  env steps {steps:8d}  "
-            f"time {time.perf_counter() - t0:7.1f}s"
-        )
+        line = None
+        if all(len(c) > it for c in curves):  # the last agent of this iteration
+            now = [c[it] for c in curves]
+            means.append(float(np.mean(now)))
+            spread = f" (+- {np.std(now):.3f} over {n} agents, worst {min(now):.3f})" if n > 1 else ""
+            line = (
+                f"iter {it:4d}  mean return {means[-1]:9.3f}{spread}  episodes {len(eps):4d}  "
+                f"env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
+            )
         assert run is not None
-        run.log(it, line, mean_return=m, episodes=len(eps), env_steps=steps)
+        run.log(it, line, agent=k if n > 1 else None, mean_return=m, episodes=len(eps), env_steps=steps)
 
     ex = build_fixed(args, log_fn, env_fn)
+    who = f" for {n} agents ({_describe(settings)})" if n > 1 else ""
     print(
-        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}{who}"
     )
-    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet, agents=n)
     ex.execute()
     run.close(curve="mean_return", x="env_steps")
     return means
+
+
+def _describe(settings: list[dict[str, float]]) -> str:
+    """The agents' seeds and swept settings, short."""
+    seeds = [int(st["seed"]) for st in settings]
+    swept = sorted({k for st in settings for k in st if k != "seed"})
+    grid = ", ".join(f"{k} in {sorted({st[k] for st in settings})}" for k in swept)
+    return f"seeds {seeds[0]}..{seeds[-1]}" + (f"; {grid}" if grid else "")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,9 @@ def parse_args(
             p.add_argument(flag, choices=BACKEND_NAMES, default=v, help=doc, metavar="{jax,torch}")
         elif isinstance(v, bool):
             p.add_argument(flag, type=_parse_bool, nargs="?", const=True, default=v, help=doc, metavar="BOOL")
+        elif isinstance(v, tuple):  # a list of words: --sweep lr=1e-3,3e-3 ent_coef=0,0.01
+            p.add_argument(flag, nargs="*", type=str, default=v, help=doc, metavar="ITEM")
         else:
             p.add_argument(flag, type=type(v), default=v, help=doc, metavar=type(v).__name__.upper())
-    return cls(**vars(p.parse_args(argv)))
+    got = vars(p.parse_args(argv))
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in got.items()})

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from timerl.errors import TimeRLError
 
 log = logging.getLogger("timerl.run")
@@ -54,9 +56,16 @@ def _summary_writer() -> Any:
 
 
 class RunLog:
-    """Progress bar, CSV + TensorBoard metrics and a learning curve for one training run."""
+    """Progress bar, CSV + TensorBoard metrics and a learning curve for one training run.
 
-    def __init__(self, out_dir: str | Path, total: int, desc: str = "train", quiet: bool = False) -> None:
+    ``agents > 1`` (many agents in one program, ``--num-seeds``): each ``log`` names its
+    agent; ``metrics.csv`` gets an ``agent`` column, TensorBoard one run per agent
+    (``agent_<k>/``), the bar advances once every agent logged an iteration, and the
+    learning curve shows every agent's curve with their mean +- std."""
+
+    def __init__(
+        self, out_dir: str | Path, total: int, desc: str = "train", quiet: bool = False, agents: int = 1
+    ) -> None:
         from tqdm import tqdm
 
         SummaryWriter = _summary_writer()  # noqa: N806 - a class
@@ -73,14 +82,26 @@ class RunLog:
 
             self._redirect = logging_redirect_tqdm()
             self._redirect.__enter__()
-        self.tb = SummaryWriter(str(self.out_dir))
+        self.agents = int(agents)
+        if self.agents > 1:
+            self.tbs = [SummaryWriter(str(self.out_dir / f"agent_{k}")) for k in range(self.agents)]
+        else:
+            self.tbs = [SummaryWriter(str(self.out_dir))]
+        self.tb = self.tbs[0]
+        self._logged: dict[int, int] = {}  # iteration -> agents that logged it
         self._csv_file = open(self.out_dir / "metrics.csv", "w", newline="")  # noqa: SIM115
         self._csv: Any = None
         self.rows: list[dict[str, float]] = []
 
-    def log(self, step: int, line: str | None = None, **metrics: float) -> None:
-        """Record iteration ``step``'s metrics (and print ``line`` above the bar)."""
-        row = {"iteration": float(step), **{k: float(v) for k, v in metrics.items()}}
+    def log(self, step: int, line: str | None = None, agent: int | None = None, **metrics: float) -> None:
+        """Record iteration ``step``'s metrics (and print ``line`` above the bar); with
+        ``agents > 1``, those of ``agent``."""
+        if (agent is None) != (self.agents == 1) or (agent is not None and not 0 <= agent < self.agents):
+            raise TimeRLError(f"RunLog.log: agent={agent!r} for a run of {self.agents} agent(s)")
+        row = {"iteration": float(step)}
+        if agent is not None:
+            row["agent"] = float(agent)
+        row.update({k: float(v) for k, v in metrics.items()})
         row["time_s"] = round(time.perf_counter() - self.t0, 3)
         self.rows.append(row)
         path = self.out_dir / "metrics.csv"
@@ -90,8 +111,9 @@ class RunLog:
                 self._csv.writeheader()
             self._csv.writerow({k: row.get(k, "") for k in self._csv.fieldnames})
             self._csv_file.flush()
+            tb = self.tbs[agent or 0]
             for k, v in metrics.items():
-                self.tb.add_scalar(k, float(v), step)
+                tb.add_scalar(k, float(v), step)
         except OSError as exc:  # a full disk: say which file, keep what was recorded
             raise TimeRLError(
                 f"cannot write the metrics of iteration {step} to {path} (or the TensorBoard events "
@@ -103,9 +125,23 @@ class RunLog:
                 print(line, flush=True)
             else:
                 self.bar.write(line)
-        self.bar.update(1)
-        if "mean_return" in metrics:
-            self.bar.set_postfix(mean_return=f"{metrics['mean_return']:.4g}", refresh=False)
+        self._logged[step] = self._logged.get(step, 0) + 1
+        if self._logged[step] == self.agents:  # every agent logged this iteration
+            del self._logged[step]
+            self.bar.update(1)
+            if "mean_return" in metrics:
+                now = [r["mean_return"] for r in self.rows[-self.agents :] if "mean_return" in r]
+                self.bar.set_postfix(mean_return=f"{float(np.mean(now)):.4g}", refresh=False)
+
+    def _plot_agents(self, ax: Any, curve: str, x: str) -> None:
+        """Every agent's curve (thin) and their mean +- std."""
+        xs, ys = _agent_curves(self.rows, curve, x, self.agents)
+        for k in range(self.agents):
+            ax.plot(xs[k], ys[k], lw=0.6, alpha=0.35, color="tab:blue")
+        mean, std = ys.mean(axis=0), ys.std(axis=0)
+        ax.plot(xs[0], mean, lw=1.8, color="tab:blue", label=f"mean of {self.agents} agents")
+        ax.fill_between(xs[0], mean - std, mean + std, alpha=0.2, color="tab:blue", label="+- std")
+        ax.legend(fontsize=8)
 
     def close(self, curve: str | None = None, x: str = "iteration") -> Path | None:
         """Close the bar and files; plot ``curve`` against ``x`` to ``learning_curve.png``
@@ -114,7 +150,8 @@ class RunLog:
             self._redirect.__exit__(None, None, None)
             self._redirect = None
         self.bar.close()
-        self.tb.close()
+        for tb in self.tbs:
+            tb.close()
         self._csv_file.close()
         if curve is None or not self.rows:
             return None
@@ -124,7 +161,10 @@ class RunLog:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.plot([r.get(x, 0.0) for r in self.rows], [r.get(curve, float("nan")) for r in self.rows])
+        if self.agents == 1:
+            ax.plot([r.get(x, 0.0) for r in self.rows], [r.get(curve, float("nan")) for r in self.rows])
+        else:
+            self._plot_agents(ax, curve, x)
         ax.set_xlabel(x.replace("_", " "))
         ax.set_ylabel(curve.replace("_", " "))
         ax.grid(alpha=0.3)
@@ -134,6 +174,19 @@ class RunLog:
         plt.close(fig)
         log.info("learning curve: %s", path)
         return path
+
+
+def _agent_curves(
+    rows: Sequence[Mapping[str, float]], curve: str, x: str, agents: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` and ``curve`` per agent (rows: agents, columns: the iterations every agent logged)."""
+    per: list[dict[float, tuple[float, float]]] = [{} for _ in range(agents)]
+    for r in rows:
+        per[int(r["agent"])][r["iteration"]] = (r.get(x, r["iteration"]), r.get(curve, float("nan")))
+    common = sorted(set.intersection(*(set(p) for p in per)))
+    xs = np.array([[p[it][0] for it in common] for p in per])
+    ys = np.array([[p[it][1] for it in common] for p in per])
+    return xs, ys
 
 
 def progress(
