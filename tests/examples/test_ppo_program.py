@@ -217,6 +217,15 @@ def test_fixed_length_learning_is_vectorized_over_t() -> None:
     assert any(n.op.kind is OpKind.LINEAR_SCAN and n.op.attr("reverse") for n in pdg)
 
 
+def test_gae_is_one_scan_with_epochs_and_minibatches() -> None:
+    """With (e, m) update dims the acting weights are read at (i, 0, 0): the branch of their
+    updates within an iteration is never taken there, so GAE's inputs do not depend on the
+    advantages of the same iteration, and it is lifted as with one update."""
+    args = ppo.Args(num_envs=2, num_steps=8, iterations=2, update_epochs=2, num_minibatches=2)
+    pdg = lower_example(ppo.build_fixed, args, lambda v, p: None)
+    assert any(n.op.kind is OpKind.LINEAR_SCAN and n.op.attr("reverse") for n in pdg)
+
+
 def test_no_duplicates_left_after_the_passes() -> None:
     """CSE runs again after ``contract``: the actor's and the critic's first-layer weight
     gradients contract the same observations, and their row reshapes (and transposes) are

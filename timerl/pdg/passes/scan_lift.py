@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
 from timerl.pdg.ops import Op, OpKind
-from timerl.symbolic import TRUE, Const, Expr, Slice, Sym, evaluate, free_symbols
+from timerl.symbolic import TRUE, And, Const, Expr, Slice, Sym, evaluate, free_symbols
 from timerl.symbolic.simplify import affine_in
 
 log = logging.getLogger(__name__)
@@ -138,18 +138,55 @@ def _reads(pdg: PDG, nodes: set[int], y: Node, d: Sym) -> bool:
     dims (the weights of iteration ``i`` from the advantages of ``i - 1``, in PPO) is not
     followed: that is another scan."""
     others = [s for s in y.domain if s is not d]
-    seen = set(nodes)
-    stack = list(nodes)
+    static = {s: int(v) for s, v in pdg.static_bounds.items()}
+    start: list[tuple[int, tuple[tuple[Sym, int], ...]]] = [(n, ()) for n in nodes]
+    seen = set(start)
+    visits: dict[int, int] = {}
+    stack = list(start)
     while stack:
-        n = stack.pop()
+        n, fixed = stack.pop()
         if n == y.id:
             return True
+        env = {**static, **dict(fixed)}
         for e in pdg.in_edges(n):
-            if e.src in seen or _shifted(pdg.nodes[e.src], e, others):
+            src = pdg.nodes[e.src]
+            if _shifted(src, e, others) or _never(e.cond, env):
                 continue
-            seen.add(e.src)
-            stack.append(e.src)
+            # the read's coordinates known here (PPO's acting reads the weights at (i, 0, 0):
+            # the branch that updates them within an iteration, e > 0 or m > 0, is not taken)
+            at = tuple(
+                (s_, v) for s_, c in zip(src.domain, e.phi, strict=True) if (v := _value(c, env)) is not None
+            )
+            if visits.get(e.src, 0) >= _MAX_FIXINGS:  # bounded: then followed at every point
+                at = ()
+            key = (e.src, at)
+            if key in seen or (e.src, ()) in seen:  # a visit at every point covers this one
+                continue
+            seen.add(key)
+            visits[e.src] = visits.get(e.src, 0) + 1
+            stack.append(key)
     return False
+
+
+_MAX_FIXINGS = 4
+"""Distinct known coordinates :func:`_reads` follows a node at before following it at every point."""
+
+
+def _value(c: Expr | Slice, env: dict[Sym, int]) -> int | None:
+    """The coordinate ``c`` as an int where ``env`` determines it, else None."""
+    if isinstance(c, Slice) or not free_symbols(c) <= env.keys():
+        return None
+    return int(evaluate(c, env))
+
+
+def _never(cond: Expr, env: dict[Sym, int]) -> bool:
+    """Whether ``cond`` is false wherever ``env`` holds: one of its conjuncts uses only
+    ``env``'s symbols and is false there."""
+    if cond is TRUE:
+        return False
+    if isinstance(cond, And):
+        return any(_never(c, env) for c in cond.args)
+    return free_symbols(cond) <= env.keys() and not bool(evaluate(cond, env))
 
 
 def _shifted(src: Node, e: Edge, dims: list[Sym]) -> bool:
