@@ -42,6 +42,7 @@ def _rollout(
     bounds: tuple[int, int, int] = (4, 2, 25),
     autoreset: bool = False,
     on_step: Callable[[Any, dict[str, int]], None] | None = None,
+    between: Callable[[Any], None] | None = None,
     **kwargs: Any,
 ) -> tuple[dict[tuple, np.ndarray], Any]:
     """Random actions; episodes over (b, i, t) (autoreset: one reset, iterations continue);
@@ -68,7 +69,12 @@ def _rollout(
         if on_step is not None:
             r[0:B, i, t].sink(lambda v, p: on_step(env, p))
     nb, ni, nt = bounds
-    ctx.compile({B: nb, I: ni, T: nt}, backend="jax", seed=SEED).execute()
+    executor = ctx.compile({B: nb, I: ni, T: nt}, backend="jax", seed=SEED)
+    executor.execute()
+    if between is not None:  # run the program again after `between(env)`
+        between(env)
+        got.clear()
+        executor.execute()
     return got, env
 
 
@@ -127,6 +133,21 @@ def test_a_killed_runner_is_replaced(address: str, caplog: pytest.LogCaptureFixt
     assert got[("d", 0)][:2, 3:].all() and not got[("r", 0)][:2, 3:].any()
     assert not want[("d", 0)][:2, 3].all()
     np.testing.assert_array_equal(got[("o", 0)][:2, 3:], np.repeat(got[("o", 0)][:2, 2:3], 22, axis=1))
+    env.runners.close()
+
+
+def test_a_runner_lost_between_runs_is_replaced_at_reset(address: str) -> None:
+    """A runner lost before an episode starts: its replacement resets as it would have, so the
+    run is unchanged."""
+    want, _ = _rollout("gym.CartPole-v1", None)
+    got, env = _rollout(
+        "gym.CartPole-v1",
+        trl.dist.ray_runners(num_runners=2, address=address),
+        between=lambda env: ray.kill(env.runners.actors[1]),
+    )
+    _assert_same(got, want)
+    stats = env.runners.stats
+    assert (stats.replacements, stats.truncated_envs, stats.env_steps) == (1, 0, 2 * 4 * 2 * 25)
     env.runners.close()
 
 
