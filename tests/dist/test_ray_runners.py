@@ -7,7 +7,6 @@ fails at ``make`` time."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -94,14 +93,38 @@ def test_two_runners_equal_one_process(address: str) -> None:
     env.runners.close()
 
 
-def test_runners_equal_one_process_with_autoreset(address: str) -> None:
-    """A gymnasium env without a native vector env (synchronous vector env, one seed per env),
-    episodes of 7 steps reset inside ``step``."""
-    kw = {"autoreset": True, "max_episode_steps": 7, "bounds": (4, 2, 10)}
-    want, _ = _rollout("gym.MountainCar-v0", None, **kw)
-    got, env = _rollout("gym.MountainCar-v0", trl.dist.ray_runners(num_runners=4, address=address), **kw)
+@pytest.mark.parametrize(
+    ("env_id", "kw"),
+    [
+        # PPO's setting: CartPole's NumPy vector env, episodes restarted inside step
+        ("gym.CartPole-v1", {"bounds": (4, 2, 40)}),
+        # no native vector env (synchronous vector env, one seed per env), 7-step episodes
+        ("gym.MountainCar-v0", {"bounds": (4, 2, 10), "max_episode_steps": 7}),
+    ],
+)
+def test_runners_equal_one_process_with_autoreset(address: str, env_id: str, kw: dict) -> None:
+    want, _ = _rollout(env_id, None, autoreset=True, **kw)
+    got, env = _rollout(env_id, trl.dist.ray_runners(num_runners=2, address=address), autoreset=True, **kw)
     _assert_same(got, want)
-    assert want[("d", 1)].any()
+    assert want[("d", 0)].sum() >= 2  # episodes restarted
+    env.runners.close()
+
+
+def test_a_killed_runner_is_replaced_with_autoreset(address: str) -> None:
+    def kill_runner_1(env: Any, p: dict[str, int]) -> None:
+        if p["i"] == 0 and p["t"] == 4 and env.runners.stats.replacements == 0:
+            ray.kill(env.runners.actors[1])
+
+    kw = {"bounds": (4, 2, 40), "autoreset": True}
+    want, _ = _rollout("gym.CartPole-v1", None, **kw)
+    got, env = _rollout(
+        "gym.CartPole-v1", trl.dist.ray_runners(num_runners=2, address=address), on_step=kill_runner_1, **kw
+    )
+    stats = env.runners.stats
+    assert (stats.replacements, stats.truncated_envs, stats.env_steps) == (1, 2, 4 * 2 * 40)
+    np.testing.assert_array_equal(got[("o", 0)][:, :5], want[("o", 0)][:, :5])
+    assert got[("d", 0)][2:, 5].all() and not got[("r", 0)][2:, 5].any()  # envs 2, 3 cut at t = 5
+    assert not want[("d", 0)][2:, 5].any()
     env.runners.close()
 
 
@@ -171,12 +194,3 @@ def test_runners_must_split_the_envs_evenly(address: str) -> None:
         o0.sink(lambda v, p: None)
     with pytest.raises(trl.RTDefinitionError, match="3 runners cannot split 4 envs evenly"):
         ctx.compile({B: 4, T: 2}, backend="jax").execute()
-
-
-def test_without_ray_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
-    with trl.Context(dims=("b", "t")) as ((b, B), (t, T)):
-        with pytest.raises(trl.dist.DistributedError, match=r'pip install -e "\.\[dist\]"'):
-            trl.env.make("gym.CartPole-v1", num_envs=B, runners=trl.dist.ray_runners(2))
-        with pytest.raises(trl.TimeRLError, match="supported for 'gym"):
-            trl.env.make("gymnax.CartPole-v1", num_envs=B, runners=trl.dist.ray_runners(2))

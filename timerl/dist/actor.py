@@ -7,7 +7,10 @@ what the one-process run observes:
 - a synchronous vector env seeds env ``j`` with ``seed + j``: the slice resets with
   ``seed + offset``;
 - gymnasium's NumPy ``CartPoleVectorEnv`` draws every env's first state from one generator:
-  the slice replays the ``total``-env draw and keeps its columns.
+  the slice replays the ``total``-env draw and keeps its columns. With autoreset it also draws
+  the states of restarted episodes, for the envs done at a step together: the head draws them
+  (:class:`timerl.dist.runners.RemoteGymState`) and sends each runner its columns with the
+  next step's actions (``head_resets``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from timerl.envs.gym_env import _GymState, _resettable_in_place
+from timerl.envs.gym_env import _GymState, _resettable_in_place, _same_step_mode
 
 
 class SliceState(_GymState):
@@ -41,6 +44,11 @@ class SliceState(_GymState):
 
     def reset(self, point: dict[str, int]) -> np.ndarray:
         return self.reset_seeded(self.episode_seed(point))
+
+    @property
+    def head_resets(self) -> bool:
+        """Whether the head draws the states of restarted episodes (see the module doc)."""
+        return self.autoreset and _resettable_in_place(self.venv) and not _same_step_mode(self.venv)
 
     def reset_seeded(self, seed: int) -> np.ndarray:
         """Reset every env of the slice as the ``total``-env vector env reset with ``seed``."""
@@ -82,10 +90,23 @@ class Runner:
     def info(self) -> Mapping[str, Any]:
         return {"pid": os.getpid(), "envs": (self.state.offset, self.state.n)}
 
+    def head_resets(self) -> tuple[float, float] | None:
+        """The reset bounds ``(low, high)`` when the head draws restarted episodes' states
+        (after a reset), else None."""
+        venv = self.state.venv
+        return (venv.low, venv.high) if self.state.head_resets else None
+
     def reset(self, point: dict[str, int]) -> np.ndarray:
         return self.state.reset(point)
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def step(
+        self, action: np.ndarray, restarted: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Step the slice; ``restarted``: ``(mask, states)``, the head's draws for the envs
+        that restarted at the last step (``head_resets``), installed first."""
+        if restarted is not None:
+            mask, states = restarted
+            self.state.venv.state[:, mask] = states
         out = self.state.step(action)
         self.steps += 1
         return out

@@ -115,6 +115,11 @@ class RemoteGymState:
         self._truncated = 0
         self._episode_seed = seed
         self._actor_cls: Any = None
+        # CartPoleVectorEnv with autoreset: the head draws restarted episodes' states as the
+        # one-process vector env would (one generator for all B envs); see timerl.dist.actor
+        self._reset_rng: np.random.Generator | None = None
+        self._reset_bounds: tuple[float, float] = (0.0, 0.0)
+        self._restarted: list[Any] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
     def bind(self, bounds: Mapping[Sym, int]) -> None:
@@ -176,6 +181,15 @@ class RemoteGymState:
             outs[j] = out
         obs = np.concatenate(outs)
         self.last_obs = obs
+        self._restarted = [None] * len(self.actors)
+        bounds = self._gather_one(self.actors[0].head_resets.remote()) if self.autoreset else None
+        self._reset_rng = None
+        if bounds is not None:
+            from gymnasium.utils import seeding
+
+            self._reset_rng, _ = seeding.np_random(self._episode_seed)
+            self._reset_bounds = bounds
+            self._reset_rng.uniform(*bounds, size=(obs.shape[-1], self.n))  # the first states' draw
         return obs if self.batched else obs[0]
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -184,18 +198,38 @@ class RemoteGymState:
         action = np.asarray(action)
         if not self.batched:
             action = action[None]
-        outs = self._gather("step", [(action[sl],) for sl in self.slices])
+        outs = self._gather(
+            "step", [(action[sl], rs) for sl, rs in zip(self.slices, self._restarted, strict=True)]
+        )
         for j, out in enumerate(outs):
             if out is None:
                 outs[j] = self._truncate(j)
         obs = np.concatenate([o[0] for o in outs])
         rew = np.concatenate([o[1] for o in outs]).astype(np.float32, copy=False)
         done = np.concatenate([o[2] for o in outs])
+        self._restarted = [None] * len(self.actors)
+        if self._reset_rng is not None and done.any():
+            obs = self._draw_restarts(obs, done)
         self.last_obs = obs
         self._env_steps += self.n
         if not self.batched:
             return obs[0], rew[0], done[0]
         return obs, rew, done
+
+    def _draw_restarts(self, obs: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """The first states of the episodes that restart at this step, drawn for all ``B`` envs
+        at once (as ``_reset_in_place`` does in one process); each runner installs its columns
+        before its next step."""
+        assert self._reset_rng is not None
+        states = self._reset_rng.uniform(*self._reset_bounds, size=(obs.shape[-1], int(done.sum())))
+        full = np.zeros((obs.shape[-1], self.n))
+        full[:, done] = states
+        obs = obs.copy()
+        obs[done] = states.T.astype(obs.dtype)
+        for j, sl in enumerate(self.slices):
+            if done[sl].any():
+                self._restarted[j] = (done[sl], full[:, sl][:, done[sl]])
+        return obs
 
     # -- faults -------------------------------------------------------------------------------
     def _gather(self, method: str, args: list[tuple[Any, ...]]) -> list[Any]:
