@@ -23,16 +23,21 @@ SEED = 3
 
 
 @pytest.fixture(scope="module")
-def address() -> Iterator[str]:
+def cluster() -> Iterator[Cluster]:
     """A head node and one worker node (separate processes), this process connected."""
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address)
     try:
-        yield cluster.address
+        yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def address(cluster: Cluster) -> str:
+    return cluster.address
 
 
 def _rollout(
@@ -156,6 +161,34 @@ def test_a_killed_runner_is_replaced(address: str, caplog: pytest.LogCaptureFixt
     assert got[("d", 0)][:2, 3:].all() and not got[("r", 0)][:2, 3:].any()
     assert not want[("d", 0)][:2, 3].all()
     np.testing.assert_array_equal(got[("o", 0)][:2, 3:], np.repeat(got[("o", 0)][:2, 2:3], 22, axis=1))
+    env.runners.close()
+
+
+def test_a_lost_worker_node(cluster: Cluster) -> None:
+    """The worker node goes away mid-episode (its raylet and runner processes end) and a new
+    one joins: the runner of the lost node is replaced on it, the run completes with its step
+    count exact. One CPU per runner, one per node: a runner on each node."""
+    lost: list[int] = []
+
+    def replace_worker_node(env: Any, p: dict[str, int]) -> None:
+        if p["i"] == 0 and p["t"] == 2 and not lost:
+            head = cluster.head_node.node_id
+            lost.extend(j for j, where in enumerate(env.runners.placement) if where["node"] != head)
+            (worker,) = list(cluster.worker_nodes)
+            cluster.remove_node(worker)
+            cluster.add_node(num_cpus=1)
+
+    want, _ = _rollout("gym.CartPole-v1", None)
+    runners = trl.dist.ray_runners(num_runners=2, address=cluster.address, cpus_per_runner=1.0)
+    got, env = _rollout("gym.CartPole-v1", runners, on_step=replace_worker_node)
+    assert len(lost) == 1
+    stats = env.runners.stats
+    assert (stats.replacements, stats.truncated_envs, stats.env_steps) == (1, 2, 4 * 2 * 25)
+    cut = slice(2 * lost[0], 2 * lost[0] + 2)
+    assert got[("d", 0)][cut, 3:].all() and not got[("r", 0)][cut, 3:].any()
+    for key in want:
+        if key[1] == 1:  # the next episode is untouched
+            np.testing.assert_array_equal(got[key], want[key], err_msg=str(key))
     env.runners.close()
 
 

@@ -88,7 +88,11 @@ class Runner:
         self.steps = 0
 
     def info(self) -> Mapping[str, Any]:
-        return {"pid": os.getpid(), "envs": (self.state.offset, self.state.n)}
+        """Where the runner runs: process id, Ray node id, its envs (first, count)."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"pid": os.getpid(), "node": node, "envs": (self.state.offset, self.state.n)}
 
     def head_resets(self) -> tuple[float, float] | None:
         """The reset bounds ``(low, high)`` when the head draws restarted episodes' states

@@ -108,6 +108,7 @@ class RemoteGymState:
         self.batched = isinstance(num_envs, Sym)
         self.n = 0
         self.actors: list[Any] = []
+        self.placement: list[Mapping[str, Any]] = []  # per runner: pid, node, envs (at bind)
         self.slices: list[slice] = []
         self.last_obs: np.ndarray | None = None
         self._env_steps = 0
@@ -137,8 +138,8 @@ class RemoteGymState:
         per = n // k
         self.slices = [slice(j * per, (j + 1) * per) for j in range(k)]
         self.actors = [self._new_actor(sl) for sl in self.slices]
-        infos = self.ray.get([a.info.remote() for a in self.actors])  # surfaces env errors now
-        log.info("env %s: %d runners of %d envs each: %s", self.env_id, k, per, infos)
+        self.placement = self.ray.get([a.info.remote() for a in self.actors])  # env errors now
+        log.info("env %s: %d runners of %d envs each: %s", self.env_id, k, per, self.placement)
 
     def _new_actor(self, sl: slice) -> Any:
         if self._actor_cls is None:
