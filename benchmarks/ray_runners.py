@@ -6,10 +6,14 @@ one after another). ``B`` envs, ``T`` steps of random actions; each K compiles t
 once, runs it once to warm up and then ``--repeats`` times, timed; the figure is env steps per
 second (``B * T`` per run), reported with its ratio to one runner and to the in-process run.
 ``--env cartpole`` times gymnasium's CartPole-v1 (a fast native vector env) the same way, to
-see the per-step cost of the runners themselves. Run it pinned to one core::
+see the per-step cost of the runners themselves; ``--env ppo`` trains PPO on it
+(``timerl.agents.ppo.build_fixed``, ``--steps`` per rollout) and reports seconds per iteration
+(the median after the first) and whether the learning curve equals the in-process one. Run it
+pinned to one core::
 
     taskset -c 1 python benchmarks/ray_runners.py                 # SlowEnv, B = 8, T = 50
     taskset -c 1 python benchmarks/ray_runners.py --env cartpole --envs 64 --runners 1 2
+    taskset -c 1 python benchmarks/ray_runners.py --env ppo --envs 8 --steps 128 --runners 1 2
 """
 
 from __future__ import annotations
@@ -77,9 +81,51 @@ def run(env_id: str, envs: int, steps: int, runners: int | None, repeats: int) -
     return envs * steps / best
 
 
+def run_ppo(envs: int, steps: int, runners: int | None, iterations: int) -> tuple[float, np.ndarray]:
+    """(median seconds per PPO iteration after the first, the rewards of every rollout)."""
+    import timerl as trl
+    from timerl.agents.ppo import PPOArgs, build_fixed
+
+    marks: list[float] = []
+    rewards: list[np.ndarray] = []
+
+    def log_fn(v: np.ndarray, p: dict[str, int]) -> None:
+        marks.append(time.perf_counter())
+        rewards.append(np.array(v))
+
+    holder: dict[str, object] = {}
+
+    def env_fn(args: PPOArgs, B: object) -> object:
+        spec = None if runners is None else trl.dist.ray_runners(num_runners=runners)
+        env = trl.env.make("gym.CartPole-v1", num_envs=B, seed=args.seed, autoreset=True, runners=spec)
+        holder["env"] = env
+        return env
+
+    args = PPOArgs(
+        env_id="CartPole-v1", num_envs=envs, num_steps=steps, iterations=iterations, checkpoint_every=0
+    )
+    build_fixed(args, log_fn, env_fn=env_fn).execute()
+    env = holder["env"]
+    if env.runners is not None:  # type: ignore[attr-defined]
+        env.runners.close()  # type: ignore[attr-defined]
+    return float(np.median(np.diff(marks)[1:])), np.stack(rewards)
+
+
+def main_ppo(args: argparse.Namespace) -> None:
+    base_s, base_r = run_ppo(args.envs, args.steps, None, args.iterations)
+    print(f"PPO gym.CartPole-v1, B = {args.envs}, T = {args.steps}, {args.iterations} iterations")
+    print(f"{'runners':>10} {'s/iteration':>12} {'vs in-process':>14} {'same curve':>11}")
+    print(f"{'in-process':>10} {base_s:12.3f} {1.0:14.2f} {'':>11}")
+    for k in args.runners:
+        s, r = run_ppo(args.envs, args.steps, k, args.iterations)
+        same = r.shape == base_r.shape and bool(np.array_equal(r, base_r))
+        print(f"{k:>10} {s:12.3f} {s / base_s:14.2f} {same!s:>11}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", choices=["slow", "cartpole"], default="slow")
+    p.add_argument("--env", choices=["slow", "cartpole", "ppo"], default="slow")
+    p.add_argument("--iterations", type=int, default=6, help="PPO iterations (--env ppo)")
     p.add_argument("--envs", type=int, default=8)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -97,6 +143,10 @@ def main() -> None:
     t0 = time.perf_counter()
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
     print(f"ray.init: {time.perf_counter() - t0:.1f} s")
+    if args.env == "ppo":
+        main_ppo(args)
+        ray.shutdown()
+        return
     base = run(env_id, args.envs, args.steps, None, args.repeats)
     print(f"{env_id}, B = {args.envs}, T = {args.steps}, best of {args.repeats}")
     print(f"{'runners':>10} {'env steps/s':>12} {'vs 1 runner':>12} {'vs in-process':>14}")
