@@ -19,6 +19,7 @@ import numpy as np
 from timerl.dist.cluster import connect
 from timerl.dist.errors import DistributedError
 from timerl.envs.common import static_num_envs
+from timerl.envs.gym_env import episode_seed
 from timerl.errors import RTDefinitionError, RuntimeExecutionError
 from timerl.symbolic import Sym
 
@@ -170,7 +171,7 @@ class RemoteGymState:
 
     # -- the env ------------------------------------------------------------------------------
     def reset(self, point: dict[str, int]) -> np.ndarray:
-        self._episode_seed = self.seed + 7919 * sum(point.values())
+        self._episode_seed = episode_seed(self.seed, point)
         outs = self._gather("reset", [(point,)] * len(self.actors))
         for j, out in enumerate(outs):
             tries = 0

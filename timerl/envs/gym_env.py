@@ -77,9 +77,7 @@ class _GymState:
         self.n = n
 
     def episode_seed(self, point: dict[str, int]) -> int:
-        """The seed of the vector env's reset at ``point`` (env ``j`` of a synchronous vector
-        env is seeded with it plus ``j``)."""
-        return self.seed + 7919 * sum(point.values())
+        return episode_seed(self.seed, point)
 
     def reset(self, point: dict[str, int]) -> np.ndarray:
         obs, _ = self.venv.reset(seed=self.episode_seed(point))
@@ -114,6 +112,12 @@ class _GymState:
         if not self.batched:
             return obs[0], rew[0], done[0].copy()
         return obs, rew, done
+
+
+def episode_seed(seed: int, point: Mapping[str, int]) -> int:
+    """The seed of the vector env's reset at ``point`` (env ``j`` of a synchronous vector env
+    is seeded with it plus ``j``)."""
+    return seed + 7919 * sum(point.values())
 
 
 def _same_step_mode(venv: Any) -> bool:
