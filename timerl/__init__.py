@@ -8,8 +8,8 @@ Public API (``docs/api.md`` documents every name of ``__all__``; ``docs/tutorial
         ...
     executor = ctx.compile({I: 10, T: 5}, backend="jax"); executor.execute()
 
-``trl.env`` (environments) and ``trl.agents`` (agent programs) are imported on first use, so
-``import timerl`` loads neither gymnasium nor an agent.
+``trl.env`` (environments), ``trl.agents`` (agent programs) and ``trl.dist`` (Ray runners) are
+imported on first use, so ``import timerl`` loads neither gymnasium, an agent nor Ray.
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ from timerl.symbolic import smin as min  # noqa: A004
 
 if TYPE_CHECKING:
     from timerl import agents
+    from timerl import dist as dist
     from timerl import envs as env
 
 # name -> module, imported on first access (PEP 562)
-_LAZY = {"env": "timerl.envs", "agents": "timerl.agents"}
+_LAZY = {"env": "timerl.envs", "agents": "timerl.agents", "dist": "timerl.dist"}
 
 
 def __getattr__(name: str) -> Any:

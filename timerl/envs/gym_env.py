@@ -76,9 +76,11 @@ class _GymState:
             )
         self.n = n
 
+    def episode_seed(self, point: dict[str, int]) -> int:
+        return episode_seed(self.seed, point)
+
     def reset(self, point: dict[str, int]) -> np.ndarray:
-        k = sum(point.values())
-        obs, _ = self.venv.reset(seed=self.seed + 7919 * k)
+        obs, _ = self.venv.reset(seed=self.episode_seed(point))
         self.done = np.zeros(self.n, dtype=bool)
         self.last_obs = np.asarray(obs)
         return self.last_obs if self.batched else self.last_obs[0]
@@ -110,6 +112,12 @@ class _GymState:
         if not self.batched:
             return obs[0], rew[0], done[0].copy()
         return obs, rew, done
+
+
+def episode_seed(seed: int, point: Mapping[str, int]) -> int:
+    """The seed of the vector env's reset at ``point`` (env ``j`` of a synchronous vector env
+    is seeded with it plus ``j``)."""
+    return seed + 7919 * sum(point.values())
 
 
 def _same_step_mode(venv: Any) -> bool:
@@ -198,6 +206,7 @@ class GymEnv:
         seed: int | Sequence[int] = 0,
         autoreset: bool = False,
         agents: Sym | None = None,
+        runners: Any = None,
         **kwargs: Any,
     ) -> None:
         import gymnasium as gym
@@ -214,8 +223,18 @@ class GymEnv:
         self.action_space = probe.action_space
         probe.close()
         self.autoreset = autoreset
-        if agents is None:
-            state: Any = _GymState(env_id, num_envs, agent_seeds(env_id, seed, None)[0], kwargs, autoreset)
+        # runners (``timerl.dist.ray_runners(...)``): the envs live in remote runners; the
+        # state they give has _GymState's methods, so the UDFs and the schedule stay the same
+        self.runners: Any = None
+        if runners is not None:
+            if agents is not None:
+                raise TimeRLError(f"env {env_id}: runners=... and agents=... cannot be combined yet")
+            self.runners = runners.gym_state(
+                env_id, num_envs, agent_seeds(env_id, seed, None)[0], kwargs, autoreset
+            )
+            state: Any = self.runners
+        elif agents is None:
+            state = _GymState(env_id, num_envs, agent_seeds(env_id, seed, None)[0], kwargs, autoreset)
         else:
             state = _PerAgent(
                 lambda sd: _GymState(env_id, num_envs, sd, kwargs, autoreset), env_id, seed, agents

@@ -29,12 +29,20 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
     gymnax): ``B`` envs per agent along the agent dim whose bound is ``S`` (many agents in one
     program, ``trl.param(agents=...)``); agent ``k``'s envs are those of a one-agent env with
     seed ``seed + k`` (or ``seed[k]`` with one seed per agent).
+
+    ``runners=trl.dist.ray_runners(num_runners=K, address=...)`` (``gym.*``): the ``B`` envs
+    are split over ``K`` Ray actors, ``B / K`` each; the program does not change and a run
+    observes what the one-process run observes (``docs/distributed.md``).
     """
     family, _, name = env_id.partition(".")
     if kwargs.get("agents") is not None and family not in ("gym", "gymnax"):
         raise TimeRLError(
             f"environment {env_id!r}: agents=... (one set of envs per agent) is supported for 'gym.*' and "
             "'gymnax.*' environments"
+        )
+    if kwargs.get("runners") is not None and family != "gym":
+        raise TimeRLError(
+            f"environment {env_id!r}: runners=... (envs on Ray actors) is supported for 'gym.*' environments"
         )
     if family == "gym" and name:
         from timerl.envs.gym_env import GymEnv
