@@ -57,3 +57,7 @@ class RuntimeExecutionError(TimeRLError):
 
 class MemoryBudgetError(TimeRLError):
     """The program cannot run within the ``memory_budget`` given to ``ctx.compile``."""
+
+
+class DistributedError(TimeRLError):
+    """Ray is missing, a cluster cannot be reached, or remote runners keep failing (``trl.dist``)."""

@@ -6,7 +6,7 @@ import logging
 import socket
 from typing import Any
 
-from timerl.dist.errors import DistributedError
+from timerl.errors import DistributedError
 
 log = logging.getLogger("timerl.dist")
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from timerl.dist.cluster import connect
-from timerl.dist.errors import DistributedError
+from timerl.errors import DistributedError
 from timerl.envs.common import static_num_envs
 from timerl.envs.gym_env import episode_seed
 from timerl.errors import RTDefinitionError, RuntimeExecutionError
