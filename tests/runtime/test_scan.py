@@ -68,7 +68,7 @@ def test_the_first_iteration_runs_inside_the_scan(caplog, backend: str) -> None:
     ctx, bounds, _ = _program()
     ctx.compile(bounds, backend=backend).execute()
     scans = [r.getMessage() for r in caplog.records if "as one scan" in r.getMessage()]
-    assert scans and all("7 iterations" in m and "(0 peeled before)" in m for m in scans), scans
+    assert scans and all("7 iterations" in m and "(0 peeled before, 0 after)" in m for m in scans), scans
 
 
 def test_a_scan_that_fails_from_the_first_iteration_peels_it(caplog, monkeypatch) -> None:
@@ -78,10 +78,10 @@ def test_a_scan_that_fails_from_the_first_iteration_peels_it(caplog, monkeypatch
 
     orig = ScannedLoop._scan
 
-    def failing(self, peeled, vals, choice, kinds, first_values=None):  # type: ignore[no-untyped-def]
+    def failing(self, peeled, vals, choice, kinds, first_values=None, tail=()):  # type: ignore[no-untyped-def]
         if first_values:
             raise TypeError("a carry of another type")
-        return orig(self, peeled, vals, choice, kinds, first_values)
+        return orig(self, peeled, vals, choice, kinds, first_values, tail)
 
     monkeypatch.setattr(ScannedLoop, "_scan", failing)
     caplog.set_level(logging.DEBUG, logger="timerl.runtime.scan")
@@ -244,6 +244,24 @@ def test_ppo_on_gymnax_scans_its_rollout(epochs: int, backend: str) -> None:
     assert w0.keys() == w1.keys() == {"dnn.w0", "dnn.vw2"}
     for k in w0:
         np.testing.assert_allclose(w0[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_loop_whose_last_iteration_branches_off_scans_the_others(caplog, backend: str) -> None:
+    """PPO with epochs runs ``v_next[t] = v[t + 1]`` forwards, ``v_next[T - 1] = v_last`` at
+    the last iteration only: the iterations before it are one scan, the last runs after it
+    (its rollouts and parameters: the test above, scans on vs off)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import ppo
+
+    caplog.set_level(logging.DEBUG, logger="timerl.runtime.scan")
+    args = ppo.Args(
+        env_id="gymnax.CartPole-v1", backend=backend, num_envs=4, num_steps=12, iterations=2,
+        update_epochs=2, num_minibatches=2,
+    )  # fmt: skip
+    ppo.build_fixed(args, lambda v, p: None).execute()
+    scans = [r.getMessage() for r in caplog.records if "as one scan" in r.getMessage()]
+    assert any("'v_next'" in m and "11 iterations" in m and "1 after" in m for m in scans), scans
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

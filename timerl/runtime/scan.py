@@ -202,10 +202,10 @@ class ScannedLoop:
                 self._warned = True
             self.fallback()
             return
-        start, choice, kinds = plan
+        start, stop, choice, kinds = plan
         first: dict[tuple[int, int], Any] = {}
         if start == 1 and not self._peel_first:  # the first iteration's branch as the carry's first value
-            entered = self._first_values(vals, choice)
+            entered = self._first_values(vals[:stop], choice)
             if entered is not None:
                 (first, kinds), start = entered, 0
         for v in vals[:start]:  # peeled iterations (other branches)
@@ -213,7 +213,7 @@ class ScannedLoop:
             self.body()
         env.pop(var, None)
         try:
-            self._scan(vals[:start], vals[start:], choice, kinds, first)
+            self._scan(vals[:start], vals[start:stop], choice, kinds, first, vals[stop:])
         except TimeRLError:
             raise
         except Exception as exc:
@@ -330,10 +330,33 @@ class ScannedLoop:
         p = m.point(env)
         return p, m.penv(p)
 
-    def _plan(self, vals: list[int]) -> str | tuple[int, list[int | None], list[list[str]]]:
-        """``(first scanned index, branch per member, input kind per member edge)`` or why not."""
+    def _plan(self, vals: list[int]) -> str | tuple[int, int, list[int | None], list[list[str]]]:
+        """``(first scanned index, end of the scanned ones, branch per member, input kind per
+        member edge)`` or why not. The iterations before the first scanned one (other branches:
+        a reset at ``t = 0``) and after the scanned ones (only the last, when it alone takes
+        another branch: ``v_next[T - 1] = v_last`` run forwards) run statement by statement."""
         if len(vals) < 2:
             return "fewer than two iterations"
+        stop = len(vals) - 1 if len(vals) >= 4 and self._last_differs(vals) else len(vals)
+        got = self._plan_head(vals[:stop])
+        return got if isinstance(got, str) else (got[0], stop, got[1], got[2])
+
+    def _last_differs(self, vals: list[int]) -> bool:
+        """Whether some ``MERGE`` member takes another branch at the last iteration than at
+        the one before it."""
+        for m in self.members:
+            if m.branch_conds is None:
+                continue
+            a, b = (
+                next((k for k, c in enumerate(m.branch_conds) if c(self._point_env(m, v)[1])), -1)
+                for v in vals[-2:]
+            )
+            if a != b:
+                return True
+        return False
+
+    def _plan_head(self, vals: list[int]) -> str | tuple[int, list[int | None], list[list[str]]]:
+        """:meth:`_plan` for ``vals`` scanned up to their last (no iteration after them)."""
         for m in self.members:  # stacked rows need one shape (an incrementalized short last block)
             if any(
                 isinstance(d, Expr) and free_symbols(d) & m.moving for o in m.node.outputs for d in o.shape
@@ -450,7 +473,10 @@ class ScannedLoop:
         choice: list[int | None],
         kinds: list[list[str]],
         first_values: Mapping[tuple[int, int], Any] | None = None,
+        tail: Sequence[int] = (),
     ) -> None:
+        """Run ``vals`` as one scan, after ``peeled`` ran statement by statement and before
+        ``tail`` does (here, once the scanned rows are stored)."""
         ex = self.ex
         store = ex.store
         first = vals[0]
@@ -524,12 +550,13 @@ class ScannedLoop:
         if fn is None:
             fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored, len(vals), flips)
             log.debug(
-                "loop over %s: %d iterations of [%s] as one scan (%d peeled before), %d carried, "
-                "%d scanned inputs, %d outputs stored",
+                "loop over %s: %d iterations of [%s] as one scan (%d peeled before, %d after), %d "
+                "carried, %d scanned inputs, %d outputs stored",
                 self.var,
                 len(vals),
                 ", ".join(m.node.label for m in self.members),
                 len(peeled),
+                len(tail),
                 len(carry_src),
                 len(xs),
                 len(stored),
@@ -544,6 +571,7 @@ class ScannedLoop:
             if m.pure is not None:
                 m.pure.set_state(st)
         n = len(vals)
+        hints: list[tuple[_Member, int, Any, bool]] = []
         for (k, oid), y, flip, keep in zip(stored, ys, flips, keeps, strict=True):
             m = self.members[k]
             axis = len(m.node.batch)  # the scan's rows come after the batch dims
@@ -556,7 +584,7 @@ class ScannedLoop:
             if not store.put_rows(m.node.id, oid, pts, y, axis, distinct=m.distinct):
                 for p, row in zip(pts, self.ex.backend.unstack(y, axis), strict=True):
                     store.put(m.node.id, oid, p, row)
-            self._hint(m, oid, peeled, vals, y, flip)
+            hints.append((m, oid, y, flip))
         ex.exec_count += n * len(self.members)
         if self.range_frees is not None:  # the body's frees, for every scanned iteration at once
             arr = np.asarray(vals, dtype=np.int64)
@@ -570,6 +598,13 @@ class ScannedLoop:
                 for free in self.frees:
                     free()
             env.pop(self.var, None)
+        env = ex._env
+        for v in tail:  # after the scan: the last iteration's other branches
+            env[self.var] = v
+            self.body()
+        env.pop(self.var, None)
+        for m, oid, y, flip in hints:
+            self._hint(m, oid, peeled, vals, y, flip, list(tail))
 
     def _host_keeps(self, stored: list[tuple[int, int]], vals: list[int]) -> list[np.ndarray | None]:
         """Per stored output of a host loop, which iterations' rows to keep (None: all): the
@@ -619,15 +654,20 @@ class ScannedLoop:
         moved = [y - x for x, y in zip(a, b, strict=True) if x != y]
         return moved == [-1]
 
-    def _hint(self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any, flip: bool) -> None:
-        """Leave the rows of every iteration of this entry (peeled ones too) stacked for slice
-        reads of them (``x[i, 0:T]``), when one coordinate of ``m``'s points counts up (or,
-        with ``flip``, down) by one with the loop and the others stay; ``ys`` holds the
-        scanned rows, ascending, after the batch dims."""
+    def _hint(
+        self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any, flip: bool, tail: list[int]
+    ) -> None:
+        """Leave the rows of every iteration of this entry (peeled ones, before and after the
+        scan, too) stacked for slice reads of them (``x[i, 0:T]``), when one coordinate of
+        ``m``'s points counts up (or, with ``flip``, down) by one with the loop and the others
+        stay; ``ys`` holds the scanned rows, ascending, after the batch dims."""
         hints = self.ex.stack_hints.get((m.node.id, oid))
         if hints is None:  # no slice read of it was planned
             return
-        order = list(reversed(vals)) + list(reversed(peeled)) if flip else peeled + vals
+        if flip:
+            order = list(reversed(tail)) + list(reversed(vals)) + list(reversed(peeled))
+        else:
+            order = peeled + vals + tail
         pts = [self._point_env(m, v)[0] for v in order[:2]]
         moved = [k for k, (a, b) in enumerate(zip(*pts, strict=True)) if a != b]
         if len(moved) != 1 or pts[1][moved[0]] - pts[0][moved[0]] != 1:
@@ -635,10 +675,14 @@ class ScannedLoop:
         k = moved[0]
         key = pts[0][:k] + (None,) + pts[0][k + 1 :]
         hints.clear()  # one loop entry's rows at a time
-        if peeled:  # joined on first use: no third copy of the rows unless a read needs them
+        if peeled or tail:  # joined on first use: no third copy of the rows unless a read needs them
             tab = self.ex.store.table(m.node.id, oid)
-            rows = [tab[self._point_env(m, v)[0]] for v in (reversed(peeled) if flip else peeled)]
-            before, after = ([], rows) if flip else (rows, [])
+            try:
+                head = [tab[self._point_env(m, v)[0]] for v in (reversed(peeled) if flip else peeled)]
+                last = [tab[self._point_env(m, v)[0]] for v in (reversed(tail) if flip else tail)]
+            except KeyError:  # freed already: nothing reads them as a slice
+                return
+            before, after = (last, head) if flip else (head, last)
             hints[key] = (
                 pts[0][k],
                 len(order),
