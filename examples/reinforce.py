@@ -4,7 +4,8 @@
 # rewards over the window t:min(t+n, T). With a window the scheduler interleaves learning with
 # acting (learning for step t runs n-1 steps after acting at t; Monte-Carlo returns wait for the
 # episode's end). --n 20 learns CartPole reliably; --n 5 gives a weak signal (the truncated
-# return is the same constant except in the last 5 steps of an episode).
+# return is the same constant except in the last 5 steps of an episode). --num-seeds K trains
+# K agents at once along a dim s (agent k as the one-agent run with --seed SEED + k).
 from __future__ import annotations
 
 import time
@@ -36,6 +37,9 @@ class Args(RunArgs):
     """hidden units per layer (two layers)"""
     seed: int = 0
     """random seed"""
+    num_seeds: int = 1
+    """agents trained at once in one program, along a dim s: agent k runs as a one-agent run
+    with --seed SEED + k would (its network, its envs, its random draws)"""
     out_dir: str = "runs/reinforce"
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
 
@@ -45,13 +49,22 @@ def parse_args(defaults: Args | None = None) -> Args:
 
 
 def build(args: Args, log_fn, **options):
-    ctx = trl.Context(dims=("b", "i", "t"))
-    with ctx as ((b, B), (i, I), (t, T)):
-        env = trl.env.make(f"gym.{args.env_id}", num_envs=B, seed=args.seed)
-        dnn = trl.DNNBuilder(domain=(i,), seed=args.seed).from_env(env, hidden=[args.hidden] * 2).build()
+    many = args.num_seeds > 1  # agents along a dim s, last: indices leave it implicit
+    ctx = trl.Context(dims=("b", "i", "t", "s") if many else ("b", "i", "t"))
+    with ctx as ((b, B), (i, I), (t, T), *agent):
+        s = (agent[0][0],) if many else ()
+        env = trl.env.make(
+            f"gym.{args.env_id}", num_envs=B, seed=args.seed, agents=agent[0][1] if many else None
+        )
+        seeds = [args.seed + k for k in range(args.num_seeds)] if many else None
+        dnn = (
+            trl.DNNBuilder(domain=(i, *s), seed=args.seed, seeds=seeds, agents=s)
+            .from_env(env, hidden=[args.hidden] * 2)
+            .build()
+        )
         # Acting: o[0] from reset, o[t+1] from stepping the env with the sampled action.
-        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
-        o[b, i, 0] = env.reset(domain=(b, i))
+        o = trl.like(env.obs_space, domain=(b, i, t, *s), name="obs")
+        o[b, i, 0] = env.reset(domain=(b, i, *s))
         a = dnn(o)
         o[b, i, t + 1], r, d = env.step(a)
         # Learning: discounted returns over a symbolic slice of the rewards.
@@ -64,34 +77,45 @@ def build(args: Args, log_fn, **options):
         trl.optim.Adam(dnn.params, lr=args.lr).step()
         # Episode return per env, reported once per iteration.
         r[b, i, 0:T].sum(0).sink(log_fn)
-    return checkpoint_and_compile(ctx, args, dnn, i, {B: args.num_envs, I: args.iterations, T: d}, **options)
+    bounds = {B: args.num_envs, I: args.iterations, T: d}
+    if many:
+        bounds[agent[0][1]] = args.num_seeds
+    return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 
 def main(args: Args) -> list[float]:
     trl.run.setup_logging()
-    returns: dict[int, list[float]] = {}
-    means: list[float] = []
+    n = max(args.num_seeds, 1)
+    returns: dict[tuple[int, int], list[float]] = {}  # (iteration, agent) -> each env's return
+    per_iter: dict[int, list[float]] = {}  # iteration -> each agent's mean return
+    means: list[float] = []  # per iteration: the mean over the agents
     t0 = time.perf_counter()
     run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
-        it = pt["i"]
-        returns.setdefault(it, []).append(float(v))
-        if len(returns[it]) == args.num_envs:
-            m = float(np.mean(returns[it]))
-            means.append(m)
-            assert run is not None
-            run.log(
-                it,
-                f"iter {it:4d}  mean return {m:7.1f}  time {time.perf_counter() - t0:7.1f}s",
-                mean_return=m,
+        it, k = pt["i"], pt.get("s", 0)
+        got = returns.setdefault((it, k), [])
+        got.append(float(v))
+        if len(got) < args.num_envs:
+            return
+        m = float(np.mean(got))
+        per_iter.setdefault(it, []).append(m)
+        line = None
+        if len(per_iter[it]) == n:  # the last agent of this iteration
+            means.append(float(np.mean(per_iter[it])))
+            spread = f" (+- {np.std(per_iter[it]):.1f} over {n} agents)" if n > 1 else ""
+            line = (
+                f"iter {it:4d}  mean return {means[-1]:7.1f}{spread}  time {time.perf_counter() - t0:7.1f}s"
             )
+        assert run is not None
+        run.log(it, line, agent=k if n > 1 else None, mean_return=m)
 
     ex = build(args, log_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+        + (f" for {n} agents (seeds {args.seed}..{args.seed + n - 1})" if n > 1 else "")
     )
-    run = trl.run.RunLog(args.out_dir, args.iterations, f"REINFORCE {args.env_id}", args.quiet)
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"REINFORCE {args.env_id}", args.quiet, agents=n)
     ex.execute()
     run.close(curve="mean_return")
     return means

@@ -140,3 +140,24 @@ def test_dealloc_checkpoint_and_resume(tmp_path) -> None:
     assert (tmp_path / "b" / "ckpt_1.json").exists()
     rest = returns(iterations=3, checkpoint_every=0, resume=str(tmp_path / "b"))
     assert first == straight[:6] and rest == straight[6:]
+
+
+@pytest.mark.parametrize(("backend", "n"), [("jax", 0), ("torch", 5)])
+def test_num_seeds_agent_k_equals_the_run_with_its_seed(backend: str, n: int) -> None:
+    """``--num-seeds 3``: three agents in one program (episodes over a dynamic ``T``, the
+    longest of every agent's envs: a finished env adds zero reward and zero gradient); agent
+    ``k``'s episode returns equal the one-agent run with ``--seed SEED + k``."""
+
+    def run(args):  # noqa: ANN001, ANN202
+        got: dict = {}
+        reinforce.build(
+            args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))
+        ).execute()
+        return got
+
+    base = dict(num_envs=4, iterations=3, backend=backend, seed=2, n=n, quiet=True)
+    many = run(reinforce.Args(**base, num_seeds=3))
+    for k in range(3):
+        one = run(reinforce.Args(**{**base, "seed": 2 + k}))
+        for i in range(3):
+            assert many[(k, i)] == one[(None, i)]

@@ -359,7 +359,7 @@ class GymEnv:
                     cond = cond & (s == 0)
                 step_node.order_after.append(BInput(step_node.id, 0, phi, cond))
             return obs, rew, done
-        ep = [s for s in self._reset_domain if s is not self.batch_dim]
+        ep = [s for s in self._reset_domain if not any(s is x for x in self._batch_dims)]
         if ep:
             outer = ep[-1]
             phi = tuple(Slice(lift(0), T) if s is t else (s - 1 if s is outer else s) for s in dom)
