@@ -40,6 +40,9 @@ class Args(RunArgs):
     num_seeds: int = 1
     """agents trained at once in one program, along a dim s: agent k runs as a one-agent run
     with --seed SEED + k would (its network, its envs, its random draws)"""
+    sweep: tuple[str, ...] = ()
+    """settings varied over the agents, a grid: --sweep lr=1e-2,3e-3 trains each value with
+    --num-seeds seeds (fields: lr)"""
     out_dir: str = "runs/reinforce"
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
 
@@ -49,14 +52,16 @@ def parse_args(defaults: Args | None = None) -> Args:
 
 
 def build(args: Args, log_fn, **options):
-    many = args.num_seeds > 1  # agents along a dim s, last: indices leave it implicit
+    settings = trl.run.agent_settings(args.sweep, args.num_seeds, args.seed, ("lr",))
+    many = len(settings) > 1  # agents along a dim s, last: indices leave it implicit
     ctx = trl.Context(dims=("b", "i", "t", "s") if many else ("b", "i", "t"))
     with ctx as ((b, B), (i, I), (t, T), *agent):
         s = (agent[0][0],) if many else ()
         env = trl.env.make(
             f"gym.{args.env_id}", num_envs=B, seed=args.seed, agents=agent[0][1] if many else None
         )
-        seeds = [args.seed + k for k in range(args.num_seeds)] if many else None
+        seeds = [int(st["seed"]) for st in settings] if many else None
+        hp = trl.run.per_agent(args, settings, s[0]) if many else args  # a learning rate per agent
         dnn = (
             trl.DNNBuilder(domain=(i, *s), seed=args.seed, seeds=seeds, agents=s)
             .from_env(env, hidden=[args.hidden] * 2)
@@ -74,18 +79,18 @@ def build(args: Args, log_fn, **options):
             g = r[b, i, t:T].discounted_sum(args.gamma)
         loss = -dnn.log_prob(a) * g
         loss.backward()
-        trl.optim.Adam(dnn.params, lr=args.lr).step()
+        trl.optim.Adam(dnn.params, lr=hp.lr).step()
         # Episode return per env, reported once per iteration.
         r[b, i, 0:T].sum(0).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: d}
     if many:
-        bounds[agent[0][1]] = args.num_seeds
+        bounds[agent[0][1]] = len(settings)
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
 
 
 def main(args: Args) -> list[float]:
     trl.run.setup_logging()
-    n = max(args.num_seeds, 1)
+    n = len(trl.run.agent_settings(args.sweep, args.num_seeds, args.seed, ("lr",)))
     returns: dict[tuple[int, int], list[float]] = {}  # (iteration, agent) -> each env's return
     per_iter: dict[int, list[float]] = {}  # iteration -> each agent's mean return
     means: list[float] = []  # per iteration: the mean over the agents
@@ -113,7 +118,11 @@ def main(args: Args) -> list[float]:
     ex = build(args, log_fn)
     print(
         f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
-        + (f" for {n} agents (seeds {args.seed}..{args.seed + n - 1})" if n > 1 else "")
+        + (
+            f" for {n} agents (seeds {args.seed}..{args.seed + n - 1}; {' '.join(args.sweep)})"
+            if n > 1
+            else ""
+        )
     )
     run = trl.run.RunLog(args.out_dir, args.iterations, f"REINFORCE {args.env_id}", args.quiet, agents=n)
     ex.execute()

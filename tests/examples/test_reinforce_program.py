@@ -161,3 +161,19 @@ def test_num_seeds_agent_k_equals_the_run_with_its_seed(backend: str, n: int) ->
         one = run(reinforce.Args(**{**base, "seed": 2 + k}))
         for i in range(3):
             assert many[(k, i)] == one[(None, i)]
+
+
+def test_sweep_gives_each_agent_its_learning_rate() -> None:
+    """``--sweep lr=1e-2,3e-2``: agent k has the k-th learning rate and seed ``SEED + k``."""
+
+    def run(args):  # noqa: ANN001, ANN202
+        got: dict = {}
+        reinforce.build(args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))).execute()
+        return got
+
+    base = dict(num_envs=4, iterations=3, backend="torch", seed=5, quiet=True)
+    many = run(reinforce.Args(**base, sweep=("lr=1e-2,3e-2",)))
+    for k, lr in enumerate((1e-2, 3e-2)):
+        one = run(reinforce.Args(**{**base, "seed": 5 + k, "lr": lr}))
+        for i in range(3):
+            assert many[(k, i)] == one[(None, i)]

@@ -24,7 +24,7 @@ network or env (``examples/ppo_tiramisu.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -124,33 +124,9 @@ SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_coef", "gamma", "gae_lambda")
 
 
 def agent_settings(args: PPOArgs) -> list[dict[str, float]]:
-    """One dict per agent: the ``--sweep`` grid's combinations in order, each repeated for
-    ``--num-seeds`` seeds; agent ``k`` has ``seed = --seed + k``. One agent without either."""
-    grid: list[dict[str, float]] = [{}]
-    for item in args.sweep:
-        name, sep, values = item.partition("=")
-        name = name.strip().replace("-", "_")
-        if not sep or name not in SWEEPABLE or not values:
-            raise TimeRLError(
-                f"--sweep {item!r}: give name=v1,v2,... with a name among {', '.join(SWEEPABLE)}"
-            )
-        try:
-            vals = [float(v) for v in values.split(",")]
-        except ValueError:
-            raise TimeRLError(f"--sweep {item!r}: the values must be numbers") from None
-        grid = [{**g, name: v} for g in grid for v in vals]
-    if args.num_seeds < 1:
-        raise TimeRLError(f"--num-seeds must be at least 1, got {args.num_seeds}")
-    out = [dict(g) for g in grid for _ in range(args.num_seeds)]
-    for k, st in enumerate(out):
-        st["seed"] = float(args.seed + k)
-    return out
-
-
-def _per_agent(args: PPOArgs, settings: list[dict[str, float]], s: Sym) -> PPOArgs:
-    """``args`` with each swept setting an RT over the agent dim ``s`` (``const(values)[s]``)."""
-    swept = {k for st in settings for k in st if k != "seed"}
-    return replace(args, **{k: trl.const(np.array([st[k] for st in settings], np.float32))[s] for k in swept})
+    """One dict per agent: ``--sweep``'s grid (settings among :data:`SWEEPABLE`), each with
+    ``--num-seeds`` seeds; agent ``k`` has ``seed = --seed + k`` (``trl.run.agent_settings``)."""
+    return trl.run.agent_settings(args.sweep, args.num_seeds, args.seed, SWEEPABLE)
 
 
 def check_args(args: PPOArgs) -> None:
@@ -391,7 +367,7 @@ def build_fixed(
         (b, B), (i, I), (t, T) = syms[0], syms[1], syms[len(dims) - 1]
         upd = list(syms[2 : len(dims) - 1])
         ag: tuple[Sym, ...] = (syms[-1][0],) if many else ()
-        hp = _per_agent(args, settings, ag[0]) if many else args  # settings per agent: RTs over s
+        hp = trl.run.per_agent(args, settings, ag[0]) if many else args  # settings per agent: RTs over s
         env = env_fn(args, B, syms[-1][1]) if many else env_fn(args, B)
         pdims = (i, *(s for s, _ in upd))
         dnn = _network(args, env, pdims, weights, ag, [int(st["seed"]) for st in settings])

@@ -27,6 +27,8 @@ than per-iteration metrics (evaluations) use ``progress`` (the bar alone) and ``
 (their results, one row per item), and write into their own files, not ``metrics.csv``.
 """
 
+from timerl.run._agents import agent_settings as agent_settings
+from timerl.run._agents import per_agent as per_agent
 from timerl.run._args import RunArgs as RunArgs
 from timerl.run._args import field_docs as field_docs
 from timerl.run._args import parse_args as parse_args
@@ -40,9 +42,11 @@ from timerl.run._program import show_schedule as show_schedule
 __all__ = [
     "RunArgs",
     "RunLog",
+    "agent_settings",
     "checkpoint_and_compile",
     "field_docs",
     "parse_args",
+    "per_agent",
     "progress",
     "setup_logging",
     "show_schedule",
