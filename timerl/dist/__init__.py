@@ -9,7 +9,7 @@ See ``docs/distributed.md``.
 from __future__ import annotations
 
 from timerl.dist.cluster import connect
-from timerl.errors import DistributedError
 from timerl.dist.runners import RayRunners, RunnerStats, ray_runners
+from timerl.errors import DistributedError
 
 __all__ = ["DistributedError", "RayRunners", "RunnerStats", "connect", "ray_runners"]

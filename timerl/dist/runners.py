@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 
 from timerl.dist.cluster import connect
-from timerl.errors import DistributedError
 from timerl.envs.common import static_num_envs
 from timerl.envs.gym_env import episode_seed
-from timerl.errors import RTDefinitionError, RuntimeExecutionError
+from timerl.errors import DistributedError, RTDefinitionError, RuntimeExecutionError
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.dist")
