@@ -168,7 +168,9 @@ def test_sweep_gives_each_agent_its_learning_rate() -> None:
 
     def run(args):  # noqa: ANN001, ANN202
         got: dict = {}
-        reinforce.build(args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))).execute()
+        reinforce.build(
+            args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))
+        ).execute()
         return got
 
     base = dict(num_envs=4, iterations=3, backend="torch", seed=5, quiet=True)
