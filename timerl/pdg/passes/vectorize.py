@@ -11,8 +11,9 @@ no dependence between its points, so it is removed from every domain and becomes
 leading concrete ``batch`` dim of size ``B`` on the nodes that had it.
 
 Agent dims (``pdg.agent_dims``) are vectorized last; a constant table indexed by one
-(``const(lrs)[s]``, a setting per agent) becomes the batched constant of its rows; a random op's draws along one stay per
-agent (``point_dims``: each agent's rows seeded as its own run's, ``runtime/common.Seeds``).
+(``const(lrs)[s]``, a setting per agent) becomes the batched constant of its rows; a random
+op's draws along one stay per agent (``point_dims``: each agent's rows seeded as its own
+run's, ``runtime/common.Seeds``).
 
 Precondition: a lowered PDG. Postcondition: no node has ``b`` in its domain; nodes
 that had it carry ``batch == (B,)`` (dims vectorized earlier come first); edges lose
