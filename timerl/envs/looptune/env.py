@@ -21,7 +21,8 @@ set in order. ``problems=[...]`` replaces the split's list. ``split="all"`` uses
 problem of the dataset.
 
 The ``B`` envs are measured one after the other in this process: two measuring
-processes at once spoil the timings on a small machine. Every finished episode is
+processes at once spoil the timings on a small machine (``farm=`` measures them at once on
+a measurement farm's workers, one pinned core each). Every finished episode is
 appended to :attr:`LoopTuneEnv.history` (an :class:`EpisodeRecord`).
 """
 
@@ -194,11 +195,19 @@ class _LoopTuneState:
         self.last_obs = obs
         return obs if self.batched else obs[0]
 
+    def _prefetch(self, states: list[LoopState]) -> None:
+        """Measure ``states`` together where the measurer takes batches (a farm's: they go
+        out at once); the per-env loop then reads them from its cache."""
+        many = getattr(self.measurer, "gflops_many", None)
+        if many is not None and len(states) > 1:
+            many(states)
+
     def reset(self, point: dict[str, int]) -> np.ndarray:
         k = sum(point.values())
         self.episodes = []
-        for e, p in enumerate(self._pick(k)):
-            s = initial_state(p)
+        starts = [initial_state(p) for p in self._pick(k)]
+        self._prefetch(starts)
+        for e, s in enumerate(starts):
             self.episodes.append(_Episode(k, e, s, self.measurer.gflops(s)))
         self.steps = 0
         return self._obs()
@@ -212,14 +221,26 @@ class _LoopTuneState:
         was_done = self.steps >= self.episode_len
         rew = np.zeros(self.n, np.float32)
         if not was_done:
+            last = self.steps + 1 == self.episode_len
+            nexts = []
             for e, ep in enumerate(self.episodes):
                 a = int(acts[e])
                 if not 0 <= a < len(ACTIONS):
                     raise RuntimeExecutionError(
                         f"env {self.env_id}: action {a} outside 0..{len(ACTIONS) - 1} ({', '.join(ACTIONS)})"
                     )
-                nxt = apply_action(ep.state, a, self.max_loops)
-                last = self.steps + 1 == self.episode_len
+                nexts.append(apply_action(ep.state, a, self.max_loops))
+            final = self.reward == "final"
+            self._prefetch(
+                [
+                    nxt
+                    for ep, nxt in zip(self.episodes, nexts, strict=True)
+                    if (last if final else nxt is not ep.state)
+                ]
+            )
+            for e, ep in enumerate(self.episodes):
+                a = int(acts[e])
+                nxt = nexts[e]
                 if self.reward == "final" and not last:
                     ep.state = nxt  # measured at the end only: reward 0 until then
                     ep.actions.append(a)
@@ -332,7 +353,11 @@ class LoopTuneEnv(GymEnv):
       penalised, so exploring is never worse than stopping) or ``"log"`` (the same with
       ``log(GFLOPS(S') / best so far)``, paid only when it beats ``noise`` (default 3 %),
       so timing noise is not rewarded: the return is the log speedup of the best schedule,
-      the same scale on every problem and machine, no ``peak`` needed).
+      the same scale on every problem and machine, no ``peak`` needed);
+    - ``farm``: a measurement farm (``trl.dist.ray_farm(address, num_workers)``): the
+      ``measurer`` runs on its Ray workers, one step's ``B`` measurements at once, and this
+      process writes the cache (``docs/distributed.md``). Without it the ``B`` envs are
+      measured one after the other in this process.
     """
 
     def __init__(
@@ -349,6 +374,7 @@ class LoopTuneEnv(GymEnv):
         cache_dir: str | os.PathLike[str] | None = None,
         reward: str = "step",
         noise: float = DEFAULT_NOISE,
+        farm: Any = None,
     ) -> None:
         import gymnasium as gym
 
@@ -374,9 +400,13 @@ class LoopTuneEnv(GymEnv):
                 f"env {env_id}: max_loops={max_loops} is less than the {need} loops of an untiled nest "
                 f"of these problems; use max_loops >= {need}"
             )
-        meas = make_measurer(measurer, cache_dir)
+        if farm is not None:  # measured on Ray workers (connects now: before anything compiles)
+            meas = farm.looptune_measurer(measurer, cache_dir)
+        else:
+            meas = make_measurer(measurer, cache_dir)
         if peak is None:
-            peak = meas.peak if isinstance(meas, AnalyticCostModel) else machine_peak(cache_dir)
+            known = meas.peak if isinstance(meas, AnalyticCostModel) else getattr(meas, "peak", None)
+            peak = known if known is not None else machine_peak(cache_dir)
         if not peak > 0:
             raise TimeRLError(f"env {env_id}: peak must be > 0 GFLOPS, got {peak}")
         self.measurer = meas

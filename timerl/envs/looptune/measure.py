@@ -208,11 +208,12 @@ class TVMMeasurer:
         self._mem: dict[str, float] = {}
         self._inputs: dict[Problem, tuple[Any, Any, np.ndarray]] = {}
         self.disk: _DiskCache | None = None
+        cfg = f"{tvm.__version__}|v{tvm_lower.LOWERING_VERSION}|lanes{max_lanes}|unroll{unroll_max_step}"
+        tag = hashlib.sha1(cfg.encode()).hexdigest()[:10]
+        self.cache_file_name = f"tvm-{self.cpu}-{tag}.jsonl"  # by CPU, TVM version, lowering options
         if disk_cache:
-            cfg = f"{tvm.__version__}|v{tvm_lower.LOWERING_VERSION}|lanes{max_lanes}|unroll{unroll_max_step}"
-            tag = hashlib.sha1(cfg.encode()).hexdigest()[:10]
             folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-            self.disk = _DiskCache(folder / f"tvm-{self.cpu}-{tag}.jsonl")
+            self.disk = _DiskCache(folder / self.cache_file_name)
             log.info("LoopTune TVM cache %s (%d entries)", self.disk.path, len(self.disk.values))
 
     def gflops(self, state: LoopState) -> float:

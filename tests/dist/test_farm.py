@@ -1,0 +1,198 @@
+"""The measurement farm (issue 35) on a real cluster (a head and a worker node, separate
+processes, ``ray.cluster_utils.Cluster``): a LoopTune run measured on a 2-worker farm equals
+the run measured in this process; each key is measured and written to the cache once; a
+worker that dies mid-batch is replaced and its measurement retried (counts exact); an
+unreachable address fails when the env is made, before anything compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import timerl as trl
+from timerl.envs.looptune.analytic import AnalyticCostModel
+from timerl.envs.looptune.ir import Problem
+
+ray = pytest.importorskip("ray", reason="the Ray tests need ray (pip install -e '.[dist]')")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+PROBLEMS = [Problem(64, 64, 64), Problem(64, 80, 96), Problem(96, 64, 128), Problem(128, 128, 64)]
+
+
+class LoggedModel:
+    """A deterministic stand-in measurer (the analytic model) that appends every real
+    measurement (key, pid) to ``log`` after ``delay`` seconds, and exits its process once,
+    mid-measurement, at the ``die_at``-th measurement in the log's folder (a worker lost)."""
+
+    name = "logged"
+
+    def __init__(self, log: str, delay: float = 0.0, die_at: int = -1) -> None:
+        self.log, self.delay, self.die_at = log, delay, die_at
+        self.model = AnalyticCostModel()
+        self.peak = self.model.peak
+
+    def gflops(self, state: Any) -> float:
+        time.sleep(self.delay)
+        marker = Path(self.log + ".died")
+        if self.die_at >= 0 and not marker.exists() and len(_lines(self.log)) == self.die_at:
+            marker.touch()
+            os._exit(1)
+        with open(self.log, "a") as f:
+            f.write(json.dumps([state.schedule_key, os.getpid()]) + "\n")
+        return self.model.gflops(state)
+
+
+def _lines(path: str) -> list[list]:
+    return [json.loads(x) for x in Path(path).read_text().splitlines()] if Path(path).exists() else []
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A head node and one worker node (separate processes), one CPU each, this process connected."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # LoggedModel to the workers
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _rollout(measurer: Any, farm: Any = None, bounds: tuple[int, int, int] = (4, 2, 6)) -> tuple[dict, Any]:
+    """Random actions on LoopTune (6-action episodes over (b, i, t)); sinks each
+    iteration's observations and rewards."""
+    got: dict[tuple, np.ndarray] = {}
+    ctx = trl.Context(dims=("b", "i", "t"))
+    with ctx as ((b, B), (i, I), (t, T)):
+        env = trl.env.make(
+            "looptune.mm", num_envs=B, seed=1, problems=PROBLEMS, measurer=measurer, episode_len=6, farm=farm
+        )
+        o = trl.like(env.obs_space, domain=(b, i, t), name="o")
+        a = (trl.rand((), domain=(b, i, t)) * 10.0).cast(trl.int64)
+        o[b, i, 0] = env.reset(domain=(b, i))
+        o2, r, d = env.step(a)
+        o[b, i, t + 1] = o2
+        o2[0:B, i, 0:T].sink(lambda v, p: got.__setitem__(("o", p["i"]), np.array(v)))
+        r[0:B, i, 0:T].sink(lambda v, p: got.__setitem__(("r", p["i"]), np.array(v)))
+    nb, ni, nt = bounds
+    ctx.compile({B: nb, I: ni, T: nt}, backend="jax", seed=4).execute()
+    return got, env
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        np.testing.assert_array_equal(got[key], w, err_msg=str(key))
+
+
+def test_farm_equals_local_measurement(cluster: Cluster) -> None:
+    want, local = _rollout("analytic")
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    got, env = _rollout("analytic", farm)
+    _assert_same(got, want)
+    assert any(want[("r", i)].any() for i in (0, 1))  # the actions changed GFLOPS
+    meas = env.measurer
+    assert meas.writes and set(meas.writes.values()) == {1}  # each key measured, written once
+    assert meas.stats.measured == len(meas.writes) == farm.start().stats.calls
+    nodes = {p["node"] for p in farm.start().placement}
+    assert len(nodes) == 2  # one worker on each node
+    assert [h.final_gflops for h in env.history] == [h.final_gflops for h in local.history]
+    farm.start().close()
+
+
+def test_each_key_measured_and_written_once(cluster: Cluster, tmp_path: Path) -> None:
+    """A batch with repeated and cached states: each distinct schedule is measured once on
+    the farm (the workers' log) and written once (the driver's counts)."""
+    from timerl.envs.looptune.ir import apply_action, initial_state
+
+    log = str(tmp_path / "measured.jsonl")
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    meas = farm.looptune_measurer(LoggedModel(log))
+    s0 = [initial_state(p) for p in PROBLEMS]
+    s1 = [apply_action(s, 4) for s in s0]  # a split
+    first = meas.gflops_many(s0 + s0[:2])
+    second = meas.gflops_many(s1 + s0)
+    local = AnalyticCostModel()
+    assert first == [local.gflops(s) for s in s0 + s0[:2]]
+    assert second == [local.gflops(s) for s in s1 + s0]
+    keys = [k for k, _ in _lines(log)]
+    assert sorted(keys) == sorted({s.schedule_key for s in s0 + s1})  # each once
+    assert len({pid for _, pid in _lines(log)}) == 2  # both workers measured
+    assert set(meas.writes.values()) == {1} and len(meas.writes) == len(keys)
+    farm.start().close()
+
+
+def test_a_worker_killed_mid_batch(
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker's process exits during a measurement of a batch (the 3rd measured): the
+    worker is replaced, the measurement retried; results equal the local ones, each key is
+    measured once (the lost measurement left no result) and written once."""
+    log = str(tmp_path / "measured.jsonl")
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2, max_retries=2)
+    live = farm.start()
+    before = live.stats
+    meas = farm.looptune_measurer(LoggedModel(log, delay=0.05, die_at=2))
+    from timerl.envs.looptune.ir import apply_action, initial_state
+
+    states = [initial_state(p) for p in PROBLEMS] + [apply_action(initial_state(p), 5) for p in PROBLEMS]
+    with caplog.at_level("WARNING", logger="timerl.dist"):
+        got = meas.gflops_many(states)
+    local = AnalyticCostModel()
+    assert got == [local.gflops(s) for s in states]
+    stats = live.stats
+    assert Path(log + ".died").exists()
+    assert (stats.retries - before.retries, stats.replacements - before.replacements) == (1, 1)
+    assert stats.calls - before.calls == len(states)  # 8 answered; the lost call counted once
+    keys = [k for k, _ in _lines(log)]
+    assert sorted(keys) == sorted(s.schedule_key for s in states)
+    assert set(meas.writes.values()) == {1} and len(meas.writes) == len(states)
+    assert "was lost during gflops" in caplog.text
+    pids = {p["pid"] for p in live.refresh_placement()}
+    assert len(pids) == 2 and all(p is not None for p in pids)
+    live.close()
+
+
+def test_a_farm_writes_the_tvm_cache_once_per_key(cluster: Cluster, tmp_path: Path) -> None:
+    """TVM on the workers: the driver appends each new schedule to the TVM disk cache file
+    once; a second measurer over the same folder reads them without measuring."""
+    pytest.importorskip("tvm", reason="needs TVM")
+    from timerl.envs.looptune.ir import initial_state
+
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    meas = farm.looptune_measurer("tvm", cache_dir=tmp_path)
+    states = [initial_state(Problem(64, 64, 64)), initial_state(Problem(64, 64, 80))] * 2
+    g = meas.gflops_many(states)
+    assert g[0] > 0 and g[:2] == g[2:]
+    assert meas.disk is not None
+    lines = meas.disk.path.read_text().splitlines()
+    assert len(lines) == 2 and meas.disk.path.name.startswith("tvm-")
+    again = farm.looptune_measurer("tvm", cache_dir=tmp_path)
+    assert again.gflops_many(states) == g and again.stats.disk_hits == 2 and again.stats.measured == 0
+    farm.start().close()
+
+
+def test_an_unreachable_farm_fails_at_make(cluster: Cluster) -> None:
+    with trl.Context(dims=("b", "t")) as ((b, B), (t, T)):
+        with pytest.raises(
+            trl.dist.DistributedError, match=r"cannot reach the Ray cluster at '127\.0\.0\.1:9'"
+        ):
+            trl.env.make(
+                "looptune.mm",
+                num_envs=B,
+                measurer="analytic",
+                farm=trl.dist.ray_farm(address="127.0.0.1:9", num_workers=2),
+            )
+    with pytest.raises(trl.dist.DistributedError, match="need 5 CPUs, the cluster has 2"):
+        trl.dist.ray_farm(address=cluster.address, num_workers=5).start()
