@@ -74,6 +74,13 @@ class Args(ppo.PPOArgs):
     """seconds per search and problem"""
     remeasure: int = 3
     """measure the untuned and the tuned schedules as the best of this many fresh measurers"""
+    ray_address: str = ""
+    """measure on a Ray measurement farm: the cluster's host:port (what `ray start --head`
+    prints), or local for a Ray started on this machine; empty: measure in this process
+    (docs/distributed.md)"""
+    farm_workers: int = 0
+    """with --ray-address: measurement workers, one pinned core each (0: one per CPU of
+    the cluster)"""
     progress: bool = True
     """progress bars with the time left (tqdm) instead of one line per iteration"""
     out_dir: str = "runs/ppo_looptune"

@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,13 @@ class Args(trl.run.RunArgs):
     """tensor backend of the PPO search program: torch or jax"""
     table: str = ""
     """a measurement table (JSON lines) shared across runs: each configuration measured once"""
+    ray_address: str = ""
+    """measure on a Ray measurement farm: the cluster's host:port (what `ray start --head`
+    prints), or local for a Ray started on this machine; empty: in this process
+    (docs/distributed.md)"""
+    farm_workers: int = 0
+    """with --ray-address: measurement workers, one pinned core each (0: one per CPU of the
+    cluster)"""
     out_dir: str = "runs/release_example"
     """where curves.png goes (best GFLOPS against measurements)"""
 
@@ -49,7 +57,14 @@ def main(args: Args) -> dict[str, np.ndarray]:
     trl.run.setup_logging()
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     space = template_space(layer(args.layer))
-    measurer = TemplateMeasurer(table=args.table or None)  # shared: one cache for both tuners
+    if args.ray_address:  # each sampled batch measured at once on the farm's workers
+        from timerl.dist.farm import farm_from_flags
+
+        farm = farm_from_flags(args.ray_address, args.farm_workers)
+        assert farm is not None
+        measurer: Any = farm.release_measurer(table=args.table or None)
+    else:
+        measurer = TemplateMeasurer(table=args.table or None)  # shared: one cache for both tuners
     # the PPO search's hyperparameters are RELEASE's Table 2 (study.Args' defaults)
     ppo_args = replace(study.Args(), backend=args.backend, seed=args.seed, budget=args.budget)
     tuners = {

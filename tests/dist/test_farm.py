@@ -196,3 +196,80 @@ def test_an_unreachable_farm_fails_at_make(cluster: Cluster) -> None:
             )
     with pytest.raises(trl.dist.DistributedError, match="need 5 CPUs, the cluster has 2"):
         trl.dist.ray_farm(address=cluster.address, num_workers=5).start()
+
+
+class SyntheticRelease:
+    """A deterministic stand-in RELEASE measurer: GFLOPS a function of the configuration."""
+
+    def measure(self, space: Any, cfg: Any) -> Any:
+        from timerl.envs.release.measure import Measurement
+
+        c = np.asarray(cfg, dtype=float)
+        return Measurement(tuple(cfg), float(100.0 - np.sum((c - 2.0) ** 2)), True, 0.01)
+
+
+def test_release_tune_on_a_farm_equals_local(cluster: Cluster) -> None:
+    """RELEASE's tuner with a farm measurer: each sampled batch goes to the workers at once;
+    the measurements, in order, equal the local tuner's; each configuration written once."""
+    pytest.importorskip("lightgbm")
+    from timerl.envs.release.sampling import GreedySampler
+    from timerl.envs.release.search import SimulatedAnnealing
+    from timerl.envs.release.space import Layer, template_space
+    from timerl.envs.release.tuner import tune
+
+    space = template_space(Layer.matmul("mm", 64, 64, 64))
+    want = tune(space, SimulatedAnnealing(n_iter=30), GreedySampler(8, 0.05), SyntheticRelease(), 24, 1)
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    meas = farm.release_measurer(measurer=SyntheticRelease())
+    got = tune(space, SimulatedAnnealing(n_iter=30), GreedySampler(8, 0.05), meas, 24, 1)
+    assert [m.config for m in got.measurements] == [m.config for m in want.measurements]
+    assert [m.gflops for m in got.measurements] == [m.gflops for m in want.measurements]
+    assert meas.measured == len(meas.writes) == 24 and set(meas.writes.values()) == {1}
+    farm.start().close()
+
+
+def test_tiramisu_on_a_farm(cluster: Cluster, tmp_path: Path) -> None:
+    """Tiramisu schedules compiled and timed on the workers: the rollout runs, its
+    observations equal the local measurer's run (the schedules do not depend on timings),
+    and the driver appends each measurement to the cache file once."""
+    import shutil
+
+    if shutil.which("gcc") is None:
+        pytest.skip("the Tiramisu env needs gcc")
+    from timerl.envs.tiramisu import benchmarks as bm
+    from timerl.envs.tiramisu.actions import NUM_ACTIONS
+
+    def rollout(farm: Any, cache: Path) -> tuple[list, Any]:
+        obs: list = []
+        ctx = trl.Context(dims=("b", "i", "t"))
+        with ctx as ((b, B), (i, I), (t, T)):
+            env = trl.env.make(
+                "tiramisu.benchmarks",
+                num_envs=B,
+                split="test",
+                episode_len=3,
+                programs=[bm.mvt(64), bm.cvtcolor(32, 32)],
+                threads=1,
+                cache_dir=cache,
+                farm=farm,
+            )
+            o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
+            o[b, i, 0] = env.reset(domain=(b, i))
+            mask = env.action_mask(o)
+            a = (mask * trl.rand((NUM_ACTIONS,), domain=(b, i, t))).argmax(-1)
+            o[b, i, t + 1], r, d = env.step(a)
+            o[0:B, i, 0:T].sink(lambda v, p: obs.append(np.array(v)))
+        ctx.compile({B: 2, I: 1, T: 3}, backend="torch", seed=2).execute()
+        return obs, env
+
+    want, _ = rollout(None, tmp_path / "local")
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    got, env = rollout(farm, tmp_path / "farm")
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    meas = env.measurer
+    assert meas.writes and set(meas.writes.values()) == {1}
+    lines = (tmp_path / "farm" / "measurements-1t-cpu.jsonl").read_text().splitlines()
+    assert len(lines) == len(meas.writes) == meas.measured
+    assert all(np.isfinite(h.final_seconds) for h in env.history) and len(env.history) == 2
+    farm.start().close()

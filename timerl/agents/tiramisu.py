@@ -95,6 +95,13 @@ class TiramisuArgs(RunArgs):
     are timed with the process CPU-time clock, which other jobs on a shared machine do not
     inflate (docs/tiramisu.md, "Measurement"); with 2+ threads the wall clock is used and
     parallel loops can pay"""
+    ray_address: str = ""
+    """compile and time on a Ray measurement farm: the cluster's host:port (what `ray start
+    --head` prints), or local for a Ray started on this machine; empty: in this process
+    (docs/distributed.md)"""
+    farm_workers: int = 0
+    """with --ray-address: measurement workers, one pinned core each (0: one per CPU of the
+    cluster)"""
     surrogate: str = "lgbm"
     """training measurements: lgbm (a cost model of gradient-boosted trees, fitted on the
     disk cache of measurements and refitted as new ones arrive, predicts the time of most
@@ -330,6 +337,10 @@ def make_env(args: TiramisuArgs, B, **kw):
             "surrogate_options",
             {"measure_every": args.surrogate_every, "max_std": args.surrogate_std, "seed": args.seed},
         )
+    if args.ray_address and kw.get("measurer") is None:
+        from timerl.dist.farm import farm_from_flags
+
+        kw["farm"] = farm_from_flags(args.ray_address, args.farm_workers)
     return trl.env.make(
         args.env_id,
         num_envs=B,

@@ -118,6 +118,15 @@ def ray_farm(
     return RayFarm(address, n, int(max_retries), bool(pin), float(cpus_per_worker))
 
 
+def farm_from_flags(ray_address: str, farm_workers: int = 0) -> RayFarm | None:
+    """The farm of the examples' ``--ray-address``/``--farm-workers`` flags: None for an
+    empty address (measure in this process), a Ray started on this machine for ``local``."""
+    if not ray_address:
+        return None
+    address = None if ray_address == "local" else ray_address
+    return ray_farm(address, farm_workers if farm_workers > 0 else None)
+
+
 _LIVE: dict[RayFarm, Farm] = {}
 
 
@@ -178,6 +187,9 @@ class FarmWorker:
 
     def __init__(self, pin: bool) -> None:
         self.cpu, self._lock = claim_core() if pin else (None, None)
+        if self.cpu is not None:  # one core: kernels time single-threaded
+            for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                os.environ[var] = "1"
         self.measurers: dict[str, Any] = {}
         self.calls = 0
 

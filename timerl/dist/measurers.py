@@ -227,16 +227,23 @@ class TiramisuFarmMeasurer:
 
 class ReleaseFarmMeasurer:
     """RELEASE's :class:`~timerl.envs.release.measure.TemplateMeasurer` on a farm (its keyword
-    arguments but ``table`` go to each worker's); ``table``: a
+    arguments but ``table`` go to each worker's), or ``measurer``, a picklable object with
+    ``measure(space, cfg)`` copied to each worker; ``table``: a
     :class:`~timerl.envs.release.measure.MeasurementTable` path the driver answers from and
-    appends to (once per configuration)."""
+    appends to (once per configuration; TemplateMeasurer only)."""
 
-    def __init__(self, farm: Farm, table: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, farm: Farm, table: str | os.PathLike[str] | None = None, measurer: Any = None, **kwargs: Any
+    ) -> None:
         from timerl.envs.release.measure import MeasurementTable, TemplateMeasurer
 
         self.farm = farm
-        self.factory = functools.partial(TemplateMeasurer, **kwargs)
-        self.key = "release." + json.dumps(kwargs, sort_keys=True, default=str)
+        if measurer is not None:
+            self.factory: Callable[[], Any] = functools.partial(_same, measurer)
+            self.key = f"release.{type(measurer).__name__}.{id(measurer)}"
+        else:
+            self.factory = functools.partial(TemplateMeasurer, **kwargs)
+            self.key = "release." + json.dumps(kwargs, sort_keys=True, default=str)
         self._cache: dict[tuple, Any] = {}
         self.writes: dict[tuple, int] = {}
         self.measured = 0

@@ -42,7 +42,19 @@ def make_env(args: Any, B: Any, split: str, problems: list[Problem], reward: str
         measurer=args.measurer,
         reward=reward,
         noise=args.noise,
+        farm=farm_of(args),
     )
+
+
+def farm_of(args: Any) -> Any:
+    """The measurement farm of ``args.ray_address``/``args.farm_workers`` (None without one:
+    measured in this process; Ray is not imported then)."""
+    address = getattr(args, "ray_address", "")
+    if not address:
+        return None
+    from timerl.dist.farm import farm_from_flags
+
+    return farm_from_flags(address, getattr(args, "farm_workers", 0))
 
 
 def latest_weights(ckpt_dir: str) -> dict[str, np.ndarray]:

@@ -137,15 +137,16 @@ def search_demos(
     ``top + tiles_top + 1`` measurements with the untuned nest); problems where none beats
     the untuned nest, or the untuned nest fails, get no demonstration."""
     model = model or AnalyticCostModel.for_host()
+    cands = {p: model_candidates(p, model, top, width, max_steps, max_loops, tiles_top) for p in problems}
+    many = getattr(measurer, "gflops_many", None)
+    if many is not None:  # a farm's measurer: every problem's candidates at once
+        many([initial_state(p) for p in problems] + [s for c in cands.values() for _, s in c])
     out = []
     for p in problems:
         base = measurer.gflops(initial_state(p))
         if base <= 0:
             continue
-        measured = [
-            (measurer.gflops(s), path)
-            for path, s in model_candidates(p, model, top, width, max_steps, max_loops, tiles_top)
-        ]
+        measured = [(measurer.gflops(s), path) for path, s in cands[p]]
         if not measured:
             continue
         g, path = max(measured, key=lambda m: m[0])

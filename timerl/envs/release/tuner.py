@@ -261,6 +261,16 @@ def tune(
 
     def measure(batch: list[Config]) -> None:
         nonlocal charged
+        many = getattr(measurer, "measure_many", None)
+        if many is not None:  # a farm's measurer: the batch's new configurations at once
+            todo: list[Config] = []
+            for cfg in batch:
+                if len(order) + len(todo) >= budget:
+                    break
+                if cfg not in done and cfg not in todo:
+                    todo.append(cfg)
+            if todo:
+                many(space, todo)
         for cfg in batch:
             if len(order) >= budget or cfg in done:
                 continue

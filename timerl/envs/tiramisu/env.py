@@ -205,9 +205,23 @@ class _TiramisuState:
         self.last_obs = obs
         return obs if self.batched else obs[0]
 
+    def _prefetch(self, scheds: list[Schedule]) -> None:
+        """Measure ``scheds`` together where the measurer takes batches (a farm's: they go
+        out at once) and every new schedule is measured (no surrogate); the per-env loop
+        then reads them from its cache."""
+        many = getattr(self.tasks_measurer, "measure_many", None)
+        if many is not None and self.surrogate is None and len(scheds) > 1:
+            many(scheds)
+
+    @property
+    def tasks_measurer(self) -> Any:
+        return self.tasks[0].measurer if self.tasks else None
+
     def reset(self, point: dict[str, int]) -> np.ndarray:
         k = sum(point.values())
-        self.episodes = [_Episode(k, e, t) for e, t in enumerate(self._pick(k))]
+        picked = self._pick(k)
+        self._prefetch([t.initial for t in picked])
+        self.episodes = [_Episode(k, e, t) for e, t in enumerate(picked)]
         self.steps = 0
         if self.demo_prob > 0.0:
             self._assign_demos(k)
@@ -278,7 +292,8 @@ class _TiramisuState:
             self._buffer_cache[key] = _replay(task, actions[:per], legal, per)
         return self._buffer_cache[key]
 
-    def _step_one(self, ep: _Episode, a: int) -> float:
+    def _step_one(self, ep: _Episode, a: int, tried: Any = None) -> float:
+        """``tried``: ``(new,)`` when ``try_action`` was already called for this step."""
         if not 0 <= a < NUM_ACTIONS:
             raise RuntimeExecutionError(f"env {self.env_id}: action {a} outside 0..{NUM_ACTIONS - 1}")
         ep.actions.append(a)
@@ -288,7 +303,7 @@ class _TiramisuState:
                 ep.done = True
                 ep.branch = len(ep.task.program.branches) - 1
             return PENALTY
-        new = ep.task.try_action(ep.sched, ep.branch, a)
+        new = ep.task.try_action(ep.sched, ep.branch, a) if tried is None else tried[0]
         if new is None:
             self.illegal += 1
             log.debug(
@@ -329,11 +344,18 @@ class _TiramisuState:
             raise RuntimeExecutionError(f"env {self.env_id}: got {acts.shape[0]} actions for {self.n} envs")
         rew = np.zeros(self.n, np.float32)
         any_live = False
+        tried: dict[int, tuple[Schedule | None]] = {}
+        if self.surrogate is None and hasattr(self.tasks_measurer, "measure_many"):
+            for e, ep in enumerate(self.episodes):
+                a = int(acts[e])
+                if not ep.done and 0 <= a < NUM_ACTIONS and a != NEXT:
+                    tried[e] = (ep.task.try_action(ep.sched, ep.branch, a),)
+            self._prefetch([new for (new,) in tried.values() if new is not None])
         for e, ep in enumerate(self.episodes):
             if ep.done:
                 continue
             any_live = True
-            rew[e] = self._step_one(ep, int(acts[e]))
+            rew[e] = self._step_one(ep, int(acts[e]), tried.get(e))
             if len(ep.actions) >= self.episode_len:
                 ep.done = True
             if ep.done:
@@ -463,6 +485,10 @@ class TiramisuEnv(GymEnv):
     :class:`~.surrogate.Surrogate` measures some and predicts the rest with a cost model;
     ``surrogate_options``: its keyword arguments); the reward keeps its definition, with
     predicted times where a step was not measured (:attr:`EpisodeRecord.predicted_steps`).
+    ``farm``: a measurement farm (``trl.dist.ray_farm(address, num_workers)``; when no
+    ``measurer`` is given): schedules are compiled and timed on its Ray workers (``threads``
+    default 1 there: a worker owns one core), one step's new schedules at once
+    (``docs/distributed.md``).
     """
 
     def __init__(
@@ -481,6 +507,7 @@ class TiramisuEnv(GymEnv):
         surrogate_options: Mapping[str, Any] | None = None,
         demo_prob: float = 0.0,
         demo_min_speedup: float = 1.1,
+        farm: Any = None,
     ) -> None:
         import gymnasium as gym
 
@@ -492,7 +519,12 @@ class TiramisuEnv(GymEnv):
         plist = list(programs) if programs is not None else programs_of(name, seed, num_programs)
         if not plist:
             raise TimeRLError(f"env {env_id}: no programs")
-        self.measurer = measurer if measurer is not None else Measurer(cache_dir, threads)
+        if measurer is not None:
+            self.measurer = measurer
+        elif farm is not None:  # on Ray workers (connects now: before anything compiles)
+            self.measurer = farm.tiramisu_measurer(cache_dir=cache_dir, threads=threads or 1)
+        else:
+            self.measurer = Measurer(cache_dir, threads)
         self.tasks = [TiramisuTask(p, self.measurer) for p in plist]
         if surrogate not in ("off", "lgbm"):
             raise TimeRLError(f"env {env_id}: surrogate must be 'off' or 'lgbm', got {surrogate!r}")
