@@ -28,6 +28,24 @@ from ray.cluster_utils import Cluster  # noqa: E402
 PROBLEMS = [Problem(64, 64, 64), Problem(64, 80, 96), Problem(96, 64, 128), Problem(128, 128, 64)]
 
 
+class StuckOnce:
+    """The analytic model, but the first measurement in ``marker``'s folder hangs (30 s)."""
+
+    name = "stuck"
+
+    def __init__(self, marker: str) -> None:
+        self.marker, self.model = marker, AnalyticCostModel()
+        self.peak = self.model.peak
+
+    def gflops(self, state: Any) -> float:
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return self.model.gflops(state)
+        time.sleep(30.0)
+        return self.model.gflops(state)
+
+
 class LoggedModel:
     """A deterministic stand-in measurer (the analytic model) that appends every real
     measurement (key, pid) to ``log`` after ``delay`` seconds, and exits its process once,
@@ -42,10 +60,13 @@ class LoggedModel:
 
     def gflops(self, state: Any) -> float:
         time.sleep(self.delay)
-        marker = Path(self.log + ".died")
-        if self.die_at >= 0 and not marker.exists() and len(_lines(self.log)) == self.die_at:
-            marker.touch()
-            os._exit(1)
+        if self.die_at >= 0 and len(_lines(self.log)) == self.die_at:
+            try:  # one worker only: the marker's creation is atomic
+                os.close(os.open(self.log + ".died", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(1)
         with open(self.log, "a") as f:
             f.write(json.dumps([state.schedule_key, os.getpid()]) + "\n")
         return self.model.gflops(state)
@@ -162,6 +183,20 @@ def test_a_worker_killed_mid_batch(
     pids = {p["pid"] for p in live.refresh_placement()}
     assert len(pids) == 2 and all(p is not None for p in pids)
     live.close()
+
+
+def test_a_stuck_worker_is_replaced_after_the_call_timeout(cluster: Cluster, tmp_path: Path) -> None:
+    from timerl.envs.looptune.ir import initial_state
+
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2, call_timeout_s=2.0)
+    meas = farm.looptune_measurer(StuckOnce(str(tmp_path / "stuck")))
+    states = [initial_state(p) for p in PROBLEMS]
+    t = time.perf_counter()
+    assert meas.gflops_many(states) == [AnalyticCostModel().gflops(s) for s in states]
+    assert time.perf_counter() - t < 20.0
+    stats = farm.start().stats
+    assert (stats.retries, stats.replacements, stats.calls) == (1, 1, len(states))
+    farm.start().close()
 
 
 def test_a_farm_writes_the_tvm_cache_once_per_key(cluster: Cluster, tmp_path: Path) -> None:

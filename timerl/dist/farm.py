@@ -61,6 +61,7 @@ class RayFarm:
     max_retries: int = 3
     pin: bool = True
     cpus_per_worker: float = 1.0
+    call_timeout_s: float | None = 600.0
 
     def start(self) -> Farm:
         """The running farm of this configuration (started on first use, then shared by
@@ -97,6 +98,7 @@ def ray_farm(
     max_retries: int = 3,
     pin: bool = True,
     cpus_per_worker: float = 1.0,
+    call_timeout_s: float | None = 600.0,
 ) -> RayFarm:
     """A measurement farm on a Ray cluster, for ``trl.env.make("looptune.mm", farm=...)``,
     ``trl.env.make("tiramisu.<set>", farm=...)`` and RELEASE's ``tune(..., farm=...)``.
@@ -109,13 +111,17 @@ def ray_farm(
     :param max_retries: times one measurement is sent again after losing its worker.
     :param pin: pin each worker to a physical core of its own (see the module doc).
     :param cpus_per_worker: Ray CPUs each worker reserves.
+    :param call_timeout_s: a call that has not answered after this many seconds counts as
+        lost: its worker is killed and replaced, the call retried (``None``: wait forever).
     """
     if num_workers is not None and int(num_workers) < 1:
         raise DistributedError(f"ray_farm: num_workers must be at least 1, got {num_workers}")
     if max_retries < 0:
         raise DistributedError(f"ray_farm: max_retries must be >= 0, got {max_retries}")
+    if call_timeout_s is not None and call_timeout_s <= 0:
+        raise DistributedError(f"ray_farm: call_timeout_s must be > 0 or None, got {call_timeout_s}")
     n = None if num_workers is None else int(num_workers)
-    return RayFarm(address, n, int(max_retries), bool(pin), float(cpus_per_worker))
+    return RayFarm(address, n, int(max_retries), bool(pin), float(cpus_per_worker), call_timeout_s)
 
 
 def farm_from_flags(ray_address: str, farm_workers: int = 0) -> RayFarm | None:
@@ -260,18 +266,30 @@ class Farm:
         pending = deque(range(len(calls)))
         idle = deque(range(len(self.workers)))
         inflight: dict[Any, tuple[int, int]] = {}
+        sent: dict[Any, float] = {}
         lost = [0] * len(calls)
+        limit = self.config.call_timeout_s
         while pending or inflight:
             while pending and idle:
                 w, j = idle.popleft(), pending.popleft()
                 ref = self.workers[w].call.remote(key, factory, method, tuple(calls[j]))
                 inflight[ref] = (w, j)
-            ready, _ = self.ray.wait(list(inflight), num_returns=1)
+                sent[ref] = time.monotonic()
+            wait_s = (
+                None if limit is None else max(0.0, min(sent[r] for r in inflight) + limit - time.monotonic())
+            )
+            ready, _ = self.ray.wait(list(inflight), num_returns=1, timeout=wait_s)
+            late = None
+            if not ready:  # the oldest call ran past call_timeout_s: its worker counts as lost
+                ready = [late := min(inflight, key=lambda r: sent[r])]
             for ref in ready:
                 w, j = inflight.pop(ref)
+                sent.pop(ref)
                 try:
+                    if ref is late:
+                        raise TimeoutError(f"no answer after {limit:g} s")
                     results[j] = self.ray.get(ref)
-                except self._lost as exc:
+                except (*self._lost, TimeoutError) as exc:
                     lost[j] += 1
                     if lost[j] > self.config.max_retries:
                         raise DistributedError(
