@@ -63,6 +63,8 @@ def run(args: ppo_looptune.Args, label: str) -> dict:
                 os.environ["XDG_CACHE_HOME"] = old
     meas = envs[0].measurer
     measured = meas.stats.measured if hasattr(meas, "stats") else len(meas._mem)  # analytic: its cache
+    stats = getattr(meas, "stats", None)
+    measure_s = sum(stats.total_s) if stats is not None else None  # local: per schedule; farm: per batch
     out = {
         "label": label,
         "means": [round(m, 4) for m in means],
@@ -70,6 +72,8 @@ def run(args: ppo_looptune.Args, label: str) -> dict:
         "seconds": round(seconds, 1),
         "measured": measured,
         "measurements_per_s": round(measured / seconds, 2) if measured else None,
+        "measure_s": round(measure_s, 1) if measure_s is not None else None,
+        "measurements_per_measure_s": round(measured / measure_s, 2) if measure_s else None,
     }
     if args.ray_address:
         farm = ppo_run.farm_of(args).start()

@@ -60,4 +60,5 @@ class MemoryBudgetError(TimeRLError):
 
 
 class DistributedError(TimeRLError):
-    """Ray is missing, a cluster cannot be reached, or remote runners keep failing (``trl.dist``)."""
+    """Ray is missing, a cluster cannot be reached, or remote runners or farm measurements keep
+    failing (``trl.dist``)."""

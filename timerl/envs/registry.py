@@ -19,11 +19,12 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
       ``EnvParams`` such as ``max_steps_in_episode``, and gymnax's constructor arguments);
     - ``"looptune.mm"``: LoopTune's loop-nest scheduling of matmul (extra keyword arguments:
       ``split="train"|"test"|"all"``, ``measurer="tvm"|"analytic"``, ``max_loops=16``,
-      ``episode_len=10``, ``problems=None``, ``peak=None``, ``cache_dir=None``);
+      ``episode_len=10``, ``problems=None``, ``peak=None``, ``cache_dir=None``,
+      ``farm=None``: a measurement farm, ``trl.dist.ray_farm(...)``);
     - ``"tiramisu.benchmarks"`` / ``"tiramisu.random"`` / ``"tiramisu.<benchmark>"``: the
       Tiramisu-style polyhedral loop-optimisation env (extra keyword arguments:
       ``split="train"|"test"``, ``episode_len=16``, ``programs=None``, ``num_programs=64``,
-      ``threads=None``, ``cache_dir=None``, ``measurer=None``).
+      ``threads=None``, ``cache_dir=None``, ``measurer=None``, ``farm=None``).
 
     ``num_envs`` is the bound symbol of the batch dim (``B``) or an int. ``agents=S`` (gym and
     gymnax): ``B`` envs per agent along the agent dim whose bound is ``S`` (many agents in one
@@ -43,6 +44,11 @@ def make(env_id: str, num_envs: Any = 1, seed: int = 0, **kwargs: Any) -> Any:
     if kwargs.get("runners") is not None and family != "gym":
         raise TimeRLError(
             f"environment {env_id!r}: runners=... (envs on Ray actors) is supported for 'gym.*' environments"
+        )
+    if kwargs.get("farm") is not None and family not in ("looptune", "tiramisu"):
+        raise TimeRLError(
+            f"environment {env_id!r}: farm=... (a measurement farm) is supported for 'looptune.*' and "
+            "'tiramisu.*' environments (RELEASE: farm.release_measurer())"
         )
     if family == "gym" and name:
         from timerl.envs.gym_env import GymEnv
