@@ -308,3 +308,39 @@ def test_tiramisu_on_a_farm(cluster: Cluster, tmp_path: Path) -> None:
     assert len(lines) == len(meas.writes) == meas.measured
     assert all(np.isfinite(h.final_seconds) for h in env.history) and len(env.history) == 2
     farm.start().close()
+
+
+def test_a_lost_worker_node(cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A node with a farm worker goes away mid-batch (its raylet and the worker end): the
+    lost measurement goes to the next free worker, the batch's results equal the local ones,
+    each key measured once; the replacement starts on a node with a free CPU."""
+    import threading
+
+    from timerl.envs.looptune.ir import apply_action, initial_state
+
+    cluster.add_node(num_cpus=1)  # a spare node (Cluster.add_node works in the main thread only)
+    log = str(tmp_path / "measured.jsonl")
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    live = farm.start()
+    (doomed,) = [n for n in cluster.worker_nodes if n.node_id in {p["node"] for p in live.placement}][:1]
+    meas = farm.looptune_measurer(LoggedModel(log, delay=0.4))
+
+    def remove_node() -> None:
+        time.sleep(0.6)
+        cluster.remove_node(doomed)
+
+    states = [initial_state(p) for p in PROBLEMS] + [apply_action(initial_state(p), 5) for p in PROBLEMS]
+    mover = threading.Thread(target=remove_node)
+    mover.start()
+    with caplog.at_level("WARNING", logger="timerl.dist"):
+        got = meas.gflops_many(states)
+    mover.join()
+    assert got == [AnalyticCostModel().gflops(s) for s in states]
+    stats = live.stats
+    assert stats.retries == stats.replacements == 1 and stats.calls == len(states)
+    keys = [k for k, _ in _lines(log)]
+    assert sorted(keys) == sorted(s.schedule_key for s in states)  # each measured once
+    nodes = {p["node"] for p in live.refresh_placement()}
+    assert len(nodes) == 2 and doomed.node_id not in nodes  # the replacement on the spare node
+    assert "was lost during gflops" in caplog.text
+    live.close()

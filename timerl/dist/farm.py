@@ -244,6 +244,8 @@ class Farm:
         self._calls = 0
         self._retries = 0
         self._replacements = 0
+        self._starting: dict[Any, int] = {}  # replacements not started yet: their info call -> index
+        self._started: dict[Any, float] = {}  # ... and when they were made
         log.info("measurement farm: %d workers %s", n, [(p["node"][:8], p["cpu"]) for p in self.placement])
 
     def _new_worker(self) -> Any:
@@ -261,10 +263,11 @@ class Farm:
         """``measurer.method(*args)`` for each ``args`` of ``calls`` on the workers (the
         measurer ``key`` made by ``factory`` on each worker once), at most one call per
         worker at a time, all workers busy while calls remain; the results in ``calls``'
-        order. A call whose worker is lost is sent again (module doc)."""
+        order. A call whose worker is lost goes to the next worker that is free (the lost
+        one's replacement takes calls once it has started; module doc)."""
         results: list[Any] = [None] * len(calls)
         pending = deque(range(len(calls)))
-        idle = deque(range(len(self.workers)))
+        idle = deque(w for w in range(len(self.workers)) if w not in self._starting.values())
         inflight: dict[Any, tuple[int, int]] = {}
         sent: dict[Any, float] = {}
         lost = [0] * len(calls)
@@ -275,14 +278,28 @@ class Farm:
                 ref = self.workers[w].call.remote(key, factory, method, tuple(calls[j]))
                 inflight[ref] = (w, j)
                 sent[ref] = time.monotonic()
-            wait_s = (
-                None if limit is None else max(0.0, min(sent[r] for r in inflight) + limit - time.monotonic())
-            )
-            ready, _ = self.ray.wait(list(inflight), num_returns=1, timeout=wait_s)
+            clocks = {**sent, **{r: self._started[r] for r in self._starting}}
+            wait_s = None if limit is None else max(0.0, min(clocks.values()) + limit - time.monotonic())
+            ready, _ = self.ray.wait(list(clocks), num_returns=1, timeout=wait_s)
             late = None
-            if not ready:  # the oldest call ran past call_timeout_s: its worker counts as lost
-                ready = [late := min(inflight, key=lambda r: sent[r])]
+            if not ready:  # the oldest call (or start) ran past call_timeout_s
+                ready = [late := min(clocks, key=clocks.__getitem__)]
             for ref in ready:
+                if ref in self._starting:  # a replacement: free once it has started
+                    if ref is late:
+                        raise DistributedError(
+                            f"measurement farm: a replacement worker did not start within {limit:g} s "
+                            "(no free CPU left in the cluster?)"
+                        )
+                    w = self._starting.pop(ref)
+                    self._started.pop(ref)
+                    try:
+                        self.placement[w] = self.ray.get(ref)
+                    except self._lost:
+                        self._replace(w, "start", -1, len(calls))
+                        continue
+                    idle.append(w)
+                    continue
                 w, j = inflight.pop(ref)
                 sent.pop(ref)
                 try:
@@ -298,8 +315,7 @@ class Farm:
                         ) from exc
                     self._retries += 1
                     self._replace(w, method, j, len(calls))
-                    pending.appendleft(j)
-                    idle.append(w)  # the replacement, after the workers that are free now
+                    pending.appendleft(j)  # to the next free worker
                     continue
                 except self._task_error as exc:  # the measurer raised: raise it here
                     raise exc.as_instanceof_cause() from None
@@ -324,7 +340,7 @@ class Farm:
         old = self.placement[w] if w < len(self.placement) else {}
         log.warning(
             "measurement farm: worker %d (pid %s, CPU %s) was lost during %s of call %d of %d; replacing "
-            "it and measuring again (retry %d, replacement %d)",
+            "it, the call goes to the next free worker (retry %d, replacement %d)",
             w,
             old.get("pid"),
             old.get("cpu"),
@@ -339,7 +355,10 @@ class Farm:
         except Exception:  # already gone
             pass
         self.workers[w] = self._new_worker()
-        self.placement[w] = {"pid": None, "node": "", "cpu": None}  # known once it answers
+        self.placement[w] = {"pid": None, "node": "", "cpu": None}  # known once it has started
+        ref = self.workers[w].info.remote()
+        self._starting[ref] = w
+        self._started[ref] = time.monotonic()
 
     def refresh_placement(self, timeout_s: float = 60.0) -> list[dict[str, Any]]:
         """Ask every worker where it runs (after replacements)."""
@@ -356,6 +375,8 @@ class Farm:
             except Exception:  # already gone
                 pass
         self.workers = []
+        self._starting.clear()
+        self._started.clear()
         self.alive = False
         if _LIVE.get(self.config) is self:
             del _LIVE[self.config]

@@ -183,6 +183,11 @@ class TiramisuFarmMeasurer:
         """gcc runs of the workers alive now."""
         return int(sum(self.farm.each(self.key, self.factory, "compiles")))
 
+    @property
+    def runs(self) -> int:
+        """Runs of measured binaries on the workers alive now."""
+        return int(sum(self.farm.each(self.key, self.factory, "runs")))
+
     def measure(self, sched: Any) -> Any:
         return self.measure_many([sched])[0]
 
