@@ -107,7 +107,8 @@ class CompiledIteration:
         dim = plan.iter_dim
         self.ipos = {n.id: n.domain.index(dim) for n in ex.pdg if dim in n.domain}
         self.conds = [(compile_exprs_elementwise([c.expr]), c.loops) for c in plan.body_conds]
-        self._grids: dict[tuple[Loop, ...], dict[Sym, np.ndarray]] = {}
+        # by the loops' identities: hashing a Loop hashes its whole body (a frozen dataclass)
+        self._grids: dict[tuple[int, ...], dict[Sym, np.ndarray]] = {}
         nodes = {s.node for s in walk(loop.body) if isinstance(s, Exec)}
         nodes |= {m for s in walk(loop.body) for m in getattr(s, "members", ())}
         self.pures = []
@@ -146,7 +147,8 @@ class CompiledIteration:
 
     # -- the key ---------------------------------------------------------------------------
     def _grid(self, loops: tuple[Loop, ...]) -> dict[Sym, np.ndarray]:
-        g = self._grids.get(loops)
+        key = tuple(id(lp) for lp in loops)
+        g = self._grids.get(key)
         if g is None:
             static = self.ex._static
             axes = []
@@ -165,7 +167,7 @@ class CompiledIteration:
             if size > _MAX_GRID:
                 raise tracing.NotTraceable(f"{size} inner iterations to check a condition over")
             mesh = np.meshgrid(*axes, indexing="ij") if axes else []
-            g = self._grids[loops] = {lp.var: m.ravel() for lp, m in zip(loops, mesh, strict=True)}
+            g = self._grids[key] = {lp.var: m.ravel() for lp, m in zip(loops, mesh, strict=True)}
         return g
 
     def _signature(self, v: int) -> tuple[Any, ...]:
