@@ -142,23 +142,23 @@ def test_dealloc_checkpoint_and_resume(tmp_path) -> None:
     assert first == straight[:6] and rest == straight[6:]
 
 
+def _returns_per_agent(args: reinforce.Args) -> dict:
+    """Each env's episode return per (agent, iteration); agent None in a one-agent run."""
+    got: dict = {}
+    reinforce.build(args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))).execute()
+    return got
+
+
 @pytest.mark.parametrize(("backend", "n"), [("jax", 0), ("torch", 5)])
 def test_num_seeds_agent_k_equals_the_run_with_its_seed(backend: str, n: int) -> None:
     """``--num-seeds 3``: three agents in one program (episodes over a dynamic ``T``, the
     longest of every agent's envs: a finished env adds zero reward and zero gradient); agent
     ``k``'s episode returns equal the one-agent run with ``--seed SEED + k``."""
 
-    def run(args):  # noqa: ANN001, ANN202
-        got: dict = {}
-        reinforce.build(
-            args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))
-        ).execute()
-        return got
-
     base = dict(num_envs=4, iterations=3, backend=backend, seed=2, n=n, quiet=True)
-    many = run(reinforce.Args(**base, num_seeds=3))
+    many = _returns_per_agent(reinforce.Args(**base, num_seeds=3))
     for k in range(3):
-        one = run(reinforce.Args(**{**base, "seed": 2 + k}))
+        one = _returns_per_agent(reinforce.Args(**{**base, "seed": 2 + k}))
         for i in range(3):
             assert many[(k, i)] == one[(None, i)]
 
@@ -166,16 +166,9 @@ def test_num_seeds_agent_k_equals_the_run_with_its_seed(backend: str, n: int) ->
 def test_sweep_gives_each_agent_its_learning_rate() -> None:
     """``--sweep lr=1e-2,3e-2``: agent k has the k-th learning rate and seed ``SEED + k``."""
 
-    def run(args):  # noqa: ANN001, ANN202
-        got: dict = {}
-        reinforce.build(
-            args, lambda v, p: got.setdefault((p.get("s"), p["i"]), []).append(float(v))
-        ).execute()
-        return got
-
     base = dict(num_envs=4, iterations=3, backend="torch", seed=5, quiet=True)
-    many = run(reinforce.Args(**base, sweep=("lr=1e-2,3e-2",)))
+    many = _returns_per_agent(reinforce.Args(**base, sweep=("lr=1e-2,3e-2",)))
     for k, lr in enumerate((1e-2, 3e-2)):
-        one = run(reinforce.Args(**{**base, "seed": 5 + k, "lr": lr}))
+        one = _returns_per_agent(reinforce.Args(**{**base, "seed": 5 + k, "lr": lr}))
         for i in range(3):
             assert many[(k, i)] == one[(None, i)]
