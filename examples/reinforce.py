@@ -20,7 +20,8 @@ from timerl.run import RunArgs, checkpoint_and_compile
 @dataclass
 class Args(RunArgs):
     env_id: str = "CartPole-v1"
-    """the gymnasium environment id"""
+    """the environment id: gymnasium's (CartPole-v1), or with a family prefix (gymnax.CartPole-v1:
+    JAX-native, each episode's acting loop then runs as compiled chunks)"""
     backend: str = "jax"
     """tensor backend: jax or torch"""
     num_envs: int = 16
@@ -57,9 +58,8 @@ def build(args: Args, log_fn, **options):
     ctx = trl.Context(dims=("b", "i", "t", "s") if many else ("b", "i", "t"))
     with ctx as ((b, B), (i, I), (t, T), *agent):
         s = (agent[0][0],) if many else ()
-        env = trl.env.make(
-            f"gym.{args.env_id}", num_envs=B, seed=args.seed, agents=agent[0][1] if many else None
-        )
+        env_id = args.env_id if args.env_id.split(".")[0] in ("gym", "gymnax") else f"gym.{args.env_id}"
+        env = trl.env.make(env_id, num_envs=B, seed=args.seed, agents=agent[0][1] if many else None)
         seeds = [int(st["seed"]) for st in settings] if many else None
         hp = trl.run.per_agent(args, settings, s[0]) if many else args  # a learning rate per agent
         dnn = (

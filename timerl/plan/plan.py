@@ -263,6 +263,7 @@ def make_plan(
                 pdg,
                 found[0] if found and options.free_iterations else None,
                 host_udfs=target.scans == "host",
+                dynamic=options.memory_budget is None,
             )
         )
     elif options.scan_loops and options.fuse:

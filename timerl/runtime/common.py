@@ -60,6 +60,15 @@ class Seeds:
         seed, pt = self.of(node, point)
         return point_seed(seed, stream(node), pt)
 
+    def point_seeds(self, node: Node, points: np.ndarray) -> np.ndarray:
+        """:meth:`point_seed` at each row of ``points`` (``(n, len(node.domain))``), in NumPy."""
+        pts = np.asarray(points, dtype=np.int64)
+        if self.dim is None or self.dim not in node.domain:
+            return point_seeds(self.base, stream(node), pts)
+        k = node.domain.index(self.dim)
+        base = np.asarray(self.per_agent, dtype=np.int64)[pts[:, k]]
+        return point_seeds(base, stream(node), np.delete(pts, k, axis=1))
+
 
 def stream(node: Node) -> int:
     """The RNG stream of a random op: its ``stream`` attribute (the random ops created

@@ -155,13 +155,13 @@ class RowsTable(dict):
     def put_rows(
         self, points: Sequence[Point] | PointRows, arr: Any, axis: int, distinct: bool = False
     ) -> tuple[int, int]:
-        """Record ``points[k]`` as row ``k`` of ``arr`` along ``axis`` (nothing copied);
-        points already held are replaced. ``distinct``: no point repeats (known by the
+        """Record ``points[k]`` as row ``k`` of ``arr`` along ``axis`` (nothing copied; rows
+        after the last point are padding, accounted with the points); points already held are replaced. ``distinct``: no point repeats (known by the
         caller: not checked)."""
         n = len(points)
         if n == 0:
             return 0, 0
-        if arr.shape[axis] != n:
+        if arr.shape[axis] < n:  # more rows: a loop's chunk padded to its bucket (runtime/scan.py)
             raise ValueError(f"{n} points for {arr.shape[axis]} rows along axis {axis}")
         if isinstance(points, PointRows):
             rows = points

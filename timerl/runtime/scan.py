@@ -1,5 +1,6 @@
-"""A static loop whose body has no host effect runs as one call: one compiled ``lax.scan``
-on JAX, one Python loop over the statements' prepared kernels on Torch (``_build_host``).
+"""A loop whose body has no host effect runs as one call: one compiled ``lax.scan`` on JAX,
+one Python loop over the statements' prepared kernels on Torch (``_build_host``); a loop
+over a dynamic bound runs in chunks of such calls (below).
 
 TimeRL's interpreter dispatches every statement of a loop body once per iteration. PPO's
 acting loop on a JAX-native environment (gymnax, brax) is three statements per step — the
@@ -11,8 +12,8 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
 * **Members** are the body's ``Exec`` nodes in order: pure ops (the ones fused regions
   take: no symbolic attributes), ``MERGE`` nodes, and UDFs that offer a pure form
   (``fn.pure_step()``, see :class:`PureStep`: the environment's state threaded through
-  the scan's carry). A body with a sink, an RNG draw, a dynamic bound, a nested loop or an
-  ``If`` is not scanned (the plan says why: ``plan/scans.py``, logged at INFO) and runs as before. The body's frees
+  the scan's carry). A body with a sink, a nested loop or an ``If``, or a member whose point
+  or reads depend on a dynamic bound, is not scanned (the plan says why: ``plan/scans.py``, logged at INFO) and runs as before. The body's frees
   (``Dealloc``) run after the scan, for every scanned iteration in order.
 * **Inputs** of a member are, per edge: an earlier member at the same point (a value
   inside the step), a member at the previous iteration (the scan's carry, e.g.
@@ -32,6 +33,22 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
   (:class:`~timerl.runtime.rows_table.RowsTable`: a row is copied out only when a point read
   needs it), so every other statement and the reference checks see the same store; slice
   reads of a whole entry's rows take the stacked array itself (``Executor.stack_hints``).
+
+* **Random draws** are members too: their seeds at every iteration (those the interpreter
+  seeds them with at their points) are one more scanned input, the draw made inside the step.
+* **Dynamic bounds**: a loop ``for (t = 0; t < T; ...)`` whose ``T`` is found inside it (its
+  ``SET_SYMBOL`` member: ``T = t + 1`` at the first step whose done-signal holds) runs in
+  chunks (:meth:`ScannedLoop._run_dynamic`). A chunk is one ``lax.while_loop`` over up to a
+  bucket of iterations (16, 32, ... :data:`MAX_CHUNK`, from the bucket of the loop's previous
+  entry, doubling inside an entry) that stops after the step whose done-signal holds; its
+  outputs are buffers of the bucket's length whose rows after the last step are never read
+  (:class:`~timerl.runtime.rows_table.RowsTable` records the rows that ran). Per chunk the
+  host reads one count and one flag; each bucket length compiles once. Branch conditions
+  that use ``T`` are evaluated as the interpreter does (at ``T``'s lower bound and
+  unbounded, which must agree); ``max_bounds`` caps a chunk so the step past the bound runs
+  through the interpreter and raises there. A loop whose ``T`` is already known at entry
+  (learning after acting) is scanned as a static loop. Torch's host loop stops at the same
+  step.
 
 Values are those of the interpreted loop: the same ops on the same inputs, with XLA free
 to fuse across the statements (float results may differ in the last bits where XLA
@@ -74,6 +91,10 @@ if TYPE_CHECKING:
     from timerl.runtime.interpreter import Executor
 
 log = logging.getLogger(__name__)
+_RANDOM = (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL)
+MAX_CHUNK = 1024
+"""The most iterations one chunk of a loop over a dynamic bound runs (its buckets double up
+to it: 16, 32, ..., from the length of the loop's previous entry)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,9 @@ class _Member:
     own_point: list[bool] = field(default_factory=list)
     # one coordinate of the point is ``k * var + c`` with ``k != 0``: distinct every iteration
     distinct: bool = False
+    # a MERGE's branch conditions elementwise where they use the loop's dynamic bound
+    dconds: Callable[[dict[Sym, Any]], tuple[Any, ...]] | None = None
+    enter: Callable[[tuple[int, ...]], None] | None = None  # moves a dynamic bound's current episode
 
 
 class ScannedLoop:
@@ -158,6 +182,12 @@ class ScannedLoop:
                 m.branch_conds = [ex._node_expr((e.cond,), n, False) for e in edges]
                 if not any(free_symbols(e.cond) & ex._dyn.keys() for e in edges):
                     m.vconds = compile_exprs_elementwise([e.cond for e in edges])
+                else:
+                    try:
+                        m.dconds = compile_exprs_elementwise([e.cond for e in edges])
+                    except (NotImplementedError, KeyError, TypeError, ValueError):
+                        m.dconds = None
+            m.enter = ex._point_env_fns(n)[1]
             if not any(isinstance(x, Slice) or free_symbols(x) & ex._dyn.keys() for x in pt_exprs):
                 m.vpoint = compile_exprs_elementwise(pt_exprs)
             self.members.append(m)
@@ -179,6 +209,14 @@ class ScannedLoop:
         self._broken: str | None = None
         self._peel_first = False  # the scan with the first iteration's values failed: peel it
         self._store = ex.store
+        # a loop over a dynamic bound (``t < T``): its end, the member that finds it, and the
+        # first chunk's length (the bucket of the previous entry's length)
+        self.ends = frozenset(free_symbols(loop.cond) & ex._dyn.keys())
+        self.cond_site = ex._site(self.ends, loop, scope) if self.ends else None
+        self.setter = next(
+            (k for k, m in enumerate(self.members) if m.node.op.kind is OpKind.SET_SYMBOL), None
+        )
+        self._bucket = 16
 
     def _fresh_inputs(self) -> None:
         """Gathers read the store's tables: remake them for a new run's store."""
@@ -191,7 +229,21 @@ class ScannedLoop:
     # -- one loop entry --------------------------------------------------------------------
     def __call__(self) -> None:
         ex, env, var = self.ex, self.ex._env, self.var
-        vals = self._values(env)
+        if self.ends:
+            assert self.cond_site is not None
+            known, unknown = ex._bounds_at(self.cond_site)
+            if unknown or self.setter is not None:
+                if tracing.current is not None:
+                    raise tracing.NotTraceable(f"the loop over {var} ends at a dynamic bound found inside it")
+                self._fresh_inputs()
+                if unknown and self.setter is not None and self._broken is None:
+                    self._run_dynamic(unknown)
+                else:  # the interpreter's loop (an unknown bound it cannot find raises there)
+                    self.fallback()
+                return
+            vals = self._values({**env, **known})
+        else:
+            vals = self._values(env)
         self._fresh_inputs()
         plan = self._plan(vals) if self._broken is None else self._broken
         if isinstance(plan, str):
@@ -244,6 +296,183 @@ class ScannedLoop:
             return
         ex.scanned_entries += 1
         ex.dispatches += 1
+
+    # -- a loop over a dynamic bound, in chunks ------------------------------------------------
+    def _run_dynamic(self, unknown: Mapping[Sym, int]) -> None:
+        """The loop from its start until the member that finds its bound ends it: chunks of
+        iterations, each one compiled ``lax.while_loop`` (a host loop on Torch) that stops
+        after the step whose done-signal holds. Chunks double from the bucket of the previous
+        entry's length (each length compiles once); where a chunk cannot be planned the rest
+        runs statement by statement, as the interpreter would."""
+        ex, env, var = self.ex, self.ex._env, self.var
+        setter = self.members[self.setter]  # type: ignore[index]
+        db = ex._dyn[setter.node.op.attr("bound")]
+        v, ran, size = self.init(env), 0, self._bucket
+        limit, inc = ex.max_loop_iterations, self.inc
+        while True:
+            unknown = ex._bounds_at(self.cond_site)[1]  # type: ignore[arg-type]  # lower bounds now
+            if db.most is not None:  # never past the user's bound inside a chunk: the rest raises
+                t0 = self._point_env(setter, v)[0][db.t_idx]
+                size = min(size, db.most - 1 - t0)
+            vals = self._while_unbounded(v, size, unknown) if size >= 2 and self._broken is None else []
+            if len(vals) < 2:
+                ran += self._rest(v)
+                break
+            plan = self._plan_chunk(vals, unknown)
+            if isinstance(plan, str):
+                if not self._warned:
+                    log.debug("loop over %s runs statement by statement from %s = %d: %s", var, var, v, plan)
+                    self._warned = True
+                ran += self._rest(v)
+                break
+            start, choice, kinds = plan
+            first: dict[tuple[int, int], Any] = {}
+            if start == 1 and not self._peel_first:
+                entered = self._first_values(vals, choice)
+                if entered is not None:
+                    (first, kinds), start = entered, 0
+            found = False
+            for u in vals[:start]:  # peeled iterations (other branches)
+                env[var] = u
+                self.body()
+                ran += 1
+                v = u + 1
+                found = not ex._bounds_at(self.cond_site)[1]  # type: ignore[arg-type]
+                if found:
+                    break
+            env.pop(var, None)
+            if found:  # a peeled iteration ended the loop
+                ran += self._rest(v)
+                break
+            try:
+                n, done = self._scan(vals[:start], vals[start:], choice, kinds, first, (), setter=self.setter)
+            except TimeRLError:
+                raise
+            except Exception as exc:
+                if (
+                    first and ex.backend.scans == "compiled"
+                ):  # nothing ran: peel the first iteration next time
+                    self._peel_first = True
+                    continue
+                if ex.backend.scans != "compiled":
+                    raise
+                self._broken = f"the scan failed before ({type(exc).__name__})"
+                log.warning(
+                    "loop over %s [%s] failed to run in chunks (%s: %s); running it statement by "
+                    "statement (slower)",
+                    var,
+                    ", ".join(m.node.label for m in self.members),
+                    type(exc).__name__,
+                    exc,
+                )
+                ran += self._rest(vals[start])
+                break
+            ex.scanned_entries += 1
+            ex.dispatches += 1
+            ran += n
+            v = vals[start] + n * inc
+            if done or len(vals) < size:  # the rest (the condition may go on once the bound is known)
+                ran += self._rest(v)
+                break
+            size = min(2 * size, MAX_CHUNK)
+            if ran > limit:
+                raise RuntimeExecutionError(
+                    f"loop over {var} ran more than {limit} iterations (condition `{self.loop.cond}`); "
+                    "a dynamic bound is probably never found (its done-signal never becomes true)"
+                )
+        self._bucket = int(min(max(16, 1 << max(ran - 1, 1).bit_length()), MAX_CHUNK))
+
+    def _while_unbounded(self, v: int, size: int, unknown: Mapping[Sym, int]) -> list[int]:
+        """Up to ``size`` values of the loop variable from ``v`` while the loop's condition
+        holds with its unknown bound unbounded (``t <= min(1, T - 1)`` stops after two)."""
+        from timerl.runtime.interpreter import BIG
+
+        arr = v + self.inc * np.arange(size, dtype=np.int64)
+        env = {**self.ex._env, **{b: BIG for b in unknown}}
+        if self._vcond is not None:
+            (ok,) = self._vcond({**env, self.var: arr})
+            ok = np.broadcast_to(np.asarray(ok, dtype=bool), arr.shape)
+        else:
+            ok = np.asarray([bool(self.cond({**env, self.var: int(u)})) for u in arr])
+        bad = np.flatnonzero(~ok)
+        return arr[: int(bad[0]) if bad.size else size].tolist()
+
+    def _rest(self, v: int) -> int:
+        """The iterations from ``v`` on, statement by statement while the loop's condition
+        holds (an unknown bound unbounded, as the interpreter's loop); how many ran."""
+        from timerl.runtime.interpreter import BIG
+
+        ex, env, var = self.ex, self.ex._env, self.var
+        n, limit = 0, ex.max_loop_iterations
+        while True:
+            known, unknown = ex._bounds_at(self.cond_site)  # type: ignore[arg-type]
+            if not self.cond({**env, var: v, **known, **{b: BIG for b in unknown}}):
+                break
+            env[var] = v
+            self.body()
+            v += self.inc
+            n += 1
+            if n > limit:
+                raise RuntimeExecutionError(
+                    f"loop over {var} ran more than {limit} iterations (condition `{self.loop.cond}`); "
+                    "a dynamic bound is probably never found (its done-signal never becomes true)"
+                )
+        env.pop(var, None)
+        return n
+
+    def _plan_chunk(
+        self, vals: list[int], unknown: Mapping[Sym, int]
+    ) -> str | tuple[int, list[int | None], list[list[str]]]:
+        """:meth:`_plan_head` for a chunk of a loop whose bound is not known yet: a branch
+        condition that uses it is evaluated at every iteration ``v`` with the bound at its
+        lower bound then (``v + 1``: the loop reached ``v``) and unbounded, which must agree
+        (else the interpreter's loop decides, and raises where they truly differ)."""
+        from timerl.runtime.interpreter import BIG
+
+        for m in self.members:
+            if any(
+                isinstance(d, Expr) and free_symbols(d) & m.moving for o in m.node.outputs for d in o.shape
+            ):
+                return f"the per-point shape of {m.node.label} varies along the loop"
+        n = len(vals)
+        arr = np.asarray(vals, dtype=np.int64)
+        env = {**self.ex._env, self.var: arr}
+        # the lower bound at each iteration: the entry's, then one past the step before it
+        sm = self.members[self.setter]  # type: ignore[index]
+        t = np.asarray(
+            [self._point_env(sm, u)[0][self.ex._dyn[sm.node.op.attr("bound")].t_idx] for u in vals[:1]]
+        )
+        steps = int(t[0]) + np.arange(n, dtype=np.int64)
+        lo = {b: np.maximum(lb, np.concatenate([[lb], steps[:-1] + 2])) for b, lb in unknown.items()}
+        hi = {b: BIG for b in unknown}
+        rows: list[np.ndarray | None] = []
+        for m in self.members:
+            if m.branch_conds is None:
+                rows.append(None)
+                continue
+            conds = m.vconds or m.dconds
+            if conds is None or m.vpoint is None:
+                return f"the branch conditions of {m.node.label} do not evaluate elementwise"
+            penv = {**self.ex._static, **dict(zip(m.node.domain, m.vpoint(env), strict=True))}
+            taken = []
+            for extra in (lo, hi) if m.dconds is not None else ({},):
+                t = np.full(n, -1, dtype=np.int64)
+                for k, c in reversed(list(enumerate(conds({**penv, **extra})))):
+                    t = np.where(np.broadcast_to(np.asarray(c, dtype=bool), (n,)), k, t)
+                taken.append(t)
+            if any((t != taken[0]).any() for t in taken[1:]):
+                return (
+                    f"a branch of {m.node.label} depends on where {', '.join(b.name for b in unknown)} ends"
+                )
+            rows.append(taken[0])
+        same = np.ones(n, dtype=bool)
+        for t in rows:
+            if t is not None:
+                same &= t == t[-1]
+        bad = np.flatnonzero(~same)
+        start = int(bad[-1]) + 1 if bad.size else 0
+        choice = [None if t is None else int(t[-1]) for t in rows]
+        return self._kinds(vals, start, choice)
 
     def _first_values(
         self, vals: list[int], choice: list[int | None]
@@ -474,9 +703,12 @@ class ScannedLoop:
         kinds: list[list[str]],
         first_values: Mapping[tuple[int, int], Any] | None = None,
         tail: Sequence[int] = (),
-    ) -> None:
+        setter: int | None = None,
+    ) -> tuple[int, bool]:
         """Run ``vals`` as one scan, after ``peeled`` ran statement by statement and before
-        ``tail`` does (here, once the scanned rows are stored)."""
+        ``tail`` does (here, once the scanned rows are stored). With ``setter`` (the member
+        that finds the loop's dynamic bound) the scan stops after the iteration where its
+        done-signal holds: ``(iterations run, whether it held)``."""
         ex = self.ex
         store = ex.store
         first = vals[0]
@@ -504,6 +736,9 @@ class ScannedLoop:
                 else:
                     row.append(("xs", len(xs)))
                     xs.append(self._scanned_input(m, j, vals))
+            if m.node.op.kind in _RANDOM:  # the draw's seeds, per iteration, after its inputs
+                row.append(("xs", len(xs)))
+                xs.append(self._draw_seeds(m, vals))
             plan.append(row)
         carry0 = []
         for mk, oid in carry_src:
@@ -545,10 +780,12 @@ class ScannedLoop:
         # a loop that counts a member's points down (GAE's ``t = T - 1 - c``) gives its rows
         # in descending order: the scan flips them, so every stacked array ascends
         flips = tuple(self._descends(self.members[k], vals) for k, _ in stored)
-        sig = (tuple(map(tuple, kinds)), tuple(choice), len(vals), flips)
+        if setter is not None and any(flips):  # a chunk's rows after the last that ran are padding
+            raise NotImplementedError("a loop over a dynamic bound whose points count down")
+        sig = (tuple(map(tuple, kinds)), tuple(choice), len(vals), flips, setter)
         fn = self._compiled.get(sig)
         if fn is None:
-            fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored, len(vals), flips)
+            fn = self._compiled[sig] = self._build(plan, choice, carry_src, stored, len(vals), flips, setter)
             log.debug(
                 "loop over %s: %d iterations of [%s] as one scan (%d peeled before, %d after), %d "
                 "carried, %d scanned inputs, %d outputs stored",
@@ -562,15 +799,30 @@ class ScannedLoop:
                 len(stored),
             )
         keeps: list[np.ndarray | None] = [None] * len(stored)
+        done = False
         if ex.backend.scans == "compiled":
-            states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0))
+            out = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0))
         else:
             keeps = self._host_keeps(stored, vals)
-            states, ys = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0), vals, keeps)
+            out = fn(tuple(carry0), tuple(inv), tuple(xs), tuple(states0), vals, keeps)
+        if setter is None:
+            states, ys = out
+        else:  # the iterations that ran: up to the one whose done-signal held
+            count, flag, states, ys = out
+            vals = vals[: int(count)]
+            done = bool(flag)
+            keeps = [None if kp is None else kp[: len(vals)] for kp in keeps]
+            sm = self.members[setter]
+            ex._report(
+                ex._dyn[sm.node.op.attr("bound")], self._point_env(sm, vals[-1])[0], done, sm.node.label
+            )
         for m, st in zip(self.members, states, strict=True):
             if m.pure is not None:
                 m.pure.set_state(st)
         n = len(vals)
+        for m in self.members:  # a dynamic bound's current episode, as the interpreter moves it
+            if m.enter is not None:
+                m.enter(self._point_env(m, vals[-1])[0])
         hints: list[tuple[_Member, int, Any, bool]] = []
         for (k, oid), y, flip, keep in zip(stored, ys, flips, keeps, strict=True):
             m = self.members[k]
@@ -582,7 +834,8 @@ class ScannedLoop:
                 keep = keep[::-1] if flip else keep
                 pts = PointRows(pts.cols[keep]) if isinstance(pts, PointRows) else list(compress(pts, keep))
             if not store.put_rows(m.node.id, oid, pts, y, axis, distinct=m.distinct):
-                for p, row in zip(pts, self.ex.backend.unstack(y, axis), strict=True):
+                rows = self.ex.backend.unstack(y, axis)
+                for p, row in zip(pts, rows if len(rows) == len(pts) else rows[: len(pts)], strict=True):
                     store.put(m.node.id, oid, p, row)
             hints.append((m, oid, y, flip))
         ex.exec_count += n * len(self.members)
@@ -605,6 +858,7 @@ class ScannedLoop:
         env.pop(self.var, None)
         for m, oid, y, flip in hints:
             self._hint(m, oid, peeled, vals, y, flip, list(tail))
+        return n, done
 
     def _host_keeps(self, stored: list[tuple[int, int]], vals: list[int]) -> list[np.ndarray | None]:
         """Per stored output of a host loop, which iterations' rows to keep (None: all): the
@@ -668,6 +922,9 @@ class ScannedLoop:
             order = list(reversed(tail)) + list(reversed(vals)) + list(reversed(peeled))
         else:
             order = peeled + vals + tail
+        if len(order) < 2:  # one row (a chunk that ended at once): read as a point
+            hints.clear()
+            return
         pts = [self._point_env(m, v)[0] for v in order[:2]]
         moved = [k for k, (a, b) in enumerate(zip(*pts, strict=True)) if a != b]
         if len(moved) != 1 or pts[1][moved[0]] - pts[0][moved[0]] != 1:
@@ -690,6 +947,24 @@ class ScannedLoop:
             )
         else:
             hints[key] = (pts[0][k], len(order), ys)
+
+    def _draw_seeds(self, m: _Member, vals: list[int]) -> Any:
+        """The seeds of a random member's draw at each of ``vals`` (those the interpreter
+        seeds it with at its point): ``(n,)`` int32, or ``(n, draws)`` for a draw vectorized
+        over ``point_dims``; a list of rows for a host loop."""
+        from timerl.runtime.common import draw_seeds
+
+        ex, node = self.ex, m.node
+        if node.op.attr("point_dims", ()):
+            order = [d for d, _ in ex.pdg.dims]
+            rows = np.stack([draw_seeds(node, ex.seeds, self._point_env(m, v)[0], order) for v in vals])
+        else:
+            pts = self._points(m, vals)
+            cols = pts.cols if isinstance(pts, PointRows) else np.asarray(pts, dtype=np.int64)
+            rows = ex.seeds.point_seeds(node, cols.reshape(len(vals), -1)).astype(np.int32)
+        if ex.backend.scans != "compiled":
+            return list(rows)
+        return rows
 
     def _scanned_input(self, m: _Member, j: int, vals: list[int]) -> Any:
         """Input ``j`` of ``m`` at every scanned iteration, stacked on a new leading axis. A row
@@ -759,22 +1034,27 @@ class ScannedLoop:
         stored: list[tuple[int, int]],
         length: int,
         flips: tuple[bool, ...],
+        setter: int | None = None,
     ) -> Callable[..., Any]:
         if self.ex.backend.scans != "compiled":
-            return self._build_host(plan, choice, carry_src, stored, length, flips)
+            return self._build_host(plan, choice, carry_src, stored, length, flips, setter)
+        import jax
         import jax.numpy as jnp
         from jax import lax
 
         from timerl.backends.jax_backend import jit
+        from timerl.runtime.common import draw_points
 
         be = self.ex.backend
         static = dict(self.ex._static)
         members = self.members
+        done: list[Any] = []  # the setter's done-signal at the step being traced
 
         def step(c: tuple[Any, Any], x: tuple[Any, ...], inv: tuple[Any, ...]) -> tuple[Any, Any]:
             carry, states = c
             states = list(states)
             vals: dict[int, Any] = {}
+            done.clear()
 
             def get(kind: str, k: int) -> Any:
                 if kind == "local":
@@ -799,6 +1079,19 @@ class ScannedLoop:
                     ins = [get(*r) for r in row]
                     states[k], outs = m.pure.step(states[k], ins)
                     outs = [o.astype(spec.dtype.numpy) for o, spec in zip(outs, n.outputs, strict=True)]
+                elif n.op.kind is OpKind.SET_SYMBOL:
+                    y = get(*row[0])
+                    done.append(jnp.all(y))
+                    outs = [y] if n.outputs else []
+                elif n.op.kind in _RANDOM:
+                    ins = [get(*r) for r in row[:-1]]
+                    seeds = get(*row[-1])
+                    if n.op.attr("point_dims", ()):
+                        outs = [draw_points(be, n, self.ex.seeds, (), (), static, seeds)]
+                    else:
+                        be.seed(seeds)
+                        flags = [b for _, b in m.inputs]
+                        outs = [be.run(n.op, ins, tuple(n.batch), flags, static)]
                 else:
                     ins = [get(*r) for r in row]
                     flags = [b for _, b in m.inputs]
@@ -820,7 +1113,26 @@ class ScannedLoop:
                 for y, a, f in zip(ys, axes, flips, strict=True)
             )
 
-        return jit(run)
+        def run_until(
+            carry0: tuple[Any, ...], inv: tuple[Any, ...], xs: tuple[Any, ...], states0: tuple[Any, ...]
+        ):
+            # a loop over a dynamic bound: up to ``length`` steps, stopping after the one whose
+            # done-signal holds; the rows after it stay zero
+            x0 = tuple(a[0] for a in xs)
+            _, y_shapes = jax.eval_shape(lambda c, x: step(c, x, inv), (carry0, states0), x0)
+            ys0 = tuple(jnp.zeros((length, *y.shape), y.dtype) for y in y_shapes)
+
+            def body(st: tuple[Any, ...]) -> tuple[Any, ...]:
+                k, c, ys, _ = st
+                c, y = step(c, tuple(lax.dynamic_index_in_dim(a, k, 0, keepdims=False) for a in xs), inv)
+                ys = tuple(lax.dynamic_update_index_in_dim(b, v, k, 0) for b, v in zip(ys, y, strict=True))
+                return k + 1, c, ys, done[0]
+
+            init = (jnp.int32(0), (carry0, states0), ys0, jnp.bool_(False))
+            k, (_, states), ys, flag = lax.while_loop(lambda st: (st[0] < length) & ~st[3], body, init)
+            return k, flag, states, tuple(jnp.moveaxis(y, 0, a) for y, a in zip(ys, axes, strict=True))
+
+        return jit(run if setter is None else run_until)
 
     def _build_host(
         self,
@@ -830,6 +1142,7 @@ class ScannedLoop:
         stored: list[tuple[int, int]],
         length: int,
         flips: tuple[bool, ...],
+        setter: int | None = None,
     ) -> Callable[..., Any]:
         """The scan as one Python loop (a backend that does not compile loops: Torch): per
         iteration, each member's prepared kernel (``AbstractBackend.prepare``) on the values
@@ -855,6 +1168,10 @@ class ScannedLoop:
                 runs.append(_host_pure_step(m, be))
             elif n.op.kind is OpKind.UDF:
                 runs.append(self._host_udf(m))
+            elif n.op.kind is OpKind.SET_SYMBOL:
+                runs.append(lambda ins, state, v, out=bool(n.outputs): ins[:1] if out else [])
+            elif n.op.kind in _RANDOM:
+                runs.append(self._host_draw(m))
             else:
                 call = be.prepare(n.op, tuple(n.batch), [b for _, b in m.inputs], static)
                 runs.append(lambda ins, state, v, call=call: [call(ins)])
@@ -871,6 +1188,7 @@ class ScannedLoop:
             carry, states = carry0, list(states0)
             rows: list[list[Any]] = [[] for _ in stored]
             kept = [np.ones(len(vals), dtype=bool) if kp is None else kp for kp in keeps]
+            count, done = 0, False
             for it, v in enumerate(vals):
                 vals: dict[int, Any] = {}
                 src = {"local": vals, "carry": carry, "inv": inv}
@@ -879,6 +1197,8 @@ class ScannedLoop:
                         None if kind == "unused" else xs[i][it] if kind == "xs" else src[kind][i]
                         for kind, i in row
                     ]
+                    if k == setter:
+                        done = be.all_true(ins[0])
                     out = fn(ins, states[k], v)
                     if members[k].pure is not None:
                         states[k], out = out
@@ -888,13 +1208,34 @@ class ScannedLoop:
                 for r, (k, oid), kp in zip(rows, stored, kept, strict=True):
                     if kp[it]:
                         r.append(vals[k * 16 + oid])
+                count += 1
+                if done:  # the loop's dynamic bound ends here
+                    break
             ys = tuple(
                 be.stack(r[::-1] if f else r, a) if r else None
                 for r, a, f in zip(rows, axes, flips, strict=True)
             )
-            return states, ys
+            return (states, ys) if setter is None else (count, done, states, ys)
 
         return run
+
+    def _host_draw(self, m: _Member) -> Callable[[list[Any], Any, int], list[Any]]:
+        """A random member called from a host loop: seeded with its seeds at the iteration
+        (its last input), as the interpreter seeds it at its point."""
+        from timerl.runtime.common import draw_points
+
+        be, node, static = self.ex.backend, m.node, dict(self.ex._static)
+        flags = [b for _, b in m.inputs]
+        if node.op.attr("point_dims", ()):
+            return lambda ins, state, v: [
+                draw_points(be, node, self.ex.seeds, (), (), static, ins[-1].tolist())
+            ]
+
+        def draw(ins: list[Any], state: Any, v: int) -> list[Any]:
+            be.seed(int(ins[-1]))
+            return [be.run(node.op, ins[:-1], tuple(node.batch), flags, static)]
+
+        return draw
 
     def _host_udf(self, m: _Member) -> Callable[[list[Any], Any, int], list[Any]]:
         """A UDF without a pure form called from a host loop as the interpreter calls it, at
