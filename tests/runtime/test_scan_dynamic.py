@@ -56,14 +56,15 @@ def test_a_loop_over_a_dynamic_bound_runs_in_chunks_with_the_same_values(caplog,
         runs[scan] = (seen, ex._interp.scanned_entries)
     (off, n_off), (on, n_on) = runs[False], runs[True]
     assert n_off == 0
-    # chunks: 16 at first, then the bucket of the previous episode's length, doubling inside an
-    # episode: 5 -> [16], 1 -> [16] (stops after one step), 40 -> [16, 32], 17 -> [64]
+    # chunks: 16 at first, then the bucket (16, 64, 256, 1024) that holds the previous episode,
+    # the next one inside an episode: 5 -> [16], 1 -> [16] (stops after one step), 40 -> [16,
+    # 64], 17 -> [64]
     chunks = [
         int(r.getMessage().split(": ")[1].split()[0])
         for r in caplog.records
         if "as one scan" in r.getMessage()
     ]
-    assert n_on == 5 and chunks == [16, 32, 64], caplog.text  # compiled once per length
+    assert n_on == 5 and chunks == [16, 64], caplog.text  # compiled once per length
     assert sorted(on) == list(range(len(ENDS)))
     for k in on:
         np.testing.assert_allclose(on[k], off[k], rtol=1e-5)

@@ -216,6 +216,16 @@ class AbstractBackend(abc.ABC):
             return rows
         return rows[(slice(None),) * axis + (slice(start, stop),)]
 
+    def restack_padded(self, rows: Any, start: int, stop: int, axis: int, size: int) -> Any:
+        """:meth:`restack`, then zero-padded along ``axis`` to ``size >= stop - start`` rows
+        (what :meth:`stack_padded` of those rows gives)."""
+        out = self.restack(rows, start, stop, axis)
+        if size == stop - start:
+            return out
+        shape = tuple(out.shape)
+        pad = self.zeros(shape[:axis] + (size - (stop - start),) + shape[axis + 1 :], DType.float32)
+        return self.concat([out, self.cast_like(pad, out)], axis)
+
     def unstack(self, rows: Any, axis: int = 0) -> list[Any]:
         """The rows of ``rows`` along ``axis``, one array each (the inverse of ``stack(xs, axis)``)."""
         return [self.take(rows, axis, k) for k in range(rows.shape[axis])]
@@ -286,6 +296,13 @@ class AbstractBackend(abc.ABC):
     def block_write(self, buf: Any, index: int, x: Any) -> Any:
         """Write ``x`` (shape and dtype of a row) into row ``index``; returns the buffer to use
         from now on. In place where the library allows it; ``buf`` must not be used again."""
+
+    def block_write_rows(self, buf: Any, dst: int, xs: Any, axis: int, src: int, count: int) -> Any:
+        """Write rows ``src .. src + count - 1`` of ``xs`` along ``axis`` into rows ``dst ..``
+        of ``buf`` (as :meth:`block_write` of each); returns the buffer to use from now on."""
+        for j in range(count):
+            buf = self.block_write(buf, dst + j, self.take(xs, axis, src + j))
+        return buf
 
     @abc.abstractmethod
     def block_row(self, buf: Any, index: int) -> Any:

@@ -275,6 +275,17 @@ def _block_write(buf: jax.Array, x: jax.Array, index: jax.Array) -> jax.Array:
     return lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), index, 0)
 
 
+@functools.partial(jit, donate_argnums=0, static_argnums=(2,))
+def _block_write_rows(
+    buf: jax.Array, xs: jax.Array, axis: int, dst: jax.Array, src: jax.Array, count: jax.Array
+) -> jax.Array:
+    rows = jnp.moveaxis(xs, axis, 0).astype(buf.dtype)
+    at = jnp.arange(buf.shape[0])
+    got = jnp.take(rows, jnp.clip(at - dst + src, 0, rows.shape[0] - 1), axis=0)
+    keep = ((at >= dst) & (at < dst + count)).reshape((-1,) + (1,) * (buf.ndim - 1))
+    return jnp.where(keep, got, buf)
+
+
 @jit
 def _block_row(buf: jax.Array, index: jax.Array) -> jax.Array:
     return lax.dynamic_index_in_dim(buf, index, 0, keepdims=False)
@@ -352,6 +363,18 @@ class JaxBackend(AbstractBackend):
             for k in range(a.shape[axis])
         ]
 
+    def restack_padded(self, rows: Any, start: int, stop: int, axis: int, size: int) -> jax.Array:
+        """On the host for CPU arrays: one zero array, the rows copied in (nothing compiled per
+        length)."""
+        if not _on_cpu([rows]):
+            return super().restack_padded(rows, start, stop, axis, size)
+        a = np.asarray(rows)
+        lead = (slice(None),) * axis
+        shape = a.shape[:axis] + (size,) + a.shape[axis + 1 :]
+        out = np.zeros(shape, dtype=a.dtype)
+        out[lead + (slice(0, stop - start),)] = a[lead + (slice(start, stop),)]
+        return jax.device_put(out)
+
     def stack_padded(self, xs: Sequence[Any], axis: int, size: int) -> jax.Array:
         """Stack and zero-pad on the host for CPU arrays (no compilation per length)."""
         if not _on_cpu(xs):
@@ -420,6 +443,14 @@ class JaxBackend(AbstractBackend):
             buf[index] = np.asarray(x)
             return buf
         return _block_write(buf, x, index)
+
+    def block_write_rows(self, buf: Any, dst: int, xs: Any, axis: int, src: int, count: int) -> Any:
+        """One jitted masked update donating ``buf`` (compiled once per buffer and rows shape,
+        not per count), or a NumPy slice assignment."""
+        if isinstance(buf, np.ndarray):
+            buf[dst : dst + count] = np.moveaxis(np.asarray(xs), axis, 0)[src : src + count]
+            return buf
+        return _block_write_rows(buf, xs, axis, dst, src, count)
 
     def block_row(self, buf: Any, index: int) -> jax.Array:
         """A jitted ``dynamic_index_in_dim`` (a new array), or a copy of the host row."""

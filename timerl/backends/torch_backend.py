@@ -342,6 +342,11 @@ class TorchBackend(AbstractBackend):
         buf[index].copy_(x)
         return buf
 
+    def block_write_rows(self, buf: Any, dst: int, xs: Any, axis: int, src: int, count: int) -> torch.Tensor:
+        """``buf[dst:dst + count].copy_(rows)`` (in place)."""
+        buf[dst : dst + count].copy_(xs.movedim(axis, 0)[src : src + count])
+        return buf
+
     def block_row(self, buf: Any, index: int) -> torch.Tensor:
         """``buf[index]``: a contiguous view."""
         return buf[index]

@@ -61,7 +61,7 @@ def why_not_scanned(loop: Loop, pdg: PDG, host_udfs: bool = False, dynamic: bool
             return f"its body holds a {type(c).__name__}"
         execs.append(c)
     if not execs:
-        return "its body has no statement"
+        return "it only frees (every iteration's frees at once, where they evaluate elementwise)"
     dyn = frozenset(pdg.dynamic_bounds)
     if free_symbols(loop.init) & dyn:
         return "its start is a dynamic bound"

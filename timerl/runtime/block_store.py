@@ -204,6 +204,49 @@ class BlockTable:
         self.num_points += 1
         return delta, 1
 
+    def put_rows(self, cols: np.ndarray, arr: Any, axis: int) -> tuple[int, int] | None:
+        """Store row ``j`` of ``arr`` along ``axis`` at the point ``cols[j]`` when the points
+        are consecutive along the block dim for one key (a scanned loop's rows): one write per
+        block spanned. Returns ``(bytes added, points added)``, or None (nothing stored) when
+        they are not, or the rows do not fit the blocks (the caller puts them one by one)."""
+        n, k = len(cols), self._k
+        if n == 0:
+            return 0, 0
+        if self._points is not None:
+            return None
+        others = np.delete(cols, k, axis=1)
+        start = int(cols[0, k])
+        if start < 0 or (others != others[0]).any() or (np.diff(cols[:, k]) != 1).any():
+            return None
+        like = (tuple(arr.shape[:axis]) + tuple(arr.shape[axis + 1 :]), arr.dtype)
+        if self._row_like is not None and like != self._row_like:
+            return None
+        self._row_like = like
+        be, key = self._be, tuple(int(c) for c in others[0])
+        delta = added = pos = 0
+        while pos < n:
+            c, off = divmod(start + pos, self._bs)
+            m = min(self._bs - off, n - pos)
+            blk = self._blocks.get((key, c))
+            if blk is None:
+                blk = self._blocks[(key, c)] = _Block(
+                    be.block_alloc(self._bs, be.take(arr, axis, pos)), self._bs
+                )
+                b = self._nbytes(blk.buf)
+                self.bytes += b
+                delta += b
+                self.allocations += 1
+            elif blk.present[off : off + m].any():  # written again: earlier reads may alias it
+                blk.buf = be.block_copy(blk.buf)
+            blk.buf = be.block_write_rows(blk.buf, off, arr, axis, pos, m)
+            new = int(m - blk.present[off : off + m].sum())
+            blk.present[off : off + m] = True
+            blk.count += new
+            self.num_points += new
+            added += new
+            pos += m
+        return delta, added
+
     def discard(self, point: Point) -> tuple[int, int]:
         """Free ``point``; returns ``(bytes released, points removed)``. A block is released
         with its last point."""

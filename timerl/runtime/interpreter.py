@@ -546,9 +546,11 @@ class Executor:
             del env[var]
 
         if collector is None and self.plan.scans:
-            from timerl.runtime.scan import scanned_loop
+            from timerl.runtime.scan import freeing_loop, scanned_loop
 
-            scanned = scanned_loop(self, node, body, run_loop, scope)
+            scanned = scanned_loop(self, node, body, run_loop, scope) or freeing_loop(
+                self, node, run_loop, scope
+            )
             if scanned is not None:
                 return scanned
         return run_loop
@@ -920,7 +922,7 @@ class Executor:
                 return be.stack_padded(xs, nb, 1 << (len(xs) - 1).bit_length())
             return be.stack(xs, nb)
 
-        hints = self.stack_hints.setdefault((e.src, e.oid), {}) if sel is None and not pad else None
+        hints = self.stack_hints.setdefault((e.src, e.oid), {}) if sel is None else None
         single = slices[0] if len(slices) == 1 else None
 
         def gather_slices(v: Env) -> Any:
@@ -928,7 +930,8 @@ class Executor:
             if any(len(comps[k]) == 0 for k in slices):
                 return _empty(be, src, spec, comps, slices, sel is not None, v)
             if hints and single is not None:
-                hit = _stacked_hint(be, hints, comps, single, nb)
+                n = len(comps[single])
+                hit = _stacked_hint(be, hints, comps, single, nb, 1 << (n - 1).bit_length() if pad else n)
                 if hit is not None:
                     return hit
             return build(comps, 0, (), v, None)
@@ -973,9 +976,12 @@ class Executor:
         return gather_block
 
 
-def _stacked_hint(be: AbstractBackend, hints: dict[Any, Any], comps: tuple[Any, ...], k: int, nb: int) -> Any:
-    """The stack of the points ``comps`` (one range at ``k``) from a stacked array a scanned
-    loop left (:mod:`~timerl.runtime.scan`), or None: the same values as stacking the points."""
+def _stacked_hint(
+    be: AbstractBackend, hints: dict[Any, Any], comps: tuple[Any, ...], k: int, nb: int, size: int
+) -> Any:
+    """The stack of the points ``comps`` (one range at ``k``), zero-padded to ``size`` rows,
+    from a stacked array a scanned loop left (:mod:`~timerl.runtime.scan`), or None: the same
+    values as stacking the points."""
     r = comps[k]
     hit = hints.get(comps[:k] + (None,) + comps[k + 1 :])
     if hit is None or r.step != 1:
@@ -986,6 +992,8 @@ def _stacked_hint(be: AbstractBackend, hints: dict[Any, Any], comps: tuple[Any, 
     if not hasattr(arr, "shape"):  # rows joined on first use (runtime/scan.py)
         arr = arr.full()
         hints[comps[:k] + (None,) + comps[k + 1 :]] = (c0, n, arr)
+    if size > len(r):
+        return be.restack_padded(arr, r.start - c0, r.stop - c0, nb, size)
     return be.restack(arr, r.start - c0, r.stop - c0, nb)
 
 

@@ -39,8 +39,8 @@ loop body is traceable, the whole loop is one ``jax.jit``-compiled ``lax.scan`` 
 * **Dynamic bounds**: a loop ``for (t = 0; t < T; ...)`` whose ``T`` is found inside it (its
   ``SET_SYMBOL`` member: ``T = t + 1`` at the first step whose done-signal holds) runs in
   chunks (:meth:`ScannedLoop._run_dynamic`). A chunk is one ``lax.while_loop`` over up to a
-  bucket of iterations (16, 32, ... :data:`MAX_CHUNK`, from the bucket of the loop's previous
-  entry, doubling inside an entry) that stops after the step whose done-signal holds; its
+  bucket of iterations (:data:`CHUNKS`: the smallest that holds the loop's previous entry,
+  the next one for each further chunk of an entry) that stops after the step whose done-signal holds; its
   outputs are buffers of the bucket's length whose rows after the last step are never read
   (:class:`~timerl.runtime.rows_table.RowsTable` records the rows that ran). Per chunk the
   host reads one count and one flag; each bucket length compiles once. Branch conditions
@@ -92,9 +92,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _RANDOM = (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL)
-MAX_CHUNK = 1024
-"""The most iterations one chunk of a loop over a dynamic bound runs (its buckets double up
-to it: 16, 32, ..., from the length of the loop's previous entry)."""
+CHUNKS = (16, 64, 256, 1024)
+"""The lengths of the chunks a loop over a dynamic bound runs in (each compiles once): the
+first of an entry the smallest that holds the loop's previous entry, then the next ones."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class ScannedLoop:
         self.setter = next(
             (k for k, m in enumerate(self.members) if m.node.op.kind is OpKind.SET_SYMBOL), None
         )
-        self._bucket = 16
+        self._bucket = CHUNKS[0]
 
     def _fresh_inputs(self) -> None:
         """Gathers read the store's tables: remake them for a new run's store."""
@@ -307,7 +307,7 @@ class ScannedLoop:
         ex, env, var = self.ex, self.ex._env, self.var
         setter = self.members[self.setter]  # type: ignore[index]
         db = ex._dyn[setter.node.op.attr("bound")]
-        v, ran, size = self.init(env), 0, self._bucket
+        v, ran, size, chunks = self.init(env), 0, self._bucket, 0
         limit, inc = ex.max_loop_iterations, self.inc
         while True:
             unknown = ex._bounds_at(self.cond_site)[1]  # type: ignore[arg-type]  # lower bounds now
@@ -345,7 +345,16 @@ class ScannedLoop:
                 ran += self._rest(v)
                 break
             try:
-                n, done = self._scan(vals[:start], vals[start:], choice, kinds, first, (), setter=self.setter)
+                n, done = self._scan(
+                    vals[:start],
+                    vals[start:],
+                    choice,
+                    kinds,
+                    first,
+                    (),
+                    setter=self.setter,
+                    extend=chunks > 0,
+                )
             except TimeRLError:
                 raise
             except Exception as exc:
@@ -369,18 +378,19 @@ class ScannedLoop:
                 break
             ex.scanned_entries += 1
             ex.dispatches += 1
+            chunks += 1
             ran += n
             v = vals[start] + n * inc
             if done or len(vals) < size:  # the rest (the condition may go on once the bound is known)
                 ran += self._rest(v)
                 break
-            size = min(2 * size, MAX_CHUNK)
+            size = next((c for c in CHUNKS if c > size), CHUNKS[-1])
             if ran > limit:
                 raise RuntimeExecutionError(
                     f"loop over {var} ran more than {limit} iterations (condition `{self.loop.cond}`); "
                     "a dynamic bound is probably never found (its done-signal never becomes true)"
                 )
-        self._bucket = int(min(max(16, 1 << max(ran - 1, 1).bit_length()), MAX_CHUNK))
+        self._bucket = next((c for c in CHUNKS if c >= ran), CHUNKS[-1])
 
     def _while_unbounded(self, v: int, size: int, unknown: Mapping[Sym, int]) -> list[int]:
         """Up to ``size`` values of the loop variable from ``v`` while the loop's condition
@@ -704,11 +714,13 @@ class ScannedLoop:
         first_values: Mapping[tuple[int, int], Any] | None = None,
         tail: Sequence[int] = (),
         setter: int | None = None,
+        extend: bool = False,
     ) -> tuple[int, bool]:
         """Run ``vals`` as one scan, after ``peeled`` ran statement by statement and before
         ``tail`` does (here, once the scanned rows are stored). With ``setter`` (the member
         that finds the loop's dynamic bound) the scan stops after the iteration where its
-        done-signal holds: ``(iterations run, whether it held)``."""
+        done-signal holds: ``(iterations run, whether it held)``; ``extend``: a later chunk of
+        the same loop entry (slice reads see the rows of every chunk)."""
         ex = self.ex
         store = ex.store
         first = vals[0]
@@ -857,7 +869,7 @@ class ScannedLoop:
             self.body()
         env.pop(self.var, None)
         for m, oid, y, flip in hints:
-            self._hint(m, oid, peeled, vals, y, flip, list(tail))
+            self._hint(m, oid, peeled, vals, y, flip, list(tail), extend)
         return n, done
 
     def _host_keeps(self, stored: list[tuple[int, int]], vals: list[int]) -> list[np.ndarray | None]:
@@ -909,7 +921,15 @@ class ScannedLoop:
         return moved == [-1]
 
     def _hint(
-        self, m: _Member, oid: int, peeled: list[int], vals: list[int], ys: Any, flip: bool, tail: list[int]
+        self,
+        m: _Member,
+        oid: int,
+        peeled: list[int],
+        vals: list[int],
+        ys: Any,
+        flip: bool,
+        tail: list[int],
+        extend: bool = False,
     ) -> None:
         """Leave the rows of every iteration of this entry (peeled ones, before and after the
         scan, too) stacked for slice reads of them (``x[i, 0:T]``), when one coordinate of
@@ -931,6 +951,15 @@ class ScannedLoop:
             return
         k = moved[0]
         key = pts[0][:k] + (None,) + pts[0][k + 1 :]
+        prev = hints.get(key) if extend and not (flip or peeled or tail) else None
+        if prev is not None and prev[0] + prev[1] == pts[0][k]:  # the entry's earlier chunks, then these rows
+            parts = prev[2].parts if isinstance(prev[2], _Chunks) else [(prev[2], prev[1])]
+            hints[key] = (
+                prev[0],
+                prev[1] + len(order),
+                _Chunks([*parts, (ys, len(order))], len(m.node.batch), self.ex.backend),
+            )
+            return
         hints.clear()  # one loop entry's rows at a time
         if peeled or tail:  # joined on first use: no third copy of the rows unless a read needs them
             tab = self.ex.store.table(m.node.id, oid)
@@ -1290,6 +1319,18 @@ def _jax_input(x: Any) -> Any:
         return jax.dlpack.from_dlpack(x)
 
 
+class _Chunks:
+    """The rows of a loop entry that ran in chunks: the first ``n`` rows (after ``axis`` batch
+    dims) of each chunk's buffer, concatenated along ``axis`` when first read."""
+
+    def __init__(self, parts: list[tuple[Any, int]], axis: int, be: Any) -> None:
+        self.parts, self.axis, self.be = parts, axis, be
+
+    def full(self) -> Any:
+        be, ax = self.be, self.axis
+        return be.concat([be.restack(y, 0, n, ax) for y, n in self.parts], ax)
+
+
 class _Joined:
     """Peeled rows ``before`` and ``after`` the scan's stacked rows (after ``axis`` batch
     dims), concatenated along ``axis`` when first read."""
@@ -1441,3 +1482,54 @@ def scanned_loop(
     if not ex.plan.scanned(loop):
         return None
     return ScannedLoop(ex, loop, scan_members(loop), body, fallback, scope)
+
+
+def freeing_loop(
+    ex: Executor, loop: Loop, fallback: Callable[[], None], scope: frozenset[Sym] = frozenset()
+) -> Callable[[], None] | None:
+    """A runner for a loop whose body only frees (``for t < T: free g[i, t]``, after an
+    episode's learning): the frees of every iteration at once, their points and conditions
+    evaluated elementwise (one batched store call per free), once the loop's bounds are known
+    at entry; else (or where some free cannot be evaluated so) the loop as before."""
+    if not frees_only(loop.body):
+        return None
+    frees = _range_frees(flat(loop.body), ex)
+    if frees is None:
+        return None
+    from timerl.symbolic.compile import compile_expr
+
+    dyn = frozenset((free_symbols(loop.init) | free_symbols(loop.cond)) & ex._dyn.keys())
+    site = ex._site(dyn, loop, scope) if dyn else None
+    init, var, inc = compile_expr(loop.init), loop.var, int(loop.inc)
+    try:
+        vcond = compile_exprs_elementwise([loop.cond])
+    except (NotImplementedError, KeyError, TypeError, ValueError):
+        return None
+
+    def run_frees() -> None:
+        known: dict[Sym, int] = {}
+        if site is not None:
+            known, unknown = ex._bounds_at(site)
+            if unknown:
+                fallback()
+                return
+        env = {**ex._env, **known}
+        v0, n, chunk = init(env), 0, 256
+        while True:  # the trip count, the condition evaluated for many values at once
+            arr = v0 + inc * np.arange(n, n + chunk, dtype=np.int64)
+            (ok,) = vcond({**env, var: arr})
+            bad = np.flatnonzero(~np.broadcast_to(np.asarray(ok, dtype=bool), arr.shape))
+            if bad.size:
+                n += int(bad[0])
+                break
+            n += chunk
+            if n > ex.max_loop_iterations:
+                fallback()  # the interpreter's loop reports it
+                return
+            chunk *= 4
+        if n:
+            env[var] = v0 + inc * np.arange(n, dtype=np.int64)
+            for free in frees:
+                free(ex.store, env, n)
+
+    return run_frees

@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from timerl.errors import MemoryBudgetError
 from timerl.runtime.block_store import BlockTable
 from timerl.runtime.points import PointBox, PointRows, within
@@ -231,9 +233,17 @@ class PointStore:
         self, nid: int, oid: int, points: Sequence[Point], arr: Any, axis: int, distinct: bool = False
     ) -> bool:
         """Store ``points[k]`` as row ``k`` of ``arr`` along ``axis``; False (nothing stored)
-        when the output is not kept in a :class:`RowsTable`. ``distinct``: the caller knows
+        when the output is not kept in a :class:`RowsTable` or (consecutive rows) a
+        :class:`BlockTable`. ``distinct``: the caller knows
         no point repeats (not checked again)."""
         tab = self._tables[nid][oid]
+        if type(tab) is BlockTable:  # consecutive rows along its block dim: one write per block
+            cols = points.cols if isinstance(points, PointRows) else np.asarray(list(points), dtype=np.int64)
+            got = tab.put_rows(cols.reshape(len(points), -1), arr, axis)
+            if got is None:
+                return False
+            self._account(nid, *got)
+            return True
         if type(tab) is not RowsTable:
             return False
         db, dn = tab.put_rows(points, arr, axis, distinct)
