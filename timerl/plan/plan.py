@@ -45,7 +45,7 @@ from timerl.plan.regions import FusedExec, plan_regions
 from timerl.plan.storage import BlockSpec, plan_block_storage
 from timerl.plan.unstored import drop_unstored_frees
 from timerl.schedule.ast import AstNode, Dealloc, Exec, Fetch, If, Loop, Offload, Seq, walk
-from timerl.symbolic import Sym, smax
+from timerl.symbolic import Sym, free_symbols, smax
 from timerl.symbolic.compile import symbols_of
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,8 @@ class Plan:
             elif isinstance(node, Loop):
                 why = self.why_not_scanned(node)
                 tag = "scanned" if not why else f"not scanned: {why}"
+                if not why and free_symbols(node.cond) & self.pdg.dynamic_bounds:
+                    tag = "scanned (in chunks until its dynamic bound is found)"
                 gc = ""
                 if node is self.iter_loop:
                     gc = ", iteration loop" + (
