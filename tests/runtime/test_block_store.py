@@ -217,6 +217,26 @@ def test_rows_layout_matches_stack(backend: AbstractBackend) -> None:
     assert tab.allocations == 3 and tab.bytes == 3 * 2 * 6 * 4
 
 
+def test_rows_put_at_once_equal_rows_put_one_by_one(backend: AbstractBackend) -> None:
+    """A scanned loop's rows (batch 3, per-point (2,), rows after the batch axis, a chunk's
+    padding after them) written in one call per block: the same table as point puts, the
+    same accounting; points that are not consecutive along the block dim are refused."""
+    vals = np.arange(3 * 8 * 2, dtype=np.float32).reshape(3, 8, 2)  # rows 0..6 used, 7 padding
+    one, many = (BlockTable(BlockSpec(0, 0, 1, t, None, 4, 1), backend, "x") for _ in range(2))
+    for tab in (one, many):  # a row already written in the first block
+        tab.put((4, 1), backend.from_numpy(vals[:, 0]))
+    cols = np.asarray([(4, k) for k in range(2, 9)], dtype=np.int64)
+    for j, (_, k) in enumerate(cols):
+        one.put((4, int(k)), backend.from_numpy(vals[:, j]))
+    assert many.put_rows(cols, backend.from_numpy(vals), 1) == (2 * 4 * 3 * 2 * 4, 7)
+    assert sorted(many) == sorted(one) and many.bytes == one.bytes and many.num_points == one.num_points
+    np.testing.assert_array_equal(
+        backend.to_numpy(many.rows((4,), 1, 9, 8)), backend.to_numpy(one.rows((4,), 1, 9, 8))
+    )
+    assert many.put_rows(np.asarray([(4, 10), (4, 12)]), backend.from_numpy(vals[:, :2]), 1) is None
+    assert many.put_rows(np.asarray([(4, 10), (5, 11)]), backend.from_numpy(vals[:, :2]), 1) is None
+
+
 def test_rewriting_a_row_keeps_earlier_reads(backend: AbstractBackend) -> None:
     tab = _table(backend)
     tab.put((0, 0), backend.from_numpy(np.float32(1)))

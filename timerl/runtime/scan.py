@@ -453,10 +453,8 @@ class ScannedLoop:
         env = {**self.ex._env, self.var: arr}
         # the lower bound at each iteration: the entry's, then one past the step before it
         sm = self.members[self.setter]  # type: ignore[index]
-        t = np.asarray(
-            [self._point_env(sm, u)[0][self.ex._dyn[sm.node.op.attr("bound")].t_idx] for u in vals[:1]]
-        )
-        steps = int(t[0]) + np.arange(n, dtype=np.int64)
+        t0 = self._point_env(sm, vals[0])[0][self.ex._dyn[sm.node.op.attr("bound")].t_idx]
+        steps = int(t0) + np.arange(n, dtype=np.int64)  # the setter's t at each iteration
         lo = {b: np.maximum(lb, np.concatenate([[lb], steps[:-1] + 2])) for b, lb in unknown.items()}
         hi = {b: BIG for b in unknown}
         rows: list[np.ndarray | None] = []
