@@ -284,15 +284,7 @@ class ScannedLoop:
             # a host loop ran its UDFs (no second run of them); a compiled iteration's trace fails
             if ex.backend.scans != "compiled" or tracing.current is not None:
                 raise
-            self._broken = f"the scan failed before ({type(exc).__name__})"
-            log.warning(
-                "loop over %s [%s] failed to run as one scan (%s: %s); running it statement by "
-                "statement (slower)",
-                var,
-                ", ".join(m.node.label for m in self.members),
-                type(exc).__name__,
-                exc,
-            )
+            self._break(exc, "as one scan")
             for v in vals[start:]:
                 env[var] = v
                 self.body()
@@ -369,15 +361,7 @@ class ScannedLoop:
                     continue
                 if ex.backend.scans != "compiled":
                     raise
-                self._broken = f"the scan failed before ({type(exc).__name__})"
-                log.warning(
-                    "loop over %s [%s] failed to run in chunks (%s: %s); running it statement by "
-                    "statement (slower)",
-                    var,
-                    ", ".join(m.node.label for m in self.members),
-                    type(exc).__name__,
-                    exc,
-                )
+                self._break(exc, "in chunks")
                 ran += self._rest(vals[start])
                 break
             ex.scanned_entries += 1
@@ -390,11 +374,27 @@ class ScannedLoop:
                 break
             size = next((c for c in CHUNKS if c > size), CHUNKS[-1])
             if ran > limit:
-                raise RuntimeExecutionError(
-                    f"loop over {var} ran more than {limit} iterations (condition `{self.loop.cond}`); "
-                    "a dynamic bound is probably never found (its done-signal never becomes true)"
-                )
+                raise self._too_many(limit)
         self._bucket = next((c for c in CHUNKS if c >= ran), CHUNKS[-1])
+
+    def _break(self, exc: Exception, how: str) -> None:
+        """Run this loop statement by statement from now on, and say why (a failed trace or
+        compile)."""
+        self._broken = f"the scan failed before ({type(exc).__name__})"
+        log.warning(
+            "loop over %s [%s] failed to run %s (%s: %s); running it statement by statement (slower)",
+            self.var,
+            ", ".join(m.node.label for m in self.members),
+            how,
+            type(exc).__name__,
+            exc,
+        )
+
+    def _too_many(self, limit: int) -> RuntimeExecutionError:
+        return RuntimeExecutionError(
+            f"loop over {self.var} ran more than {limit} iterations (condition `{self.loop.cond}`); "
+            "a dynamic bound is probably never found (its done-signal never becomes true)"
+        )
 
     def _while_unbounded(self, v: int, size: int, unknown: Mapping[Sym, int]) -> list[int]:
         """Up to ``size`` values of the loop variable from ``v`` while the loop's condition
@@ -427,10 +427,7 @@ class ScannedLoop:
             v += self.inc
             n += 1
             if n > limit:
-                raise RuntimeExecutionError(
-                    f"loop over {var} ran more than {limit} iterations (condition `{self.loop.cond}`); "
-                    "a dynamic bound is probably never found (its done-signal never becomes true)"
-                )
+                raise self._too_many(limit)
         env.pop(var, None)
         return n
 
