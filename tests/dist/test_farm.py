@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_dist import assert_same
 
 import timerl as trl
 from timerl.envs.looptune.analytic import AnalyticCostModel
@@ -111,17 +112,11 @@ def _rollout(measurer: Any, farm: Any = None, bounds: tuple[int, int, int] = (4,
     return got, env
 
 
-def _assert_same(got: dict, want: dict) -> None:
-    assert got.keys() == want.keys()
-    for key, w in want.items():
-        np.testing.assert_array_equal(got[key], w, err_msg=str(key))
-
-
 def test_farm_equals_local_measurement(cluster: Cluster) -> None:
     want, local = _rollout("analytic")
     farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
     got, env = _rollout("analytic", farm)
-    _assert_same(got, want)
+    assert_same(got, want)
     assert any(want[("r", i)].any() for i in (0, 1))  # the actions changed GFLOPS
     meas = env.measurer
     assert meas.writes and set(meas.writes.values()) == {1}  # each key measured, written once

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_dist import assert_same
 
 import timerl as trl
 
@@ -82,16 +83,10 @@ def _rollout(
     return got, env
 
 
-def _assert_same(got: dict, want: dict) -> None:
-    assert got.keys() == want.keys()
-    for key, w in want.items():
-        np.testing.assert_array_equal(got[key], w, err_msg=str(key))
-
-
 def test_two_runners_equal_one_process(address: str) -> None:
     want, _ = _rollout("gym.CartPole-v1", None)
     got, env = _rollout("gym.CartPole-v1", trl.dist.ray_runners(num_runners=2, address=address))
-    _assert_same(got, want)
+    assert_same(got, want)
     assert want[("d", 1)].any() and not want[("d", 1)].all()  # episodes end at different steps
     stats = env.runners.stats
     assert (stats.num_runners, stats.env_steps, stats.replacements) == (2, 4 * 2 * 25, 0)
@@ -110,7 +105,7 @@ def test_two_runners_equal_one_process(address: str) -> None:
 def test_runners_equal_one_process_with_autoreset(address: str, env_id: str, kw: dict) -> None:
     want, _ = _rollout(env_id, None, autoreset=True, **kw)
     got, env = _rollout(env_id, trl.dist.ray_runners(num_runners=2, address=address), autoreset=True, **kw)
-    _assert_same(got, want)
+    assert_same(got, want)
     assert want[("d", 0)].sum() >= 2  # episodes restarted
     env.runners.close()
 
@@ -201,7 +196,7 @@ def test_a_runner_lost_between_runs_is_replaced_at_reset(address: str) -> None:
         trl.dist.ray_runners(num_runners=2, address=address),
         between=lambda env: ray.kill(env.runners.actors[1]),
     )
-    _assert_same(got, want)
+    assert_same(got, want)
     stats = env.runners.stats
     assert (stats.replacements, stats.truncated_envs, stats.env_steps) == (1, 0, 2 * 4 * 2 * 25)
     env.runners.close()
