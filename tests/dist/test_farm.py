@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_dist import assert_same
+from helpers_dist import assert_same, two_node_cluster
 
 import timerl as trl
 from timerl.envs.looptune.analytic import AnalyticCostModel
@@ -81,14 +81,8 @@ def _lines(path: str) -> list[list]:
 def cluster() -> Iterator[Cluster]:
     """A head node and one worker node (separate processes), one CPU each, this process connected."""
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # LoggedModel to the workers
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address)
-    try:
+    with two_node_cluster() as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def _rollout(measurer: Any, farm: Any = None, bounds: tuple[int, int, int] = (4, 2, 6)) -> tuple[dict, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_dist import assert_same
+from helpers_dist import assert_same, two_node_cluster
 
 import timerl as trl
 
@@ -26,14 +26,8 @@ SEED = 3
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """A head node and one worker node (separate processes), this process connected."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address)
-    try:
+    with two_node_cluster() as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 @pytest.fixture
