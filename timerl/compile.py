@@ -38,6 +38,9 @@ class CompileOptions:
     # memory_budget when a peak grows with T; pdg/passes/accumulate.py)
     accumulate: bool = False
     scan_lift: bool = True  # first-order linear recurrences (GAE, returns) as one scan op
+    # x[t:T].discounted_sum(g) / x[t:T].sum(0) for every t as rows of one suffix sum of x[0:T]
+    # (Monte-Carlo returns; pdg/passes/suffix_scan.py)
+    suffix_scan: bool = True
     dce: bool = True  # dead-code elimination
     check_reads: bool = True  # compile-time check that every read point is defined
     fuse: bool = True  # run pure ops at one point as compiled regions (plan/regions.py)
@@ -282,6 +285,10 @@ def build_pdg(ctx: Context, bounds: Mapping[Any, Any], options: CompileOptions) 
         from timerl.pdg.passes.scan_lift import lift_scans
 
         pdg = verified(lift_scans(pdg), "lift_scans")
+    if options.suffix_scan:
+        from timerl.pdg.passes.suffix_scan import scan_suffix_sums
+
+        pdg = verified(scan_suffix_sums(pdg), "scan_suffix_sums")
     if options.dce:
         keep = frozenset(n.id for n in ctx.graph.nodes.values() if n.is_param)
         pdg = verified(eliminate_dead_code(pdg, keep), "eliminate_dead_code")

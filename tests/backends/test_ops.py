@@ -73,6 +73,15 @@ def _discount_weights(op: Op, g: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.broadcast_to(out, x.shape).astype(g.dtype)
 
 
+def _suffix_sum(op: Op, x: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x)
+    y = np.zeros_like(x[0])
+    for k in range(x.shape[0] - 1, -1, -1):
+        y = x[k] + op.attr("gamma") * y
+        out[k] = y
+    return out
+
+
 def _linear_scan(op: Op, x: np.ndarray, c: np.ndarray, y0: np.ndarray) -> np.ndarray:
     m = x.shape[0]
     out = np.empty((m + 1,) + x.shape[1:], dtype=x.dtype)
@@ -138,6 +147,7 @@ REF: dict[OpKind, Ref] = {
     OpKind.DISCOUNTED_SUM: lambda op, xs, env: _discounted_sum(op, xs[0]),
     OpKind.DISCOUNT_WEIGHTS: lambda op, xs, env: _discount_weights(op, xs[0], xs[1]),
     OpKind.LINEAR_SCAN: lambda op, xs, env: _linear_scan(op, *xs),
+    OpKind.SUFFIX_SUM: lambda op, xs, env: _suffix_sum(op, xs[0]),
     OpKind.LOG_SOFTMAX: lambda op, xs, env: _log_softmax(xs[0], op.attr("dim")),
     OpKind.SOFTMAX: lambda op, xs, env: np.exp(_log_softmax(xs[0], op.attr("dim"))),
     OpKind.RESHAPE: lambda op, xs, env: xs[0].reshape(tuple(_ev(s, env) for s in op.attr("shape"))),
@@ -243,6 +253,10 @@ CASES: list[Case] = [
     Case("discounted_sum", M(OpKind.DISCOUNTED_SUM, gamma=0.9), [((5,), "f")]),
     Case("linear_scan_rev", M(OpKind.LINEAR_SCAN, reverse=True), [((6, 2), "f"), ((6, 2), "f"), ((2,), "f")]),
     Case("linear_scan_fwd", M(OpKind.LINEAR_SCAN, reverse=False), [((5,), "f"), ((5,), "f"), ((), "f")]),
+    Case("suffix_sum", M(OpKind.SUFFIX_SUM, gamma=0.9), [((7,), "f")]),
+    Case("suffix_sum_2d", M(OpKind.SUFFIX_SUM, gamma=0.5), [((8, 3), "f")]),
+    Case("suffix_sum_1row", M(OpKind.SUFFIX_SUM, gamma=0.99), [((1, 2), "f")]),
+    Case("suffix_sum_plain", M(OpKind.SUFFIX_SUM, gamma=1.0), [((5, 2), "f")]),
     Case("discounted_sum_2d", M(OpKind.DISCOUNTED_SUM, gamma=0.5), [((5, 3), "f")]),
     Case("discount_weights", M(OpKind.DISCOUNT_WEIGHTS, gamma=0.9), [((3,), "f"), ((5, 3), "f")]),
     Case("discount_weights_0d", M(OpKind.DISCOUNT_WEIGHTS, gamma=0.9), [F0, ((5,), "f")]),

@@ -79,6 +79,11 @@ UDFS: dict[str, tuple[Any, Any]] = {
 FEATURES = ("udf", "vm", "mm", "bwhere", "iarith", "count", "flag", "param2", "tgrad")
 EXTRAS_FROM = 1_000_000
 """Seeds from here on may draw tables and shifted definitions (module doc)."""
+DISCOUNTS_FROM = 520_000_000
+"""Seeds from here on may turn a window's sum into a discounted sum (``x[t:T].discounted_sum``,
+Monte-Carlo returns: ``pdg/passes/suffix_scan.py``), from a stream of their own (the programs
+of earlier seeds are unchanged)."""
+GAMMA = 0.9
 SHIFT_INIT = 0.25  # x[0] of a definition over a shifted i
 
 
@@ -111,6 +116,7 @@ class Program:
     dynamic_t: bool = False  # T found at run time, per i: T_i = bounds["t"] + i % 2
     focus: str = ""
     extras: random.Random | None = field(default=None, repr=False, compare=False)  # EXTRAS_FROM
+    discounts: random.Random | None = field(default=None, repr=False, compare=False)  # DISCOUNTS_FROM
 
     def t_bound(self, p: dict[str, int]) -> int:
         """The bound of t at point ``p`` (per i when dynamic)."""
@@ -236,7 +242,10 @@ def _leaf(rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[
     with_t = [x for x in avail if "t" in x.domain and set(x.domain) <= set(target)]
     if not with_t or "t" not in target:
         return ("const", 0.1)
-    return ("win", rng.choice(with_t).name, rng.choice(list(WINDOWS)), rng.choice(REDUCE))
+    src, window, red = rng.choice(with_t).name, rng.choice(list(WINDOWS)), rng.choice(REDUCE)
+    if red == "sum" and prog.discounts is not None and prog.discounts.random() < 0.5:
+        red = "discounted_sum"
+    return ("win", src, window, red)
 
 
 def _node(kind: str, rng: random.Random, prog: Program, avail: list[Tensor], target: tuple[str, ...], depth: int,
@@ -343,21 +352,37 @@ def generate(seed: int) -> Program:
     """A random well-defined program (deterministic in ``seed``)."""
     rng = random.Random(seed)
     extras = random.Random(seed * 7919 + 17) if seed >= EXTRAS_FROM else None
+    discounts = random.Random(seed * 104729 + 29) if seed >= DISCOUNTS_FROM else None
     focus = FEATURES[seed % len(FEATURES)]
     if focus == "param2" or rng.random() < 0.05:
         dims: tuple[str, ...] = ("i", "k", "t")
         bounds = {"i": 2, "k": 2, "t": rng.randint(2, 3)}
-        prog = Program(dims, bounds, param=("i", "k"), focus=focus, extras=extras)
+        prog = Program(dims, bounds, param=("i", "k"), focus=focus, extras=extras, discounts=discounts)
     elif focus == "tgrad":
         dims = ("i", "t")
         bounds = {"t": rng.randint(2, 4), "i": rng.randint(2, 3)}
-        prog = Program(dims, bounds, param=(), dynamic_t=rng.random() < 0.7, focus=focus, extras=extras)
+        prog = Program(
+            dims,
+            bounds,
+            param=(),
+            dynamic_t=rng.random() < 0.7,
+            focus=focus,
+            extras=extras,
+            discounts=discounts,
+        )
     else:
         dims = ("t",) if rng.random() < 0.45 else ("i", "t")
         bounds = {"t": rng.randint(2, 5)}
         if "i" in dims:
             bounds["i"] = rng.randint(2, 3)
-        prog = Program(dims, bounds, dynamic_t="i" in dims and rng.random() < 0.3, focus=focus, extras=extras)
+        prog = Program(
+            dims,
+            bounds,
+            dynamic_t="i" in dims and rng.random() < 0.3,
+            focus=focus,
+            extras=extras,
+            discounts=discounts,
+        )
         if rng.random() < 0.6:
             prog.param = ("i",) if "i" in dims and rng.random() < 0.7 else ()
     by_name: dict[str, Tensor] = {}
@@ -597,6 +622,11 @@ def reference(
                 lo, hi = WINDOWS[e[2]][1](p["t"], prog.t_bound(p))
                 rows = jnp.stack([val(src.name, {**{d: p[d] for d in src.domain if d != "t"}, "t": s})
                                   for s in range(lo, hi)])  # fmt: skip
+                if e[3] == "discounted_sum":
+                    w = GAMMA ** np.arange(len(rows), dtype=np.float64)
+                    return jnp.sum(
+                        rows * w.astype(np.float32).reshape((-1,) + (1,) * (rows.ndim - 1)), axis=0
+                    )
                 return {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max}[e[3]](rows, axis=0)
             if k == "red":
                 a = jnp.broadcast_to(ev(e[2], p, self_at), (2,))
@@ -749,7 +779,8 @@ def render(prog: Program, w0: np.ndarray, store: dict[str, dict]) -> tuple[Any, 
                 src = next(x for x in prog.tensors if x.name == e[1])
                 t, T = S["t"]
                 idx = tuple(WINDOWS[e[2]][0](t, T, trl) if d == "t" else S[d][0] for d in src.domain)
-                return getattr(read(e[1], idx), e[3])(0)
+                rows = read(e[1], idx)
+                return rows.discounted_sum(GAMMA) if e[3] == "discounted_sum" else getattr(rows, e[3])(0)
             if k == "red":
                 a = vec(ev(e[2], self_rt).cast(trl.float32))
                 return a.sum() if e[1] == "sum" else a.mean()

@@ -412,6 +412,7 @@ INCREMENTALIZE_SEEDS = (
     517300046,
     517600034,
     517600223,
+    520000093,
 )
 """Programs of a fresh campaign that failed with incrementalize's option sets only (issue 38):
 nodes vectorized over ``t`` that read all ``T`` rows of a node vectorized over ``t``
@@ -429,7 +430,11 @@ the result reused that stale copy (wrong ``w.grad``, runtime/store.py).
 (``BoundError`` on ``if (T == 1)``): the blocks of a matmul isl put at ``T + di``
 (schedule/bound_known.py), and the free of a block over ``(di,)`` alone placed after its
 last reader before that step's bound setter (schedule/dealloc.py); reduced in
-``tests/reliability/test_repros_38.py``."""
+``tests/reliability/test_repros_38.py``.
+520000093: a suffix sum ``x1[t:T].sum(0)`` of 2-vectors became a view of a ``SUFFIX_SUM``'s
+rows (``pdg/passes/suffix_scan.py``); tiling the vectors' axis cut the view's input as if
+the rows were a per-point axis too (``PDGError``: per-point shape (2, 1) for (1,);
+``incrementalize._rows_to_batch``)."""
 
 
 @pytest.mark.parametrize("opts", [o for o in _option_sets(long=True) if "incrementalize" in o], ids=str)

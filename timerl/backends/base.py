@@ -579,6 +579,27 @@ def discounted_sum(sum_fn: Callable[[Any, int], Any]) -> Kernel:
     return kernel
 
 
+def suffix_sum(shift: Callable[[Any, int, int], Any]) -> Kernel:
+    """SUFFIX_SUM: ``y[k] = sum_{j >= k} gamma**(j - k) x[j]`` along the per-point dim 0, by
+    doubling: after the step with shift ``s``, ``y[k]`` sums rows ``k .. k + 2s - 1``
+    (``y += gamma**s * y[k + s]``), so ``ceil(log2(n))`` elementwise steps (no loop over
+    rows). ``shift(y, axis, s)``: rows ``s ..`` of ``y`` along ``axis``, then ``s`` zero rows."""
+
+    def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
+        y = xs[0]
+        ax = c.offset(0)
+        n = int(y.shape[ax])
+        gamma = float(c.attr("gamma"))
+        s = 1
+        while s < n:
+            later = shift(y, ax, s)
+            y = y + (later if gamma == 1.0 else later * gamma**s)
+            s *= 2
+        return y
+
+    return kernel
+
+
 def _discount_weights_kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
     """DISCOUNT_WEIGHTS(g, x): ``out[k, ...] = gamma**k g[...]`` with x's per-point shape."""
     g, x = xs

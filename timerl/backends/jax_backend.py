@@ -175,6 +175,14 @@ def _linear_scan(x: jax.Array, c: jax.Array, y0: jax.Array, reverse: bool) -> ja
     return jnp.concatenate([ys, y0[None]]) if reverse else jnp.concatenate([y0[None], ys])
 
 
+def _shift_rows(y: jax.Array, axis: int, s: int) -> jax.Array:
+    """Rows ``s ..`` of ``y`` along ``axis``, then ``s`` zero rows (``SUFFIX_SUM``)."""
+    tail = jax.lax.slice_in_dim(y, s, y.shape[axis], axis=axis)
+    widths = [(0, 0)] * y.ndim
+    widths[axis] = (0, s)
+    return jnp.pad(tail, widths)
+
+
 def _index_add(g: jax.Array, idx: jax.Array, a: int, n: int) -> jax.Array:
     out = jnp.zeros(g.shape[:a] + (n,) + g.shape[a + 1 :], g.dtype)
     return out.at[(slice(None),) * a + (idx,)].add(g)
@@ -227,6 +235,7 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.CUMSUM: base.along_dim(_cumsum),
     OpKind.DISCOUNTED_SUM: base.discounted_sum(lambda x, a: jnp.sum(x, axis=a, dtype=x.dtype)),
     OpKind.LINEAR_SCAN: base.linear_scan(_linear_scan),
+    OpKind.SUFFIX_SUM: base.suffix_sum(_shift_rows),
     OpKind.LOG_SOFTMAX: base.along_dim(lambda x, a: jax.nn.log_softmax(x, axis=a)),
     OpKind.SOFTMAX: base.along_dim(lambda x, a: jax.nn.softmax(x, axis=a)),
     # layout / indexing

@@ -132,6 +132,13 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b)
 
 
+def _shift_rows(y: torch.Tensor, axis: int, s: int) -> torch.Tensor:
+    """Rows ``s ..`` of ``y`` along ``axis``, then ``s`` zero rows (``SUFFIX_SUM``)."""
+    shape = list(y.shape)
+    shape[axis] = s
+    return torch.cat([y.narrow(axis, s, y.shape[axis] - s), y.new_zeros(shape)], dim=axis)
+
+
 def _linear_scan(x: torch.Tensor, c: torch.Tensor, y0: torch.Tensor, reverse: bool) -> torch.Tensor:
     """``y[k] = x + c * y[k +/- 1]`` along dim 0 from ``y0`` at the last/first row (``x``, ``c``:
     one row fewer than ``y``; see ``OpKind.LINEAR_SCAN``)."""
@@ -193,6 +200,7 @@ _KERNELS: dict[OpKind, Kernel] = {
     OpKind.CUMSUM: base.along_dim(lambda x, a: torch.cumsum(x, dim=a, dtype=_acc_dtype(x))),
     OpKind.DISCOUNTED_SUM: base.discounted_sum(lambda x, a: torch.sum(x, dim=a)),
     OpKind.LINEAR_SCAN: base.linear_scan(_linear_scan),
+    OpKind.SUFFIX_SUM: base.suffix_sum(_shift_rows),
     OpKind.LOG_SOFTMAX: base.along_dim(lambda x, a: torch.log_softmax(x, dim=a)),
     OpKind.SOFTMAX: base.along_dim(lambda x, a: torch.softmax(x, dim=a)),
     # layout / indexing

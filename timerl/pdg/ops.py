@@ -101,6 +101,10 @@ class OpKind(enum.Enum):
     # attrs: reverse. (x, c, y0) -> y of n rows along dim 0, x and c of n - 1 rows (y0: one row):
     # reverse: y[n-1] = y0, y[k] = x[k] + c[k] * y[k + 1]; else y[0] = y0, y[k] = x[k-1] + c[k-1] * y[k - 1].
     LINEAR_SCAN = enum.auto()
+    # attrs: gamma, padded. y[k] = sum_{j >= k} gamma**(j - k) * x[j] along dim 0 (every row's
+    # discounted sum to the end: r[t:T].discounted_sum(gamma) for all t at once, pdg/passes/suffix_scan).
+    # padded: its input rows are zero-padded to bucket(T) (T dynamic; the rows are then a padded batch axis).
+    SUFFIX_SUM = enum.auto()
     LOG_SOFTMAX = enum.auto()  # attrs: dim
     SOFTMAX = enum.auto()  # attrs: dim
     # -- layout / indexing ------------------------------------------------------------

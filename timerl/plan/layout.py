@@ -30,13 +30,17 @@ import numpy as np
 
 from timerl.errors import RuntimeExecutionError
 from timerl.pdg.ir import Edge, Node
+from timerl.pdg.ops import OpKind
 from timerl.pdg.sizes import is_padded, resolve_batch
 from timerl.symbolic import Slice, Sym, evaluate
 
 
 def pads_to_bucket(node: Node, e: Edge) -> bool:
     """Whether edge ``e`` stacks rows ``0:T`` into a batch axis of ``node`` padded to
-    ``bucket(T)`` (``to_batch`` into a dim whose bound is dynamic): the stack is zero-padded."""
+    ``bucket(T)`` (``to_batch`` into a dim whose bound is dynamic), or into the rows of a
+    ``SUFFIX_SUM`` that become one (op attribute ``padded``): the stack is zero-padded."""
+    if node.op.kind is OpKind.SUFFIX_SUM and node.op.attr("padded", False):
+        return any(isinstance(c, Slice) for c in e.phi)
     if e.to_batch is None or e.to_batch not in node.batch_dims:
         return False
     return isinstance(node.batch[node.batch_dims.index(e.to_batch)], Sym)
@@ -137,7 +141,6 @@ def _sums_rows(src: Node, sink: Node, e: Edge, d: Sym, comp: Slice) -> bool:
     so one compilation per bucket): its op sums that axis (``SUM`` over it,
     ``DISCOUNTED_SUM`` with it first, or the row reshapes of a contraction from
     :mod:`~timerl.pdg.passes.contract`), so zero rows at the end add nothing."""
-    from timerl.pdg.ops import OpKind
     from timerl.symbolic import Const
 
     if not (isinstance(comp.start, Const) and comp.start.value == 0) or e.to_batch is not None:
@@ -152,7 +155,7 @@ def _sums_rows(src: Node, sink: Node, e: Edge, d: Sym, comp: Slice) -> bool:
     kind = sink.op.kind
     if kind is OpKind.RESHAPE and sink.op.attr("contracted_rows", False):
         return True  # rows of a contraction whose other operand is read the same way
-    if kind is OpKind.DISCOUNTED_SUM:
+    if kind in (OpKind.DISCOUNTED_SUM, OpKind.SUFFIX_SUM):
         return pos == 0
     if kind is OpKind.SUM:
         dims = sink.op.attr("dims")

@@ -510,7 +510,9 @@ def _dynamic_reason(pdg: PDG, n: Node, d: Sym, enclosing: frozenset[Sym]) -> str
         return "the values of its expression along a dynamic dim are known only at run time"
     if kind in _RAND:
         return "its rows are seeded per point of a dynamic dim"
-    if _row_of(pdg, n, d) is not None:
+    row = _row_of(pdg, n, d)
+    if row is not None and not pdg.nodes[row.src].op.attr("padded", False):
+        # a SUFFIX_SUM's rows are padded to bucket(T) (pdg/passes/suffix_scan.py): a view
         return "a row of a lifted scan over a dynamic dim"
     return ""
 
