@@ -332,7 +332,7 @@ def test_fuzz_fresh_saves_a_failing_program(tmp_path: Path, monkeypatch: pytest.
     assert "ValueError: boom" in text and prog.describe() in text
 
 
-REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088, 941930050, 517300100)
+REGRESSION_SEEDS = (9058, 1000008, 1000018, 1000088, 941930050, 517300100, 520000026)
 """Programs of long runs that failed before their fix, checked with the defaults on every run.
 
 9058: statements over ``(i, t)`` under a per-``i`` dynamic ``T`` that read nothing along
@@ -352,7 +352,9 @@ fail at run time (now planned as unscanned).
 517300100: the gradient of ``x1[min(i + 1, I - 1), max(t - 1, 0)]`` (``x1`` a recurrence)
 reads all of its incoming gradient, ``g[0:I, 0:T]``; ``vectorize_partial`` vectorized ``g``
 over ``t`` and made that slice the first stacked dim: an ``IDENTITY`` of shape (I, T, 2)
-received (T, I, 2) (``PDGError``, every option set; issue 38)."""
+received (T, I, 2) (``PDGError``, every option set; issue 38).
+520000026: ``discounted_sum`` of an int64 window (``t // 2`` over ``t:min(t + 2, T)``) cast its
+weights ``gamma**k`` to int64 (1, 0, ...): now integers are summed as float32."""
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

@@ -111,3 +111,20 @@ def test_windows_that_are_not_suffixes_are_left_alone() -> None:
     kinds = [n.op.kind for n in pdg]
     assert kinds.count(OpKind.SUFFIX_SUM) == 1
     assert OpKind.DISCOUNTED_SUM in kinds
+
+
+@pytest.mark.parametrize("suffix", [False, True])
+def test_discounted_sums_of_integers_are_float(suffix: bool) -> None:
+    """An int64 window's discounted sum weighs its rows by ``gamma**k`` (the weights were cast
+    to int64: 1, 0, 0, ...; fuzz seed 520000026)."""
+    got: dict[int, float] = {}
+    vals = np.array([1, 3, 5, 7], np.int64)  # x[t] = 2 t + 1
+    ctx = trl.Context(dims=("i", "t"))
+    with ctx as ((i, I), (t, T)):
+        x = trl.empty((), trl.int64, domain=(i, t), name="x")
+        x[i, t] = trl.as_tensor(t, trl.int64) * 2 + 1
+        g = x[i, t:T].discounted_sum(0.5)
+        g.sink(lambda v, p: got.__setitem__(p["t"], float(v)))
+    ctx.compile({I: 1, T: 4}, backend="jax", suffix_scan=suffix).execute()
+    want = {k: sum(0.5**j * float(v) for j, v in enumerate(vals[k:])) for k in range(4)}
+    assert got == pytest.approx(want)

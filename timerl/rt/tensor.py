@@ -389,13 +389,15 @@ class RecurrentTensor:
         return _apply(OpKind.CUMSUM, [self], self.shape, self.dtype, dim=d)
 
     def discounted_sum(self, gamma: float) -> RecurrentTensor:
-        """``sum_k gamma**k * x[k]`` over the leading per-point dim (a slice's dim)."""
+        """``sum_k gamma**k * x[k]`` over the leading per-point dim (a slice's dim); integer and
+        boolean tensors are summed as float32 (the weights are fractions)."""
         if self.ndim == 0:
             raise ShapeError(
                 f"discounted_sum needs a leading dim to sum over; {self!r} is a scalar per point. "
                 "Index it with a slice first, e.g. r[t:T].discounted_sum(0.99)"
             )
-        return _apply(OpKind.DISCOUNTED_SUM, [self], self.shape[1:], self.dtype, gamma=float(gamma))
+        x = self if self.dtype.is_float else self.cast(DType.float32)
+        return _apply(OpKind.DISCOUNTED_SUM, [x], x.shape[1:], x.dtype, gamma=float(gamma))
 
     def softmax(self, dim: int = -1) -> RecurrentTensor:
         return softmax(self, dim)
