@@ -4,6 +4,7 @@ the same values with and without it (and as the reference evaluator)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -264,7 +265,7 @@ def test_misfit_value_demotes_to_points(backend: AbstractBackend, caplog) -> Non
 
 
 # -- the REINFORCE example -------------------------------------------------------------------------
-def _reinforce(backend: str, n: int, block_store: bool, iterations: int = 2):
+def _reinforce(backend: str, n: int, block_store: bool, iterations: int = 2, **options: Any):
     import sys
     from pathlib import Path
 
@@ -279,7 +280,7 @@ def _reinforce(backend: str, n: int, block_store: bool, iterations: int = 2):
 
     def compile_with(self, bounds, **kw):
         return orig(
-            self, bounds, block_store=block_store, dealloc=False, **kw
+            self, bounds, block_store=block_store, dealloc=False, **{**kw, **options}
         )  # values are read from the store after the run: no frees
 
     trl.Context.compile = compile_with  # type: ignore[method-assign]
@@ -296,9 +297,15 @@ def _reinforce(backend: str, n: int, block_store: bool, iterations: int = 2):
 def test_reinforce_same_with_and_without(backend: str, n: int) -> None:
     """The REINFORCE program (MC returns r[t:T], 3-step r[t:min(t+3, T)], gradient sums over
     0:T): the same episode returns and the same stored values, bit for bit."""
-    on, r_on = _reinforce(backend, n, True)
-    off, r_off = _reinforce(backend, n, False)
+    # Monte-Carlo returns read r[t:T] per t only without suffix_scan (with it, one suffix sum
+    # reads r[0:T] once per episode: no overlapping slices, no block table)
+    opts = {"suffix_scan": False}
+    on, r_on = _reinforce(backend, n, True, **opts)
+    off, r_off = _reinforce(backend, n, False, **opts)
     assert len(r_on) == 6 and r_on == r_off
+    if n == 0:
+        scanned, r_scanned = _reinforce(backend, n, True)
+        assert r_scanned == r_on and not scanned._interp.store.block_tables()
     # only the rewards: read by overlapping slices at every t; the gradient and activation
     # sums over 0:T read each point once per iteration and stay in the point store
     (table,) = on._interp.store.block_tables()
