@@ -1281,9 +1281,9 @@ class ScannedLoop:
 
 def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]:
     """A UDF's pure form called from a host loop as one jitted JAX call (the wrapper's own
-    casts and reshapes included: called eagerly they were a JAX dispatch each, ~4x the env
-    step's time at 8 envs), the inputs handed over as JAX takes them (host buffers as NumPy
-    views), the outputs imported as backend tensors (``udf_dlpack_outputs``: shapes checked,
+    casts and reshapes included: called eagerly they were a JAX dispatch each; PPO on
+    gymnax, 8 envs x 1,000 steps, Torch: 0.456 -> 0.373 s per iteration), the inputs handed
+    over as JAX takes them (host buffers as NumPy views), the outputs imported as backend tensors (``udf_dlpack_outputs``: shapes checked,
     dtypes cast to the declared ones, on the first call; later calls import them as they are
     when the first needed no cast: a jitted function returns the same shapes and dtypes)."""
     import jax
