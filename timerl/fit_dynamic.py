@@ -65,7 +65,7 @@ def _variant(
 ) -> tuple[PDG, Any, Any] | None:
     """The PDG, schedule and options of ``options`` with ``change`` (the program rebuilt by
     ``rebuild`` unless only ``dealloc`` changes); None when it needs a rebuild and there is none."""
-    from timerl.compile import _swapped
+    from timerl.compile import swapped_nodes
     from timerl.plan.iterations import kept_values
     from timerl.schedule.scheduler import schedule_pdg
 
@@ -78,7 +78,7 @@ def _variant(
         return None
     else:
         p = rebuild(opts)
-    return p, schedule_pdg(p, dealloc=True, keep=kept_values(p), swap=_swapped(p, opts)), opts
+    return p, schedule_pdg(p, dealloc=True, keep=kept_values(p), swap=swapped_nodes(p, opts)), opts
 
 
 def try_growths(

@@ -21,7 +21,7 @@ stops after ``max_steps`` statement instances (the peak so far, of the instances
 :func:`check_budget` raises :class:`~timerl.errors.MemoryBudgetError` when the estimate
 exceeds the budget, naming the largest tensors, their sizes and the budget.
 :func:`fit_by_incrementalizing` tries incrementalization (paper §5.3) with a few
-thresholds (``compile._fit_budget``); when that does not fit either, swapping is turned on
+thresholds (``fit_budget.fit_budget``); when that does not fit either, swapping is turned on
 (offloads and fetches move tensors to the host pool, which the budget does not count: it is
 a device budget) with the largest threshold that fits.
 """
