@@ -207,6 +207,31 @@ def test_a_farm_writes_the_tvm_cache_once_per_key(cluster: Cluster, tmp_path: Pa
     farm.start().close()
 
 
+def test_rewards_on_a_tvm_farm_use_the_workers_peak(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``reward="step"`` divides by the peak of the machines that measure: on a farm the
+    workers' (read here from the peak cache they are given, one entry for this CPU), never
+    the driver's own measurement."""
+    pytest.importorskip("tvm", reason="needs TVM")
+    from timerl.envs.looptune import env as looptune_env
+    from timerl.envs.looptune import tvm_lower
+
+    (tmp_path / "peak.json").write_text(json.dumps({tvm_lower.host_cpu(): 123.5}))
+
+    def driver_peak(*_: Any, **__: Any) -> float:
+        raise AssertionError("the driver measured its own peak")
+
+    monkeypatch.setattr(looptune_env, "machine_peak", driver_peak)
+    farm = trl.dist.ray_farm(address=cluster.address, num_workers=2)
+    with trl.Context(dims=("b", "t")) as ((b, B), (t, T)):
+        env = trl.env.make(
+            "looptune.mm", num_envs=B, problems=PROBLEMS, measurer="tvm", farm=farm, cache_dir=tmp_path
+        )
+    assert env.peak == 123.5
+    farm.start().close()
+
+
 def test_an_unreachable_farm_fails_at_make(cluster: Cluster) -> None:
     with trl.Context(dims=("b", "t")) as ((b, B), (t, T)):
         with pytest.raises(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from timerl.dist.farm import Farm
-from timerl.errors import TimeRLError
+from timerl.errors import DistributedError, TimeRLError
 
 log = logging.getLogger("timerl.dist")
 
@@ -56,8 +56,12 @@ class LoopTuneFarmMeasurer:
 
     ``spec``: ``"tvm"`` (:class:`~timerl.envs.looptune.measure.TVMMeasurer` on each worker,
     results appended to the TVM disk cache of the workers' CPU under ``cache_dir``),
-    ``"analytic"``, or a picklable measurer object (copied to each worker). ``peak``: the
-    analytic model's for ``"analytic"``, else None (the env measures this machine's)."""
+    ``"analytic"``, or a picklable measurer object (copied to each worker). ``peak`` (the
+    denominator of LoopTune's rewards): the analytic model's for ``"analytic"``; for ``"tvm"``
+    the workers' (:func:`~timerl.envs.looptune.measure.machine_peak` on every worker, the
+    largest; measured once per CPU and kept in the peak cache under ``cache_dir`` when given,
+    a path every node can reach, else the workers' default cache), on first use; else the
+    measurer object's ``peak`` attribute, or None (the env measures this machine's)."""
 
     def __init__(
         self,
@@ -69,14 +73,16 @@ class LoopTuneFarmMeasurer:
         from timerl.envs.looptune.measure import AnalyticCostModel, MeasureStats, TVMMeasurer, _DiskCache
 
         self.farm = farm
-        self.peak: float | None = None
+        self._peak: float | None = None
+        self._workers_peak = spec == "tvm"
+        self._cache_dir = None if cache_dir is None else str(cache_dir)
         self.canonical = False
         if spec == "tvm":
             self.factory: Callable[[], Any] = functools.partial(TVMMeasurer, disk_cache=False)
             self.key, self.name, self.canonical = "looptune.tvm", "tvm", True
         elif spec == "analytic":
             self.factory, self.key, self.name = AnalyticCostModel, "looptune.analytic", "analytic"
-            self.peak = AnalyticCostModel().peak
+            self._peak = AnalyticCostModel().peak
         elif isinstance(spec, str):
             raise TimeRLError(
                 f"unknown LoopTune measurer {spec!r}; use 'tvm', 'analytic' or a Measurer object"
@@ -84,7 +90,7 @@ class LoopTuneFarmMeasurer:
         else:
             self.factory = functools.partial(_same, spec)
             self.key, self.name = f"looptune.{type(spec).__name__}.{id(spec)}", str(spec.name)
-            self.peak = getattr(spec, "peak", None)
+            self._peak = getattr(spec, "peak", None)
         self.stats = MeasureStats()
         self.writes: dict[str, int] = {}  # per key, results written to the cache (1 each)
         self._mem: dict[str, float] = {}
@@ -96,6 +102,18 @@ class LoopTuneFarmMeasurer:
             folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
             self.disk = _DiskCache(folder / fname)
             log.info("LoopTune farm cache %s (%d entries)", self.disk.path, len(self.disk.values))
+
+    @property
+    def peak(self) -> float | None:
+        """The rewards' denominator in GFLOPS (class doc); the workers' peak is measured on
+        the first read."""
+        if self._peak is None and self._workers_peak:
+            peaks = self.farm.each(self.key, self.factory, "machine_peak", (self._cache_dir,))
+            if not peaks:
+                raise DistributedError("LoopTune farm: no worker answered for its machine peak")
+            self._peak = max(float(p) for p in peaks)
+            log.info("LoopTune farm: peak %.1f GFLOPS (the largest of %d workers')", self._peak, len(peaks))
+        return self._peak
 
     def _key(self, state: Any) -> str:
         from timerl.envs.looptune.ir import canonical

@@ -216,6 +216,11 @@ class TVMMeasurer:
             self.disk = _DiskCache(folder / self.cache_file_name)
             log.info("LoopTune TVM cache %s (%d entries)", self.disk.path, len(self.disk.values))
 
+    def machine_peak(self, cache_dir: str | os.PathLike[str] | None = None) -> float:
+        """:func:`machine_peak` of the machine this measurer runs on (a farm worker's: the
+        denominator of rewards measured there)."""
+        return machine_peak(cache_dir)
+
     def gflops(self, state: LoopState) -> float:
         state = canonical(state)  # directly nested loops of one dim: one loop, one measurement
         key = state.schedule_key
