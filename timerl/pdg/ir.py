@@ -101,6 +101,12 @@ class Edge:
     batch_read: tuple[tuple[Sym, Expr | Slice], ...] = ()  # (source batch dim, index there)
     to_batch: Sym | None = None  # phi's first slice becomes this batch dim of the sink
 
+    @property
+    def rows_to_batch(self) -> bool:
+        """``to_batch`` with no slice in ``phi``: the source's rows (its per-point dim 0, a
+        lifted scan's) become the sink's batch dim."""
+        return self.to_batch is not None and not any(isinstance(c, Slice) for c in self.phi)
+
     def __repr__(self) -> str:
         phi = ", ".join(map(str, self.phi))
         c = "" if self.cond is TRUE else f" if {self.cond}"

@@ -66,7 +66,7 @@ def read_shape(pdg: PDG, e: Edge) -> tuple[int, ...] | None:
     own = tuple(src.outputs[e.oid].shape)
     if e.to_batch is not None and slices:
         slices = slices[1:]
-    elif e.to_batch is not None:  # rows of a value without the dim (a lifted scan's) are its batch
+    elif e.rows_to_batch:  # rows of a value without the dim (a lifted scan's) are its batch
         own = own[1:]
     dims += [c.stop - c.start for c in slices]
     dims += own[1:] if e.select is not None else own
@@ -78,7 +78,7 @@ def _verify_rows_to_batch(pdg: PDG) -> None:
     """An edge that makes the rows of its source the sink's batch axis (``to_batch`` with no
     slice in ``phi``) reads exactly as many rows as that axis has."""
     for e in pdg.edges:
-        if e.to_batch is None or e.order_only or any(isinstance(c, Slice) for c in e.phi):
+        if not e.rows_to_batch or e.order_only:
             continue
         src, sink = pdg.nodes[e.src], pdg.nodes[e.sink]
         shape = src.outputs[e.oid].shape

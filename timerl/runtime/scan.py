@@ -1283,9 +1283,10 @@ def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]
     """A UDF's pure form called from a host loop as one jitted JAX call (the wrapper's own
     casts and reshapes included: called eagerly they were a JAX dispatch each; PPO on
     gymnax, 8 envs x 1,000 steps, Torch: 0.456 -> 0.373 s per iteration), the inputs handed
-    over as JAX takes them (host buffers as NumPy views), the outputs imported as backend tensors (``udf_dlpack_outputs``: shapes checked,
-    dtypes cast to the declared ones, on the first call; later calls import them as they are
-    when the first needed no cast: a jitted function returns the same shapes and dtypes)."""
+    over as JAX takes them (host buffers as NumPy views), the outputs imported as backend
+    tensors (``udf_dlpack_outputs``: shapes checked, dtypes cast to the declared ones, on the
+    first call; later calls import them as they are when the first needed no cast: a jitted
+    function returns the same shapes and dtypes)."""
     import jax
 
     from timerl.runtime.common import udf_dlpack_outputs
@@ -1295,15 +1296,16 @@ def _host_pure_step(m: _Member, be: Any) -> Callable[[list[Any], Any, int], Any]
     if m.pure_jit is None:
         m.pure_jit = jax.jit(pure.step)
     fn = m.pure_jit
-    plain: list[bool] = []  # set on the first call: whether the outputs need no cast
+    plain: bool | None = None  # set by the first call: whether its outputs needed no cast
 
     def step(ins: list[Any], state: Any, v: int) -> tuple[Any, list[Any]]:
+        nonlocal plain
         state, outs = fn(state, [_jax_input(be.to_dlpack(x)) for x in ins])
-        if plain and plain[0]:
+        if plain:
             return state, [be.from_dlpack(o) for o in outs]
         got = udf_dlpack_outputs(node, outs, {"loop value": v}, be)
-        if not plain:
-            plain.append(all(a.dtype == be.from_dlpack(o).dtype for a, o in zip(got, outs, strict=True)))
+        if plain is None:
+            plain = all(a.dtype == be.from_dlpack(o).dtype for a, o in zip(got, outs, strict=True))
         return state, got
 
     return step

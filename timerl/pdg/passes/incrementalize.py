@@ -182,16 +182,10 @@ class _Stacked:
         self.batch_of_src = src.batch
 
 
-def _rows_to_batch(e: Edge) -> int:
-    """1 when ``e`` makes its source's rows the sink's batch axis (``to_batch`` with no slice
-    in ``phi``: a view of a lifted scan), so the source's per-point axis ``j + 1`` is read as
-    axis ``j``; else 0."""
-    return int(e.to_batch is not None and not any(isinstance(c, Slice) for c in e.phi))
-
-
 def _read_shape(pdg: PDG, e: Edge) -> tuple[int | Expr, ...]:
     st = _Stacked(pdg, e)
-    own = pdg.nodes[e.src].outputs[e.oid].shape[_rows_to_batch(e) :]
+    # a view of a lifted scan (``rows_to_batch``): the source's axis j + 1 is read as axis j
+    own = pdg.nodes[e.src].outputs[e.oid].shape[int(e.rows_to_batch) :]
     return (*st.sizes, *(_fixed(pdg, x) for x in own))
 
 
@@ -301,7 +295,7 @@ class _Incrementalizer:
             j = k - len(st.axes)
             if j < 0:
                 continue
-            j += _rows_to_batch(e)
+            j += int(e.rows_to_batch)
             h, r = self.heavy(e.src, j, size)
             if h:
                 hv, row = True, max(row, r)
@@ -351,7 +345,7 @@ class _Incrementalizer:
                     br.append((d, comp))
                 return [replace(e, sink=new_sink, batch_read=tuple(br))]
             return self.slice_read(sink, e, k, blk, new_sink, dom, st)
-        j = k - len(st.axes) + _rows_to_batch(e)
+        j = k - len(st.axes) + int(e.rows_to_batch)
         src = self.pdg.nodes[e.src]
         if e.oid == 0 and self.heavy(src.id, j, blk.n)[0]:
             cid = self.copy(src, j, blk)

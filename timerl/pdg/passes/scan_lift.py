@@ -223,21 +223,10 @@ def _mul_at(pdg: PDG, e: Edge, m: Node, a: Node, d: Sym) -> bool:
 def _rewrite(
     pdg: PDG, y: Node, d: Sym, reverse: bool, x_edge: Edge, c_edge: Edge, base: Edge
 ) -> tuple[Node, list[Edge], Node, list[Edge]]:
-    k = y.domain.index(d)
     bound = pdg.bound_of(d)
-    dom = y.domain[:k] + y.domain[k + 1 :]
     sid = max(pdg.nodes) + 1
-    spec = y.outputs[0]
-    s_node = Node(
-        sid,
-        Op.make(OpKind.LINEAR_SCAN, reverse=reverse),
-        dom,
-        (TensorSpec((bound, *spec.shape), spec.dtype),),
-        3,
-        batch=y.batch,
-        batch_dims=y.batch_dims,
-        name=f"{y.name}.scan" if y.name else None,
-        where=y.where,
+    s_node, row, row_edge = rows_of_scan(
+        pdg, y, d, sid, Op.make(OpKind.LINEAR_SCAN, reverse=reverse), 3, "scan"
     )
     # x and c are read where the recurrence uses them: every point but the base one
     used = Slice(Const(0), bound - 1) if reverse else Slice(Const(1), bound)
@@ -252,9 +241,31 @@ def _rewrite(
         replace(over_all(c_edge), iid=1),
         Edge(sid, base.src, 2, base.oid, base.phi, TRUE, base.select, False, base.batch_read, base.to_batch),
     ]
+    return s_node, s_edges, row, [row_edge]
+
+
+def rows_of_scan(
+    pdg: PDG, y: Node, d: Sym, sid: int, op: Op, num_inputs: int, suffix: str
+) -> tuple[Node, Node, Edge]:
+    """A scan node ``sid`` (``op``, its inputs left to the caller) over ``y``'s domain without
+    ``d``, holding ``y``'s values at every point of ``d`` as its ``D`` rows; ``y`` made its row
+    ``d`` (``INDEX``), and the edge of that read: the form
+    :mod:`~timerl.pdg.passes.vectorize_partial` turns into a view batched over ``d``."""
+    dom = tuple(s for s in y.domain if s is not d)
+    spec = y.outputs[0]
+    s_node = Node(
+        sid,
+        op,
+        dom,
+        (TensorSpec((pdg.bound_of(d), *spec.shape), spec.dtype),),
+        num_inputs,
+        batch=y.batch,
+        batch_dims=y.batch_dims,
+        name=f"{y.name}.{suffix}" if y.name else None,
+        where=y.where,
+    )
     row = replace(y, op=Op.make(OpKind.INDEX, dim=0, index=d), num_inputs=1)
-    row_edges = [Edge(y.id, sid, 0, 0, tuple(dom))]
-    return s_node, s_edges, row, row_edges
+    return s_node, row, Edge(y.id, sid, 0, 0, dom)
 
 
 def lift_scans(pdg: PDG) -> PDG:

@@ -31,8 +31,9 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from timerl.pdg.ir import PDG, Edge, Node, TensorSpec
+from timerl.pdg.ir import PDG, Edge, Node
 from timerl.pdg.ops import Op, OpKind
+from timerl.pdg.passes.scan_lift import rows_of_scan
 from timerl.symbolic import TRUE, Const, Slice, Sym, free_symbols
 
 log = logging.getLogger(__name__)
@@ -78,22 +79,10 @@ def _suffix_read(pdg: PDG, g: Node) -> tuple[Edge, Sym] | None:
 def _rewrite(pdg: PDG, g: Node, e: Edge, d: Sym, gamma: float, sid: int) -> tuple[list[Node], list[Edge]]:
     x = pdg.nodes[e.src]
     bound = pdg.bound_of(d)
-    dom = tuple(s for s in g.domain if s is not d)
-    spec = g.outputs[0]
-    s_node = Node(
-        sid,
-        Op.make(OpKind.SUFFIX_SUM, gamma=gamma, padded=bound in pdg.dynamic_bounds),
-        dom,
-        (TensorSpec((bound, *spec.shape), spec.dtype),),
-        1,
-        batch=g.batch,
-        batch_dims=g.batch_dims,
-        name=f"{g.name}.suffix" if g.name else None,
-        where=g.where,
-    )
+    op = Op.make(OpKind.SUFFIX_SUM, gamma=gamma, padded=bound in pdg.dynamic_bounds)
+    s_node, row, row_edge = rows_of_scan(pdg, g, d, sid, op, 1, "suffix")
     phi = tuple(Slice(Const(0), bound) if s is d else c for s, c in zip(x.domain, e.phi, strict=True))
-    row = replace(g, op=Op.make(OpKind.INDEX, dim=0, index=d), num_inputs=1)
-    return [s_node, row], [replace(e, sink=sid, phi=phi), Edge(g.id, sid, 0, 0, dom)]
+    return [s_node, row], [replace(e, sink=sid, phi=phi), row_edge]
 
 
 def scan_suffix_sums(pdg: PDG) -> PDG:
