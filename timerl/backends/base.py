@@ -536,8 +536,13 @@ def index_add_rows(
     return kernel
 
 
-def matmul(fn: Callable[[Any, Any], Any]) -> Kernel:
-    """NumPy matmul on per-point shapes, 1-D operands included, either side batched."""
+def matmul(fn: Callable[[Any, Any], Any], transposed_lhs: Callable[[Any, Any], Any] | None = None) -> Kernel:
+    """NumPy matmul on per-point shapes, 1-D operands included, either side batched.
+
+    ``transposed_lhs(a, b)``, where given, computes the products whose op carries
+    ``lhs_transposed=True`` (the left operand is a transpose, in the same compiled region, of
+    a row-major array: :func:`timerl.runtime.fusion.hinted_ops`); the attribute is a hint about
+    memory layout and does not change the value."""
 
     def kernel(be: AbstractBackend, c: KernelCall, xs: Sequence[Any]) -> Any:
         a, b = xs
@@ -549,7 +554,8 @@ def matmul(fn: Callable[[Any, Any], Any]) -> Kernel:
         if b_vec:  # (k,) -> (k, 1)
             b = b.reshape(tuple(b.shape) + (1,))
         a, b = align_ranks(c, [a, b])
-        out = fn(a, b)
+        hinted = transposed_lhs is not None and not a_vec and c.attr("lhs_transposed", False)
+        out = transposed_lhs(a, b) if hinted else fn(a, b)  # type: ignore[misc]
         if b_vec:
             out = out.reshape(tuple(out.shape)[:-1])
         if a_vec:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from timerl.backends.base import AbstractBackend
 from timerl.pdg.ir import Edge, Node
-from timerl.pdg.ops import OpKind
+from timerl.pdg.ops import Op, OpKind
 from timerl.pdg.sizes import bucket, resolve_batch
 from timerl.plan.fusable import internal_read, static_signature, stored_members
 from timerl.plan.layout import InputLayout, input_layout
@@ -39,6 +39,25 @@ COPY_TO_DONATE = 1 << 22
 """Bytes of donatable inputs held elsewhere up to which a region donates copies of them rather
 than run (and, on JAX, compile) a variant that donates fewer: a compilation of PPO's learner
 region took 1.3-1.5 s for the one iteration whose parameters the initialiser still held."""
+
+
+def hinted_ops(
+    nodes: Sequence[Node],
+    plans: Sequence[Sequence[tuple[str, int]]],
+    layouts: Mapping[tuple[int, int], InputLayout],
+) -> list[Op]:
+    """The members' ops, a ``MATMUL`` whose left operand is a ``PERMUTE(dims=(1, 0))`` member of
+    the same region, read as it is, marked ``lhs_transposed=True`` (``contract``'s ``X^T @ Y``:
+    the backend may then contract ``X``'s rows without transposing it, ``base.matmul``)."""
+    ops = []
+    for m, n in enumerate(nodes):
+        op = n.op
+        if op.kind is OpKind.MATMUL and plans[m] and plans[m][0][0] == "int" and (m, 0) not in layouts:
+            src = nodes[plans[m][0][1]].op
+            if src.kind is OpKind.PERMUTE and tuple(src.attr("dims")) == (1, 0):
+                op = Op.make(OpKind.MATMUL, **dict(op.attrs), lhs_transposed=True)
+        ops.append(op)
+    return ops
 
 
 def make_fused_thunk(
@@ -102,7 +121,7 @@ def make_fused_thunk(
                 fl.append(batched)
         plans.append(plan)
         flags.append(tuple(fl))
-    specs = [(n.op, tuple(n.batch)) for n in nodes]
+    specs = [(op, tuple(n.batch)) for op, n in zip(hinted_ops(nodes, plans, layouts), nodes, strict=True)]
     keep = stored_members(nodes, pdg)
     into: dict[int, int] = {}  # member -> the donated input it writes its result into (Torch)
     if donated and type(be).run_into is not AbstractBackend.run_into:
