@@ -1369,13 +1369,18 @@ class _Joined:
             elif on_host:
                 import jax  # a new shape: joined in NumPy (no compilation for a shape seen once)
 
+                from timerl.backends.jax_backend import host_empty
+
                 _JOIN_SEEN.add(key)
                 parts = (
                     [np.expand_dims(np.asarray(x), ax) for x in self.before]
                     + [np.asarray(self.tail)]
                     + [np.expand_dims(np.asarray(x), ax) for x in self.after]
                 )
-                self._full = jax.device_put(np.concatenate(parts, axis=ax))
+                shape = list(parts[0].shape)
+                shape[ax] = sum(p.shape[ax] for p in parts)
+                joined = np.concatenate(parts, axis=ax, out=host_empty(shape, np.result_type(*parts)))
+                self._full = jax.device_put(joined)  # fresh and aligned: adopted without a copy
             else:
                 parts = [be.stack(self.before, ax)] if self.before else []
                 parts.append(self.tail)
