@@ -270,3 +270,64 @@ def test_analytic_model_warns_outside_tests(monkeypatch, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
         AnalyticCostModel()
     assert "CI tests" in caplog.text
+
+
+def test_gflops_many_builds_each_schedule_once_in_one_module(tmp_path, monkeypatch) -> None:
+    """A rollout's repeated schedule keys (a cursor move; a split whose loops stay adjacent,
+    the same canonical nest) are built once, all new ones in one module, never alone."""
+    m = fast_measurer(tmp_path)
+    s0 = initial_state(Problem(24, 32, 16))
+    s1 = run(s0, "split_2", "down", "swap_down")  # m12, k, m2, n
+    s2 = run(s1, "down", "split_8", "swap_up")  # m12, k, n4, m2, n8
+    states = [s0, run(s0, "down"), run(s0, "split_4"), s1, run(s1, "up"), s2, s1]
+    calls: list[list[str]] = []
+    build_many = tvm_lower.build_many
+
+    def counting(states: list[LoopState], *args: object) -> object:
+        calls.append([s.schedule_key for s in states])
+        return build_many(states, *args)
+
+    def alone(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built alone")
+
+    monkeypatch.setattr(tvm_lower, "build_many", counting)
+    monkeypatch.setattr(tvm_lower, "build", alone)
+    values = m.gflops_many(states)
+    assert calls == [[s0.schedule_key, s1.schedule_key, s2.schedule_key]]
+    assert m.stats.measured == 3 and m.stats.failures == 0 and len(m.disk.values) == 3  # type: ignore[union-attr]
+    assert all(v > 0 for v in values)
+    assert values == [m.gflops(s) for s in states]  # the same cache as gflops()
+    assert values[0] == values[1] == values[2] and values[3] == values[4] == values[6]
+    assert m.gflops_many(states) == values and len(calls) == 1  # measured: nothing built again
+    assert measure.gflops_all(m, states) == values
+
+
+def test_gflops_many_builds_alone_when_the_module_fails(tmp_path, monkeypatch, caplog) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("LLVM exploded")
+
+    m = fast_measurer(tmp_path, disk_cache=False)
+    s0 = initial_state(Problem(16, 16, 16))
+    states = [s0, run(s0, "split_2", "down", "swap_down")]
+    monkeypatch.setattr(tvm_lower, "build_many", broken)
+    values = m.gflops_many(states)
+    assert all(v > 0 for v in values) and m.stats.measured == 2 and m.stats.failures == 0
+
+
+def test_gflops_many_wrong_results_measure_zero(tmp_path, monkeypatch, caplog) -> None:
+    def wrong_reference(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m, n, k = (p.extent(d) for d in "mnk")
+        return np.ones((m, k), np.float32), np.ones((k, n), np.float32), np.zeros((m, n))
+
+    monkeypatch.setattr(measure, "problem_inputs", wrong_reference)
+    m = fast_measurer(tmp_path, disk_cache=False)
+    s0 = initial_state(Problem(16, 16, 16))
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        assert m.gflops_many([s0, run(s0, "split_2", "down", "swap_down"), s0]) == [0.0, 0.0, 0.0]
+    assert "wrong result" in caplog.text and m.stats.failures == 2 and m.stats.measured == 0
+
+
+def test_gflops_all_measures_one_by_one_without_gflops_many() -> None:
+    model = AnalyticCostModel()
+    states = random_states(Problem(32, 48, 64), 5, 6, seed=2)
+    assert measure.gflops_all(model, states) == [model.gflops(s) for s in states]
