@@ -331,3 +331,28 @@ def test_gflops_all_measures_one_by_one_without_gflops_many() -> None:
     model = AnalyticCostModel()
     states = random_states(Problem(32, 48, 64), 5, 6, seed=2)
     assert measure.gflops_all(model, states) == [model.gflops(s) for s in states]
+
+
+def test_gflops_many_times_fully_only_the_schedules_the_choice_is_between(tmp_path, monkeypatch) -> None:
+    """Every new schedule gets SCREEN_REPEATS timed repeats; only those within SCREEN_KEEP
+    of the fastest get the rest of the budget, and only theirs go to the disk cache."""
+    m = TVMMeasurer(cache_dir=tmp_path, repeats=20, min_repeats=3, repeat_ms=0.2)
+    s0 = initial_state(Problem(16, 32, 16))
+    s1 = run(s0, "split_2", "down", "swap_down")
+    s2 = run(s1, "down", "split_8", "swap_up")
+    seconds = {"s0": 4e-6, "s1": 1e-6, "s2": 1.1e-6}  # s0 the slow untuned nest
+    calls: list[tuple[str, int]] = []
+
+    def fake_time(lib: object, name: str, args: object, once: float, repeats: int, min_repeats: int) -> float:
+        calls.append((name, repeats))
+        return seconds[name] * (1.0 if len(calls) <= 3 else 0.9)  # the full timing reads faster
+
+    monkeypatch.setattr(m, "_time", fake_time)
+    values = m.gflops_many([s0, s1, s2, s0])
+    first = measure.SCREEN_REPEATS
+    assert calls == [("s0", first), ("s1", first), ("s2", first), ("s1", 20 - first), ("s2", 20 - first)]
+    flops = s0.problem.flops
+    assert values == pytest.approx(
+        [flops / 4e-6 / 1e9, flops / 0.9e-6 / 1e9, flops / 0.99e-6 / 1e9] + [values[0]]
+    )
+    assert set(m.disk.values) == {s1.schedule_key, s2.schedule_key}  # type: ignore[union-attr]

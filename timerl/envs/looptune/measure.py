@@ -67,6 +67,9 @@ __all__ = [
 
 log = logging.getLogger("timerl.envs.looptune")
 
+SCREEN_REPEATS = 5  # TVMMeasurer.gflops_many: timed repeats of each new schedule at first
+SCREEN_KEEP = 0.8  # ... then the rest of the budget for those within this of the fastest
+
 
 class Measurer(Protocol):
     """Anything that gives the GFLOPS of a state (cached by its schedule key)."""
@@ -254,8 +257,12 @@ class TVMMeasurer:
         schedules not measured yet together: each schedule key (of the :func:`~.ir.canonical`
         form) once, all of them in one module (:func:`.tvm_lower.build_many`: one TVM pass
         pipeline and one LLVM JIT, about 15 ms less per schedule), then each checked against
-        NumPy and timed as :meth:`gflops` does. If that module fails to build, each schedule
-        is built alone, so only the one that fails measures 0."""
+        NumPy. Timing is screened: each runs :data:`SCREEN_REPEATS` timed repeats first, and
+        only those within :data:`SCREEN_KEEP` of the fastest (the ones the choice is between)
+        run the rest of the ``repeats`` (as many as :meth:`gflops` gives a schedule, or
+        more); the others keep their screening figure, in memory only (never in the disk
+        cache). If the module fails to build, each schedule is built alone, so only the
+        one that fails measures 0."""
         canon = [canonical(s) for s in states]
         todo: dict[str, LoopState] = {}
         for s in canon:
@@ -271,15 +278,15 @@ class TVMMeasurer:
         self._mem[key] = 0.0
         return 0.0
 
-    def _record(self, key: str, value: float) -> float:
+    def _record(self, key: str, value: float, disk: bool = True) -> float:
         self._mem[key] = value
-        if self.disk is not None:
+        if self.disk is not None and disk:
             self.disk.add(key, value)
         return value
 
     def _measure_together(self, todo: Mapping[str, LoopState]) -> dict[str, float]:
-        """Build ``todo``'s states in one module, then check and time each (see
-        :meth:`gflops_many`); ``{}`` when the module fails to build."""
+        """Build ``todo``'s states in one module, check each against NumPy, then time them
+        (see :meth:`gflops_many`); ``{}`` when the module fails to build."""
         t0 = time.perf_counter()
         try:
             ex, names = tvm_lower.build_many(
@@ -296,12 +303,34 @@ class TVMMeasurer:
             )
             return {}
         build_s = (time.perf_counter() - t0) / len(todo)  # each schedule's share
-        out = {}
+        out: dict[str, float] = {}
+        runs: dict[str, tuple[LoopState, str, tuple[Any, ...], float]] = {}
         for (key, state), name in zip(todo.items(), names, strict=True):
             try:
-                out[key] = self._record(key, self._check_and_time(state, lib, name, build_s))
+                args, once = self._check(state, lib, name)
             except Exception as exc:  # a wrong result: never rewarded
                 out[key] = self._failed(key, exc)
+                continue
+            runs[key] = (state, name, args, once)
+        # screening: SCREEN_REPEATS repeats each, the rest of the budget for the contenders only
+        screen = len(runs) > 1 and self.repeats > SCREEN_REPEATS
+        first = SCREEN_REPEATS if screen else self.repeats
+        best: dict[str, float] = {}
+        spent: dict[str, float] = {}
+        for key, (_, name, args, once) in runs.items():
+            t1 = time.perf_counter()
+            best[key] = self._time(lib, name, args, once, first, min(first, self.min_repeats))
+            spent[key] = time.perf_counter() - t1
+        fastest = min(best.values(), default=0.0)
+        full = {key: not screen or best[key] <= fastest / SCREEN_KEEP for key in runs}
+        for key, (state, name, args, once) in runs.items():
+            if screen and full[key]:
+                t1 = time.perf_counter()
+                more = self._time(lib, name, args, once, self.repeats - first, self.min_repeats)
+                best[key] = min(best[key], more)
+                spent[key] += time.perf_counter() - t1
+            gf = self._done(state, build_s, spent[key], best[key])
+            out[key] = self._record(key, gf, disk=full[key])  # a screened-out value: memory only
         return out
 
     def _arrays(self, p: Problem) -> tuple[Any, Any, np.ndarray]:
@@ -315,31 +344,40 @@ class TVMMeasurer:
         t0 = time.perf_counter()
         lib = tvm_lower.build(state, self.target, self.max_lanes, self.unroll_max_step).jit()
         lib["main"]  # LLVM's machine-code generation (the JIT) happens here
-        return self._check_and_time(state, lib, "main", time.perf_counter() - t0)
+        build_s = time.perf_counter() - t0
+        args, once = self._check(state, lib, "main")
+        best = self._time(lib, "main", args, once, self.repeats, self.min_repeats)
+        return self._done(state, build_s, time.perf_counter() - t0 - build_s, best)
 
-    def _check_and_time(self, state: LoopState, lib: Any, name: str, build_s: float) -> float:
-        """GFLOPS of function ``name`` of the built ``lib`` (``state``'s schedule, built in
-        ``build_s`` seconds), after checking its result against NumPy."""
+    def _check(self, state: LoopState, lib: Any, name: str) -> tuple[tuple[Any, ...], float]:
+        """Run function ``name`` of the built ``lib`` (``state``'s schedule) once and check
+        its result against NumPy; its arguments and the seconds of that run."""
         p = state.problem
         fn = lib[name]
-        t0 = time.perf_counter()
         a, b, ref = self._arrays(p)
         c = self.tvm.runtime.tensor(np.full(ref.shape, np.nan, np.float32), self.dev)
-        t2 = time.perf_counter()
+        t0 = time.perf_counter()
         fn(a, b, c)  # the check run also warms the caches
-        once = time.perf_counter() - t2
+        once = time.perf_counter() - t0
         out = c.numpy()
         if not np.allclose(out, ref, rtol=1e-4, atol=1e-5 * reduction_size(p)):
             bad = float(np.nanmax(np.abs(out - ref))) if np.isfinite(out).any() else float("nan")
             raise TimeRLError(f"wrong result (max abs error {bad:.3g}): a lowering bug, please report it")
-        best = best_seconds(
-            lib, self.dev, (a, b, c), once, self.repeats, self.min_repeats, self.repeat_ms, name=name
-        )
-        total = build_s + time.perf_counter() - t0
+        return (a, b, c), once
+
+    def _time(
+        self, lib: Any, name: str, args: tuple[Any, ...], once: float, repeats: int, min_repeats: int
+    ) -> float:
+        return best_seconds(lib, self.dev, args, once, repeats, min_repeats, self.repeat_ms, name=name)
+
+    def _done(self, state: LoopState, build_s: float, run_s: float, best: float) -> float:
+        """``state``'s GFLOPS from its best seconds per call; counts and logs the measurement
+        (``build_s``: compiling, ``run_s``: checking and timing)."""
+        total = build_s + run_s
         self.stats.measured += 1
         self.stats.compile_s.append(build_s)
         self.stats.total_s.append(total)
-        gf = p.flops / best / 1e9
+        gf = state.problem.flops / best / 1e9
         if total > 1.0:
             log.info(
                 "LoopTune: %s was slow to measure: build %.2f s, total %.2f s",
