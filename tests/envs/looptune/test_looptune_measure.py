@@ -15,7 +15,7 @@ import pytest
 
 from timerl.envs.looptune import measure, tvm_lower
 from timerl.envs.looptune.ir import ACTIONS, LoopState, Problem, apply_action, initial_state
-from timerl.envs.looptune.kernels import einsum_reference
+from timerl.envs.looptune.kernels import BMM, CONV1D, CONV2D, einsum_reference, parse_kernel
 from timerl.envs.looptune.measure import AnalyticCostModel, TVMMeasurer
 from timerl.errors import TimeRLError
 
@@ -356,3 +356,32 @@ def test_gflops_many_times_fully_only_the_schedules_the_choice_is_between(tmp_pa
         [flops / 4e-6 / 1e9, flops / 0.9e-6 / 1e9, flops / 0.99e-6 / 1e9] + [values[0]]
     )
     assert set(m.disk.values) == {s1.schedule_key, s2.schedule_key}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        Problem(37, 21, 19),
+        Problem(3, 17, 9, 13, kernel=BMM),
+        Problem(19, 12, 3, 5, kernel=CONV1D),
+        Problem(9, 7, 6, 3, 2, 4, kernel=CONV2D),
+        Problem(19, 12, 3, 5, kernel=parse_kernel("sconv", "X[2*i+r,c] * W[r,c,o] -> Y[i,o]", "iorc")),
+        Problem(5, 7, 9, kernel=parse_kernel("tmm", "A[k,m] * B[n,k] -> C[n,m]", "mnk")),
+    ],
+    ids=lambda p: p.name,
+)
+def test_from_script_makes_the_function_the_parser_makes(p: Problem) -> None:
+    """tvm_lower.lower builds each script with TVM's IR builder (from_script), not its
+    parser: the same function (structurally equal, printed the same) for random schedules
+    with remainders, split vectors, unrolling, every kernel."""
+    texts = ""
+    for s in [initial_state(p), *random_states(p, count=6, length=14, seed=sum(p.sizes))]:
+        for lanes, unroll in ((64, 0), (8, 16)):
+            text = tvm_lower.script(s, lanes, unroll)
+            texts += text
+            fast, parsed = tvm_lower.from_script(text), tvm_lower.parse_script(text)
+            tvm.ir.assert_structural_equal(fast, parsed)
+            assert fast.script() == parsed.script(), s.key
+    assert "T.vectorized" in texts and "pragma_auto_unroll_max_step" in texts  # both were covered
+    with pytest.raises(TimeRLError, match="not a LoopTune script"):
+        tvm_lower.from_script("def main(): pass")
