@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -283,9 +284,9 @@ def test_gflops_many_builds_each_schedule_once_in_one_module(tmp_path, monkeypat
     calls: list[list[str]] = []
     build_many = tvm_lower.build_many
 
-    def counting(states: list[LoopState], *args: object) -> object:
+    def counting(states: list[LoopState], *args: object, **kwargs: object) -> object:
         calls.append([s.schedule_key for s in states])
-        return build_many(states, *args)
+        return build_many(states, *args, **kwargs)
 
     def alone(*args: object, **kwargs: object) -> None:
         raise AssertionError("built alone")
@@ -385,3 +386,42 @@ def test_from_script_makes_the_function_the_parser_makes(p: Problem) -> None:
     assert "T.vectorized" in texts and "pragma_auto_unroll_max_step" in texts  # both were covered
     with pytest.raises(TimeRLError, match="not a LoopTune script"):
         tvm_lower.from_script("def main(): pass")
+
+
+def _kernel_asm(module: object) -> list[str]:
+    """The assembly of a built module's kernels (``*_compute_``), labels renumbered."""
+    out, keep = [], False
+    for line in module.mod.inspect_source("asm").splitlines():  # type: ignore[attr-defined]
+        if re.match(r"^[A-Za-z_][\w.$]*:", line):
+            keep = "compute" in line
+        st = line.strip()
+        if (
+            keep
+            and not st.startswith((".loc", ".cfi", ".p2align", "#"))
+            and not re.match(r"^\.Ltmp\d+:$", st)
+        ):
+            out.append(
+                re.sub(r"\.(LBB|LCPI|Ltmp|Lfunc_end|Lfunc_begin)\d+(_\d+)?", r".\1", line.split("#")[0])
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    "p", [Problem(64, 96, 80), Problem(37, 21, 19), Problem(3, 17, 9, 13, kernel=BMM)], ids=lambda p: p.name
+)
+def test_measuring_builds_without_argument_checks_run_the_same_kernel_code(p: Problem) -> None:
+    """The measurer builds without the checks of the arguments (faster to compile): the
+    kernels' machine code is the same as the checked build's."""
+    target = tvm_lower.host_target()
+    states = [initial_state(p), run(initial_state(p), "split_4", "down", "swap_down", "down", "split_16")]
+    for s in states + random_states(p, count=3, length=12, seed=7):
+        checked, bare = tvm_lower.build(s, target), tvm_lower.build(s, target, checks=False)
+        asm = _kernel_asm(checked)
+        assert len(asm) > 20 and asm == _kernel_asm(bare), s.key
+        assert len(checked.mod.inspect_source("ll")) > len(bare.mod.inspect_source("ll"))  # checks gone
+    out, ref = compiled_result(states[1], target)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    lib = tvm_lower.build(states[0], target).jit()
+    a = tvm.runtime.tensor(np.zeros((2, 2), np.float32), tvm.cpu(0))
+    with pytest.raises(Exception, match=r"(?i)shape|mismatch|dim"):  # the user's module keeps them
+        lib["main"](a, a, a)
