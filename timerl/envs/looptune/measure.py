@@ -3,8 +3,8 @@
 - :class:`TVMMeasurer` lowers a state (:mod:`.tvm_lower`), builds it with LLVM for this
   CPU (without the checks of the arguments, which it passes itself: the same kernel code,
   about 40 % less compile time), checks the result against NumPy once per compiled
-  schedule, then times it single-threaded (min over repeats). Results are cached in memory and, optionally, in a
-  JSON-lines file per machine (``~/.cache/timerl/looptune/``).
+  schedule, then times it single-threaded (min over repeats). Results are cached in
+  memory and, optionally, in a JSON-lines file per machine (``~/.cache/timerl/looptune/``).
 - :class:`~timerl.envs.looptune.analytic.AnalyticCostModel` (re-exported here): a
   deterministic estimate for CI tests only.
 - :func:`machine_peak`: the reward's denominator, measured once per machine and cached.
