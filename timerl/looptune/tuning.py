@@ -43,7 +43,7 @@ from typing import Any
 
 from timerl.envs.looptune.ir import ACTIONS, LoopState, Problem, describe, initial_state
 from timerl.envs.looptune.kernels import BMM, MM, parse_kernel
-from timerl.envs.looptune.measure import Measurer
+from timerl.envs.looptune.measure import Measurer, gflops_all
 from timerl.errors import TimeRLError
 from timerl.looptune.policy import Policy
 
@@ -150,7 +150,7 @@ def tune(
         measurer = TVMMeasurer(disk_cache=False)
     t0 = time.perf_counter()
     states, taken = pol.rollout(initial_state(problem), steps)
-    values = [measurer.gflops(s) for s in states]
+    values = gflops_all(measurer, states)  # each new schedule built once, all in one module
     seconds = time.perf_counter() - t0
     best = max(range(len(states)), key=lambda k: values[k])
     kept = states[best]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
 
 from timerl.envs.looptune import measure, tvm_lower
 from timerl.envs.looptune.ir import ACTIONS, LoopState, Problem, apply_action, initial_state
-from timerl.envs.looptune.kernels import einsum_reference
+from timerl.envs.looptune.kernels import BMM, CONV1D, CONV2D, einsum_reference, parse_kernel
 from timerl.envs.looptune.measure import AnalyticCostModel, TVMMeasurer
 from timerl.errors import TimeRLError
 
@@ -270,3 +271,157 @@ def test_analytic_model_warns_outside_tests(monkeypatch, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
         AnalyticCostModel()
     assert "CI tests" in caplog.text
+
+
+def test_gflops_many_builds_each_schedule_once_in_one_module(tmp_path, monkeypatch) -> None:
+    """A rollout's repeated schedule keys (a cursor move; a split whose loops stay adjacent,
+    the same canonical nest) are built once, all new ones in one module, never alone."""
+    m = fast_measurer(tmp_path)
+    s0 = initial_state(Problem(24, 32, 16))
+    s1 = run(s0, "split_2", "down", "swap_down")  # m12, k, m2, n
+    s2 = run(s1, "down", "split_8", "swap_up")  # m12, k, n4, m2, n8
+    states = [s0, run(s0, "down"), run(s0, "split_4"), s1, run(s1, "up"), s2, s1]
+    calls: list[list[str]] = []
+    build_many = tvm_lower.build_many
+
+    def counting(states: list[LoopState], *args: object, **kwargs: object) -> object:
+        calls.append([s.schedule_key for s in states])
+        return build_many(states, *args, **kwargs)
+
+    def alone(*args: object, **kwargs: object) -> None:
+        raise AssertionError("built alone")
+
+    monkeypatch.setattr(tvm_lower, "build_many", counting)
+    monkeypatch.setattr(tvm_lower, "build", alone)
+    values = m.gflops_many(states)
+    assert calls == [[s0.schedule_key, s1.schedule_key, s2.schedule_key]]
+    assert m.stats.measured == 3 and m.stats.failures == 0 and len(m.disk.values) == 3  # type: ignore[union-attr]
+    assert all(v > 0 for v in values)
+    assert values == [m.gflops(s) for s in states]  # the same cache as gflops()
+    assert values[0] == values[1] == values[2] and values[3] == values[4] == values[6]
+    assert m.gflops_many(states) == values and len(calls) == 1  # measured: nothing built again
+    assert measure.gflops_all(m, states) == values
+
+
+def test_gflops_many_builds_alone_when_the_module_fails(tmp_path, monkeypatch, caplog) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("LLVM exploded")
+
+    m = fast_measurer(tmp_path, disk_cache=False)
+    s0 = initial_state(Problem(16, 16, 16))
+    states = [s0, run(s0, "split_2", "down", "swap_down")]
+    monkeypatch.setattr(tvm_lower, "build_many", broken)
+    values = m.gflops_many(states)
+    assert all(v > 0 for v in values) and m.stats.measured == 2 and m.stats.failures == 0
+
+
+def test_gflops_many_wrong_results_measure_zero(tmp_path, monkeypatch, caplog) -> None:
+    def wrong_reference(p: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m, n, k = (p.extent(d) for d in "mnk")
+        return np.ones((m, k), np.float32), np.ones((k, n), np.float32), np.zeros((m, n))
+
+    monkeypatch.setattr(measure, "problem_inputs", wrong_reference)
+    m = fast_measurer(tmp_path, disk_cache=False)
+    s0 = initial_state(Problem(16, 16, 16))
+    with caplog.at_level(logging.WARNING, logger="timerl.envs.looptune"):
+        assert m.gflops_many([s0, run(s0, "split_2", "down", "swap_down"), s0]) == [0.0, 0.0, 0.0]
+    assert "wrong result" in caplog.text and m.stats.failures == 2 and m.stats.measured == 0
+
+
+def test_gflops_all_measures_one_by_one_without_gflops_many() -> None:
+    model = AnalyticCostModel()
+    states = random_states(Problem(32, 48, 64), 5, 6, seed=2)
+    assert measure.gflops_all(model, states) == [model.gflops(s) for s in states]
+
+
+def test_gflops_many_times_fully_only_the_schedules_the_choice_is_between(tmp_path, monkeypatch) -> None:
+    """Every new schedule gets SCREEN_REPEATS timed repeats; only those within SCREEN_KEEP
+    of the fastest get the rest of the budget, and only theirs go to the disk cache."""
+    m = TVMMeasurer(cache_dir=tmp_path, repeats=20, min_repeats=3, repeat_ms=0.2)
+    s0 = initial_state(Problem(16, 32, 16))
+    s1 = run(s0, "split_2", "down", "swap_down")
+    s2 = run(s1, "down", "split_8", "swap_up")
+    seconds = {"s0": 4e-6, "s1": 1e-6, "s2": 1.1e-6}  # s0 the slow untuned nest
+    calls: list[tuple[str, int]] = []
+
+    def fake_time(lib: object, name: str, args: object, once: float, repeats: int, min_repeats: int) -> float:
+        calls.append((name, repeats))
+        return seconds[name] * (1.0 if len(calls) <= 3 else 0.9)  # the full timing reads faster
+
+    monkeypatch.setattr(m, "_time", fake_time)
+    values = m.gflops_many([s0, s1, s2, s0])
+    first = measure.SCREEN_REPEATS
+    assert calls == [("s0", first), ("s1", first), ("s2", first), ("s1", 20 - first), ("s2", 20 - first)]
+    flops = s0.problem.flops
+    assert values == pytest.approx(
+        [flops / 4e-6 / 1e9, flops / 0.9e-6 / 1e9, flops / 0.99e-6 / 1e9] + [values[0]]
+    )
+    assert set(m.disk.values) == {s1.schedule_key, s2.schedule_key}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        Problem(37, 21, 19),
+        Problem(3, 17, 9, 13, kernel=BMM),
+        Problem(19, 12, 3, 5, kernel=CONV1D),
+        Problem(9, 7, 6, 3, 2, 4, kernel=CONV2D),
+        Problem(19, 12, 3, 5, kernel=parse_kernel("sconv", "X[2*i+r,c] * W[r,c,o] -> Y[i,o]", "iorc")),
+        Problem(5, 7, 9, kernel=parse_kernel("tmm", "A[k,m] * B[n,k] -> C[n,m]", "mnk")),
+    ],
+    ids=lambda p: p.name,
+)
+def test_from_script_makes_the_function_the_parser_makes(p: Problem) -> None:
+    """tvm_lower.lower builds each script with TVM's IR builder (from_script), not its
+    parser: the same function (structurally equal, printed the same) for random schedules
+    with remainders, split vectors, unrolling, every kernel."""
+    texts = ""
+    for s in [initial_state(p), *random_states(p, count=6, length=14, seed=sum(p.sizes))]:
+        for lanes, unroll in ((64, 0), (8, 16)):
+            text = tvm_lower.script(s, lanes, unroll)
+            texts += text
+            fast, parsed = tvm_lower.from_script(text), tvm_lower.parse_script(text)
+            tvm.ir.assert_structural_equal(fast, parsed)
+            assert fast.script() == parsed.script(), s.key
+    assert "T.vectorized" in texts and "pragma_auto_unroll_max_step" in texts  # both were covered
+    with pytest.raises(TimeRLError, match="not a LoopTune script"):
+        tvm_lower.from_script("def main(): pass")
+
+
+def _kernel_asm(module: object) -> list[str]:
+    """The assembly of a built module's kernels (``*_compute_``), labels renumbered."""
+    out, keep = [], False
+    for line in module.mod.inspect_source("asm").splitlines():  # type: ignore[attr-defined]
+        if re.match(r"^[A-Za-z_][\w.$]*:", line):
+            keep = "compute" in line
+        st = line.strip()
+        if (
+            keep
+            and not st.startswith((".loc", ".cfi", ".p2align", "#"))
+            and not re.match(r"^\.Ltmp\d+:$", st)
+        ):
+            out.append(
+                re.sub(r"\.(LBB|LCPI|Ltmp|Lfunc_end|Lfunc_begin)\d+(_\d+)?", r".\1", line.split("#")[0])
+            )
+    return out
+
+
+@pytest.mark.parametrize(
+    "p", [Problem(64, 96, 80), Problem(37, 21, 19), Problem(3, 17, 9, 13, kernel=BMM)], ids=lambda p: p.name
+)
+def test_measuring_builds_without_argument_checks_run_the_same_kernel_code(p: Problem) -> None:
+    """The measurer builds without the checks of the arguments (faster to compile): the
+    kernels' machine code is the same as the checked build's."""
+    target = tvm_lower.host_target()
+    states = [initial_state(p), run(initial_state(p), "split_4", "down", "swap_down", "down", "split_16")]
+    for s in states + random_states(p, count=3, length=12, seed=7):
+        checked, bare = tvm_lower.build(s, target), tvm_lower.build(s, target, checks=False)
+        asm = _kernel_asm(checked)
+        assert len(asm) > 20 and asm == _kernel_asm(bare), s.key
+        assert len(checked.mod.inspect_source("ll")) > len(bare.mod.inspect_source("ll"))  # checks gone
+    out, ref = compiled_result(states[1], target)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    lib = tvm_lower.build(states[0], target).jit()
+    a = tvm.runtime.tensor(np.zeros((2, 2), np.float32), tvm.cpu(0))
+    with pytest.raises(Exception, match=r"(?i)shape|mismatch|dim"):  # the user's module keeps them
+        lib["main"](a, a, a)

@@ -62,7 +62,7 @@ from timerl.envs.looptune.ir import (
     check,
     initial_state,
 )
-from timerl.envs.looptune.measure import Measurer
+from timerl.envs.looptune.measure import Measurer, gflops_all
 from timerl.envs.looptune.search import DEFAULT_MAX_STEPS, DEFAULT_TIME_LIMIT, SEARCHES
 from timerl.errors import TimeRLError
 
@@ -453,7 +453,7 @@ def policy_rollout_tuner(
     def run(problem: Problem) -> Tuned:
         t0 = time.perf_counter()
         states, actions = policy.rollout(initial_state(problem), steps)
-        values = [measurer.gflops(s) for s in states]
+        values = gflops_all(measurer, states)  # each new schedule built once, all in one module
         seconds = time.perf_counter() - t0
         best = max(range(len(states)), key=lambda k: values[k])
         running = [max(values[: k + 1]) for k in range(len(values))]
