@@ -127,3 +127,24 @@ def test_head_gradients_over_many_rows_match_the_reference(
             np.testing.assert_allclose(v, other[k], rtol=2e-4, atol=2e-5, err_msg=str(k))
     if backend == "jax":  # the heads' weight gradients contract >= 1,100 rows in a compiled region
         assert any(s[-1] >= 1100 for s in traced), traced
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ((4, 16, 6, 1, 8), (1, 16, 1, 8, 8)),  # a per-point row times one matrix per agent
+        ((4, 1, 6, 3, 8), (1, 5, 1, 8, 2)),  # each side varies along its own batch dims
+        ((1, 16, 1, 2, 8), (4, 16, 6, 8, 8)),
+        ((4, 16, 6, 1, 8), (4, 16, 6, 8, 8)),  # the same batch: a plain batched product
+    ],
+)
+def test_products_with_partly_broadcast_batches(backend: str, a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    """The operands of a product batched over (b, s, t) whose weights vary over s alone reach
+    the kernel with size-1 batch dims (``plan/layout``'s expand step for a ``MATMUL``)."""
+    be = get_backend(backend)
+    x, y = _f32(*a), _f32(*b)
+    batch = tuple(max(p, q) for p, q in zip(a[:3], b[:3], strict=True))
+    out = be.run(Op.make(OpKind.MATMUL), [be.from_numpy(x), be.from_numpy(y)], batch, [True, True], {})
+    assert tuple(out.shape) == batch + (a[-2], b[-1])
+    _close(be.to_numpy(out), x, y)

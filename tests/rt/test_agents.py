@@ -138,3 +138,50 @@ def test_agent_errors_name_the_parameter_and_the_fix() -> None:
         ctx.compile({S: 4, I: 2}, backend="torch")
     with pytest.raises(trl.TimeRLError, match="2 seeds for 3 agents"):
         ctx.compile({S: 3, I: 2}, backend="torch", seed=[1, 2]).execute()
+
+
+def _rows_times_agent_weights(k: int | None, backend: str) -> tuple[dict[tuple[Any, int], np.ndarray], Any]:
+    """Rows of a rollout over envs ``b`` and steps ``t`` times a (2, 3) weight per agent,
+    trained by SGD on the rows' sum."""
+    got: dict[tuple[Any, int], np.ndarray] = {}
+    w0 = np.random.default_rng(5).normal(size=(K, 2, 3)).astype(np.float32)
+    ctx = trl.Context(dims=("b", "i", "t", "s"))
+    with ctx as ((b, B), (i, I), (t, T), (s, S)):
+        if k is None:
+            w = trl.param(w0, domain=(i, s), agents=(s,), name="w")
+        else:
+            w = trl.param(w0[k], domain=(i,), name="w")
+        o = trl.empty((2,), domain=(b, i, t), name="o")
+        o[b, i, 0] = trl.const(X)[b] + trl.as_tensor(i) * 0.01
+        o[b, i, t + 1] = (o * 0.9).tanh() + 0.05
+        ((((o @ w).tanh() - 0.5) ** 2).sum()).backward()
+        trl.optim.SGD([w], lr=0.05).step()
+        w.sink(lambda v, p: got.__setitem__((p.get("s"), p["i"]), np.array(v)))
+    bounds = {B: 16, I: 3, T: 5}
+    ex = ctx.compile({**bounds, S: K} if k is None else bounds, backend=backend)
+    ex.execute()
+    return got, ex.pdg
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_products_read_agent_weights_without_a_copy_per_point(backend: str) -> None:
+    """A product batched over (b, s) reads the weights of agent s with a size-1 ``b`` dim
+    (no copy of them per row: ``plan/layout``), and agent k still trains as it would alone."""
+    from timerl.pdg.ops import OpKind
+    from timerl.plan.layout import input_layout
+
+    many, pdg = _rows_times_agent_weights(None, backend)
+    expands = [
+        arg
+        for e in pdg.edges
+        if pdg.nodes[e.sink].op.kind is OpKind.MATMUL and e.src in pdg.nodes
+        for kind, arg in input_layout(pdg.nodes[e.src], pdg.nodes[e.sink], e).steps
+        if kind == "expand"
+    ]
+    assert expands and all(full is None for _, _, full in expands), expands
+    for k in range(K):
+        one, _ = _rows_times_agent_weights(k, backend)
+        for i in range(3):
+            # products batched over the agents sum in another order than one agent's (both
+            # backends, with or without the weights copied per point): a few ulps in 3 steps
+            np.testing.assert_allclose(many[(k, i)], one[(None, i)], rtol=1e-5, atol=1e-7)

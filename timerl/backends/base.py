@@ -566,6 +566,41 @@ def matmul(fn: Callable[[Any, Any], Any], transposed_lhs: Callable[[Any, Any], A
     return kernel
 
 
+def partly_broadcast(sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
+    """Whether two batch shapes of a product differ with neither all ones: a plain batched
+    matmul then copies the broadcast operand (PPO's per-point ``g @ W^T`` with ``W`` per agent,
+    ``(4, 16, 128, 1, 64) @ (1, 16, 1, 64, 64)``: the weights copied 512 times, 128 MB, and
+    8,192 one-row products; on JAX 150 ms of a 16-agent learner region, 13 ms as one einsum,
+    ``jax_backend._matmul``)."""
+    return sa != sb and any(x != 1 for x in sa) and any(y != 1 for y in sb)
+
+
+def matmul_broadcast(einsum: Callable[..., Any], a: Any, b: Any) -> Any:
+    """``a @ b`` (same ranks) with partly broadcast batch dims as one ``einsum(spec, a, b)``:
+    dims where only ``a`` varies become rows of its products, dims where both vary a batch of
+    products, dims where only ``b`` varies columns."""
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    ia, ib, io = "", "", ""
+    a_keep, b_keep = [], []
+    for x, y in zip(a.shape[:-2], b.shape[:-2], strict=True):
+        if x == 1 and y == 1:
+            continue
+        d = next(letters)
+        io += d
+        if x != 1:
+            ia += d
+            a_keep.append(x)
+        if y != 1:
+            ib += d
+            b_keep.append(y)
+    m, k, n = next(letters), next(letters), next(letters)
+    a2 = a.reshape(tuple(a_keep) + tuple(a.shape[-2:]))
+    b2 = b.reshape(tuple(b_keep) + tuple(b.shape[-2:]))
+    out = einsum(f"{ia}{m}{k},{ib}{k}{n}->{io}{m}{n}", a2, b2)
+    lead = tuple(max(x, y) for x, y in zip(a.shape[:-2], b.shape[:-2], strict=True))
+    return out.reshape(lead + (a.shape[-2], b.shape[-1]))
+
+
 def _discount_column(be: AbstractBackend, gamma: float, k: int, trailing: int, like: Any) -> Any:
     """``gamma ** arange(k)`` (computed in float64) shaped ``(k, 1, ..., 1)`` with ``like``'s dtype."""
     w = float(gamma) ** np.arange(k, dtype=np.float64)

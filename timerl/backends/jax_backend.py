@@ -311,6 +311,8 @@ def _matmul(a: Any, b: Any) -> Any:
     multiply-adds of ``a``'s columns and ``b``'s rows (:data:`_NARROW_ROWS`). The rows are all
     of ``a``'s when ``b`` is one matrix, else those of one of ``a``'s matrices (so a product
     batched over agents takes the same path as one agent's)."""
+    if a.ndim == b.ndim > 2 and base.partly_broadcast(a.shape[:-2], b.shape[:-2]):
+        return base.matmul_broadcast(functools.partial(jnp.einsum, precision=matmul_precision()), a, b)
     k = a.shape[-1]
     rows = math.prod(a.shape[:-1]) if math.prod(b.shape[:-2]) == 1 else a.shape[-2]
     if 1 <= k <= _NARROW_K and rows >= _NARROW_ROWS and _cpu():

@@ -128,6 +128,8 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     thread: ``(64, 128000) @ (128000, 2)`` (the weight gradient of a 2-action policy head)
     42-46 ms as is, 5-6 ms swapped; ``(512, 64) @ (64, 2)`` (acting) 36 -> 18 us, ``n = 4`` 33 ->
     9 us, ``n = 16`` 14 -> 17 us (hence the bound); ``(8, 64) @ (64, n)`` 2 -> 4-5 us."""
+    if a.ndim == b.ndim > 2 and base.partly_broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2])):
+        return base.matmul_broadcast(torch.einsum, a, b)
     m, n = a.shape[-2] if a.ndim >= 2 else 1, b.shape[-1] if b.ndim >= 2 else 1
     if a.ndim >= 2 and b.ndim >= 2 and 2 <= n <= 8 and n < m and m * a.shape[-1] >= 32768:
         return (b.mT @ a.mT).mT

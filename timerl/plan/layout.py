@@ -120,12 +120,15 @@ class InputLayout:
             elif kind == "perm":
                 k = len(arg)
                 x = ops.permute_axes(x, tuple(arg) + tuple(range(k, x.ndim)))
-            else:  # "expand": (ndim of the batch before, reshape target, broadcast shape)
+            else:  # "expand": (ndim of the batch before, reshape target, broadcast shape or None)
                 nb, lead, full = arg
-                if is_padded(full):
-                    lead, full = resolve_batch(lead, env), resolve_batch(full, env)
+                if is_padded(lead) or (full is not None and is_padded(full)):
+                    lead = resolve_batch(lead, env)
+                    full = None if full is None else resolve_batch(full, env)
                 s = tuple(x.shape)
-                x = ops.broadcast_to(x.reshape(lead + s[nb:]), full + s[nb:])
+                x = x.reshape(lead + s[nb:])
+                if full is not None:
+                    x = ops.broadcast_to(x, full + s[nb:])
         return x
 
     def compile(self, ops: ArrayOps) -> Callable[[Any, Mapping[Sym, int]], Any] | None:
@@ -216,5 +219,7 @@ def input_layout(src: Node, sink: Node, e: Edge) -> InputLayout:
                 )
         if extra:  # stacked per-point dims stay after the (expanded) batch
             raise ValueError(f"edge {e!r}: cannot expand the batch with per-point batch dims {extra}")
-        steps.append(("expand", (len(keep), lead, full)))
+        # a matrix product broadcasts size-1 batch dims itself, without copying the operand
+        # (the backends' MATMUL kernels: one product per agent's weights, not one per point)
+        steps.append(("expand", (len(keep), lead, None if sink.op.kind is OpKind.MATMUL else full)))
     return InputLayout(tuple(steps), True)
