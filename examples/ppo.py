@@ -16,6 +16,7 @@ import numpy as np
 
 import timerl as trl
 from timerl.agents.ppo import EnvFn, PPOArgs, agent_settings, build, build_fixed, make_env
+from timerl.backends import import_backend
 
 
 @dataclass
@@ -36,6 +37,7 @@ def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
         return main_fixed(args, env_fn)
     returns: dict[int, list[float]] = {}
     means: list[float] = []
+    imported = import_backend(args.backend)  # not part of the compile time below
     t0 = time.perf_counter()
     steps = 0
     run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
@@ -54,7 +56,7 @@ def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
 
     ex = build(args, log_fn, env_fn)
     print(
-        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+        f"{args.backend} imported in {imported:.1f}s; compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
     )
     run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
     ex.execute()
@@ -86,6 +88,7 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     episodes that finished in it (the previous mean when none did). With ``--num-seeds`` /
     ``--sweep`` (K agents in one program): each agent's curve is logged (metrics.csv's
     ``agent`` column, TensorBoard ``agent_<k>/``), and the mean over the agents returned."""
+    imported = import_backend(args.backend)  # not part of the compile time below
     t0 = time.perf_counter()
     settings = agent_settings(args)
     n = len(settings)
@@ -115,7 +118,7 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     ex = build_fixed(args, log_fn, env_fn)
     who = f" for {n} agents ({_describe(settings)})" if n > 1 else ""
     print(
-        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}{who}"
+        f"{args.backend} imported in {imported:.1f}s; compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}{who}"
     )
     run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet, agents=n)
     ex.execute()

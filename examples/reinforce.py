@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import timerl as trl
+from timerl.backends import import_backend
 from timerl.run import RunArgs, checkpoint_and_compile
 
 
@@ -94,6 +95,7 @@ def main(args: Args) -> list[float]:
     returns: dict[tuple[int, int], list[float]] = {}  # (iteration, agent) -> each env's return
     per_iter: dict[int, list[float]] = {}  # iteration -> each agent's mean return
     means: list[float] = []  # per iteration: the mean over the agents
+    imported = import_backend(args.backend)  # not part of the compile time below
     t0 = time.perf_counter()
     run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
@@ -117,7 +119,7 @@ def main(args: Args) -> list[float]:
 
     ex = build(args, log_fn)
     print(
-        f"compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+        f"{args.backend} imported in {imported:.1f}s; compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
         + (
             f" for {n} agents (seeds {args.seed}..{args.seed + n - 1}; {' '.join(args.sweep)})"
             if n > 1

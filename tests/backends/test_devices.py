@@ -73,3 +73,13 @@ def test_torch_backend_copies_gpu_imports_to_its_device(caplog: pytest.LogCaptur
     assert y.device == z.device == be.device
     np.testing.assert_array_equal(y.numpy(), np.arange(4.0, dtype=np.float32))
     assert sum("copied there at every step" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_import_backend_reports_the_seconds_once_and_checks_the_name() -> None:
+    from timerl.backends import import_backend
+    from timerl.errors import BackendError
+
+    import_backend("jax")  # imported by this module already or now
+    assert import_backend("jax") == 0.0
+    with pytest.raises(BackendError, match="unknown backend 'tf'"):
+        import_backend("tf")
