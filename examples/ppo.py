@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import timerl as trl
-from timerl.agents.ppo import EnvFn, PPOArgs, agent_settings, build, build_fixed, make_env
+from timerl.agents.ppo import EnvFn, PPOArgs, agent_settings, build, build_fixed, check_args, make_env
 from timerl.backends import import_backend
 
 
@@ -26,7 +26,7 @@ class Args(PPOArgs):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program")
+    return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program", check=check_args)
 
 
 def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:

@@ -92,3 +92,22 @@ def test_copied_example_help_shows_every_field_doc(name: str, tmp_path: Path) ->
     for n in names:
         assert f"--{n.replace('_', '-')}" in out
         assert " ".join(docs[n].split()[:4]) in flat, n
+
+
+def test_a_flag_that_cannot_make_a_program_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """``examples/ppo.py --num-seeds 2`` without ``--num-steps`` (and ``--num-envs 0``) stop
+    at the command line with argparse's usage error naming the flag, not a traceback."""
+    from timerl.agents.ppo import PPOArgs, check_args
+
+    for argv, said in (
+        (["--num-seeds", "2"], "give --num-steps N"),
+        (["--num-envs", "0"], "--num-envs must be"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            trl.run.parse_args(PPOArgs, argv=argv, check=check_args)
+        assert stop.value.code == 2
+        assert said in capsys.readouterr().err
+    assert (
+        trl.run.parse_args(PPOArgs, argv=["--num-seeds", "2", "--num-steps", "8"], check=check_args).num_seeds
+        == 2
+    )

@@ -7,11 +7,12 @@ import argparse
 import ast
 import inspect
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from timerl.backends import BACKEND_NAMES
+from timerl.errors import TimeRLError
 
 A = TypeVar("A")
 
@@ -72,7 +73,11 @@ def _parse_bool(s: str) -> bool:
 
 
 def parse_args(
-    cls: type[A], defaults: A | None = None, description: str = "", argv: Sequence[str] | None = None
+    cls: type[A],
+    defaults: A | None = None,
+    description: str = "",
+    argv: Sequence[str] | None = None,
+    check: Callable[[A], None] | None = None,
 ) -> A:
     """An instance of dataclass ``cls`` from the command line (``argv``, default ``sys.argv``).
 
@@ -80,6 +85,8 @@ def parse_args(
     default; a boolean flag alone means true (``--quiet``) and takes a value too
     (``--quiet false``). ``--help`` lists each flag with its field's docstring and its
     default, which comes from ``defaults`` when given (a variant's settings), else ``cls()``.
+    ``check(args)``, where given, may raise a ``TimeRLError`` naming a flag: it is then a usage
+    error (the message after the usage line, exit status 2), not a traceback.
     """
     d = defaults if defaults is not None else cls()
     docs = field_docs(cls)
@@ -99,4 +106,10 @@ def parse_args(
         else:
             p.add_argument(flag, type=type(v), default=v, help=doc, metavar=type(v).__name__.upper())
     got = vars(p.parse_args(argv))
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in got.items()})
+    args = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in got.items()})
+    if check is not None:
+        try:
+            check(args)
+        except TimeRLError as e:
+            p.error(str(e))
+    return args
