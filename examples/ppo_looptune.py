@@ -89,7 +89,9 @@ class Args(ppo.PPOArgs):
 
 
 def parse_args(defaults: Args | None = None) -> Args:
-    return trl.run.parse_args(Args, defaults, "LoopTune: PPO over loop-nest schedules, as a timerl program")
+    return trl.run.parse_args(
+        Args, defaults, "LoopTune: PPO over loop-nest schedules, as a timerl program", check=ppo.check_args
+    )
 
 
 def main(args: Args) -> dict:

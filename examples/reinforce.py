@@ -49,8 +49,17 @@ class Args(RunArgs):
     """run directory: metrics.csv, TensorBoard events, learning_curve.png"""
 
 
+def check_args(args: Args) -> None:
+    """Raise a ``TimeRLError`` naming the flag that cannot make the program."""
+    for name in ("num_envs", "iterations", "hidden", "num_seeds"):
+        if getattr(args, name) < 1:
+            raise trl.TimeRLError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.n < 0:
+        raise trl.TimeRLError(f"--n must be 0 (Monte-Carlo returns) or a window length, got {args.n}")
+
+
 def parse_args(defaults: Args | None = None) -> Args:
-    return trl.run.parse_args(Args, defaults, "REINFORCE as a timerl program")
+    return trl.run.parse_args(Args, defaults, "REINFORCE as a timerl program", check=check_args)
 
 
 def build(args: Args, log_fn, **options):

@@ -94,20 +94,30 @@ def test_copied_example_help_shows_every_field_doc(name: str, tmp_path: Path) ->
         assert " ".join(docs[n].split()[:4]) in flat, n
 
 
-def test_a_flag_that_cannot_make_a_program_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """``examples/ppo.py --num-seeds 2`` without ``--num-steps`` (and ``--num-envs 0``) stop
-    at the command line with argparse's usage error naming the flag, not a traceback."""
-    from timerl.agents.ppo import PPOArgs, check_args
-
-    for argv, said in (
-        (["--num-seeds", "2"], "give --num-steps N"),
-        (["--num-envs", "0"], "--num-envs must be"),
-    ):
-        with pytest.raises(SystemExit) as stop:
-            trl.run.parse_args(PPOArgs, argv=argv, check=check_args)
-        assert stop.value.code == 2
-        assert said in capsys.readouterr().err
-    assert (
-        trl.run.parse_args(PPOArgs, argv=["--num-seeds", "2", "--num-steps", "8"], check=check_args).num_seeds
-        == 2
-    )
+@pytest.mark.parametrize(
+    ("name", "argv", "said"),
+    [
+        ("ppo", ["--num-seeds", "2"], "give --num-steps N"),
+        ("ppo", ["--num-envs", "0"], "--num-envs must be at least 1"),
+        ("ppo_looptune", ["--iterations", "0"], "--iterations must be at least 1"),
+        ("reinforce", ["--n", "-1"], "--n must be 0"),
+        ("reinforce", ["--num-seeds", "0"], "--num-seeds must be at least 1"),
+    ],
+)
+def test_a_flag_that_cannot_make_a_program_is_a_usage_error(
+    name: str, argv: list[str], said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flag that cannot make the example's program stops at the command line with
+    argparse's usage error naming it (exit status 2), not a traceback after building."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        mod = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])
+    with pytest.raises(SystemExit) as stop:
+        mod.parse_args()
+    assert stop.value.code == 2
+    assert said in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", [f"{name}.py"])
+    assert isinstance(mod.parse_args(), mod.Args)  # the defaults pass
