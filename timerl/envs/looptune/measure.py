@@ -396,6 +396,17 @@ class TVMMeasurer:
         return gf
 
 
+def timing_plan(once: float, repeats: int, min_repeats: int, repeat_ms: float) -> tuple[int, int]:
+    """``(calls per repeat, repeats)`` of the timing rule (:func:`best_seconds`): a kernel
+    faster than ``repeat_ms`` (``once``: the seconds of one untimed call) runs ``repeats``
+    repeats of about ``repeat_ms`` each; a slower one single calls, as many as fit
+    ``repeats * repeat_ms`` but at least ``min_repeats``."""
+    if once * 1e3 < repeat_ms:
+        return max(1, int(repeat_ms * 1e-3 / max(once, 1e-7))), repeats
+    budget_s = repeats * repeat_ms * 1e-3
+    return 1, max(min_repeats, min(repeats, int(budget_s / once)))
+
+
 def best_seconds(
     lib: Any,
     dev: Any,
@@ -411,11 +422,7 @@ def best_seconds(
     faster than ``repeat_ms`` (``once``: the seconds of one untimed call) runs ``repeats``
     repeats of about ``repeat_ms`` each; a slower one runs single calls, as many as fit
     ``repeats * repeat_ms`` but at least ``min_repeats``."""
-    if once * 1e3 < repeat_ms:
-        number, repeat = max(1, int(repeat_ms * 1e-3 / max(once, 1e-7))), repeats
-    else:  # a slow kernel: single runs, as many as fit the budget, at least min_repeats
-        budget_s = repeats * repeat_ms * 1e-3
-        number, repeat = 1, max(min_repeats, min(repeats, int(budget_s / once)))
+    number, repeat = timing_plan(once, repeats, min_repeats, repeat_ms)
     timer = lib.time_evaluator(name, dev, number=number, repeat=repeat)
     return float(min(timer(*args).results))
 

@@ -78,7 +78,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from timerl.envs.looptune.measure import best_seconds
+from timerl.envs.looptune.measure import best_seconds, timing_plan
 from timerl.envs.looptune.tvm_lower import host_target, import_tvm
 from timerl.envs.release import template
 from timerl.envs.release.space import Config, KnobSpace, Layer, LayerKind
@@ -235,10 +235,7 @@ def time_call(
         raise TimeRLError(f"timing: clock must be one of {CLOCKS} and estimator one of {ESTIMATORS}")
     if clock == "wall" and estimator == "min":
         return best_seconds(lib, dev, args, once, repeats, min_repeats, repeat_ms)
-    if once * 1e3 < repeat_ms:
-        number, repeat = max(1, int(repeat_ms * 1e-3 / max(once, 1e-7))), repeats
-    else:
-        number, repeat = 1, max(min_repeats, min(repeats, int(repeats * repeat_ms * 1e-3 / once)))
+    number, repeat = timing_plan(once, repeats, min_repeats, repeat_ms)
     if clock == "wall":
         results = list(lib.time_evaluator("main", dev, number=number, repeat=repeat)(*args).results)
     else:
