@@ -164,6 +164,64 @@ def test_checkpoints_are_written_at_the_ends_of_compiled_iterations(tmp_path) ->
             np.testing.assert_allclose(arrs[key], files[False][name][key], rtol=1e-6)
 
 
+def _updates() -> tuple[trl.Context, dict, dict]:
+    """w updated K times per iteration i (an inner loop unrolled into the body: conditions
+    over (i, k)), a value sunk after odd iterations only (a condition on i alone)."""
+    seen: dict = {}
+    ctx = trl.Context(dims=("i", "k"))
+    with ctx as ((i, I), (k, K)):
+        w = trl.empty((2,), domain=(i, k), name="w")
+        w[0, 0] = trl.const(np.array([0.3, -0.2], np.float32))
+        w[i, k + 1] = (w * 0.9).tanh() + 0.01
+        w[i + 1, 0] = w[i, K - 1] * 1.0
+        z = w[i, K - 1].exp()
+        z[(i + 1) % 2 == 0].sink(lambda v, p: seen.__setitem__(p["i"], np.array(v)))
+    return ctx, {I: 9, K: 3}, seen
+
+
+def test_signatures_evaluated_in_chunks_equal_one_iteration_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An iteration's key (its conditions over the inner loops' iterations) is evaluated for
+    a chunk of iterations at once: every iteration's equals the conditions evaluated at that
+    iteration alone, across chunk boundaries (a chunk of 3 against a period of 2), and runs
+    with either chunk give the values of the statement-by-statement run."""
+
+    def one_at_a_time(it: Any, v: int) -> tuple[Any, ...]:
+        out = []
+        for fn, loops in it.conds:
+            env = dict(it.ex._static)
+            env[it.var] = v
+            if loops:
+                env.update(it._grid(loops))
+            a = np.asarray(fn(env)[0]).astype(bool)
+            out.append(a if a.ndim else bool(a))
+        return tuple(out)
+
+    runs = {}
+    for name, compiled, chunk in (("off", False, 64), ("64", True, 64), ("3", True, 3)):
+        monkeypatch.setattr(iteration, "SIGNATURE_CHUNK", chunk)
+        ctx, bounds, seen = _updates()
+        ex = ctx.compile(bounds, backend="jax", compile_iterations=compiled)
+        ex.execute()
+        runs[name] = seen
+    it = ex._interp._iteration
+    assert it.calls >= 5 and any(loops for _, loops in it.conds) and any(not lp for _, lp in it.conds)
+    it._sigs = {}
+    keys = [it._signature(v) for v in range(9)]
+    for v in range(9):
+        for got, want in zip(keys[v], one_at_a_time(it, v), strict=True):
+            if isinstance(want, bool):
+                assert got == want
+            else:
+                assert got == np.packbits(want).tobytes() + bytes([want.size % 8])
+    assert keys[1] == keys[3] == keys[5] != keys[2] == keys[4] != keys[0]
+    for name in ("64", "3"):
+        assert sorted(runs[name]) == [1, 3, 5, 7]
+        for v in (1, 3, 5, 7):
+            np.testing.assert_allclose(runs[name][v], runs["off"][v], rtol=1e-6)
+
+
 def test_a_sink_error_inside_a_compiled_call_is_raised() -> None:
     with pytest.raises(TimeRLError, match="the sink refuses this value"):
         _run(True, bad_sink_at=4)

@@ -82,6 +82,9 @@ MIN_LEFT = 50
 SAMPLES = 3
 """auto: steady iterations timed each way before choosing."""
 _MAX_GRID = 1 << 22  # inner iterations a condition is checked over
+SIGNATURE_CHUNK = 64
+"""Iterations whose conditions are evaluated in one vectorized pass (one pass per iteration cost
+~55 us per condition: 1.5 ms of a 10 ms iteration for PPO with CleanRL's settings)."""
 
 
 @dataclass
@@ -109,6 +112,7 @@ class CompiledIteration:
         self.conds = [(compile_exprs_elementwise([c.expr]), c.loops) for c in plan.body_conds]
         # by the loops' identities: hashing a Loop hashes its whole body (a frozen dataclass)
         self._grids: dict[tuple[int, ...], dict[Sym, np.ndarray]] = {}
+        self._sigs: dict[int, tuple[Any, ...]] = {}  # signatures of the current chunk of iterations
         nodes = {s.node for s in walk(loop.body) if isinstance(s, Exec)}
         nodes |= {m for s in walk(loop.body) for m in getattr(s, "members", ())}
         self.pures = []
@@ -171,14 +175,39 @@ class CompiledIteration:
         return g
 
     def _signature(self, v: int) -> tuple[Any, ...]:
-        env: dict[Sym, Any] = dict(self.ex._static)
-        env[self.var] = v
-        out = []
+        """The conditions' values at iteration ``v`` over the inner loops' iterations (taken
+        from a cache filled :data:`SIGNATURE_CHUNK` iterations at a time)."""
+        sig = self._sigs.get(v)
+        if sig is None:
+            self._sigs = self._signatures(v)
+            sig = self._sigs[v]
+        return sig
+
+    def _signatures(self, v0: int) -> dict[int, tuple[Any, ...]]:
+        """:meth:`_signature` of the iterations ``v0, v0 + inc, ...`` (:data:`SIGNATURE_CHUNK`
+        of them; those past the loop's end are evaluated too, harmlessly), each condition
+        evaluated once over (iterations x inner iterations)."""
+        vs = v0 + int(self.loop.inc) * np.arange(SIGNATURE_CHUNK, dtype=np.int64)
+        cols: list[list[Any]] = []
         for fn, loops in self.conds:
-            (c,) = fn({**env, **self._grid(loops)} if loops else env)
-            a = np.asarray(c).astype(bool)
-            out.append(np.packbits(a).tobytes() + bytes([a.size % 8]) if a.ndim else bool(a))
-        return tuple(out)
+            env: dict[Sym, Any] = dict(self.ex._static)
+            if loops:
+                grid = self._grid(loops)
+                env.update(grid)
+                env[self.var] = vs[:, None]
+                size = len(next(iter(grid.values())))
+                with np.errstate(all="ignore"):
+                    (c,) = fn(env)
+                a = np.broadcast_to(np.asarray(c).astype(bool), (len(vs), size))
+                packed = np.packbits(a, axis=1)
+                tail = bytes([size % 8])
+                cols.append([row.tobytes() + tail for row in packed])
+            else:
+                env[self.var] = vs
+                with np.errstate(all="ignore"):
+                    (c,) = fn(env)
+                cols.append(np.broadcast_to(np.asarray(c).astype(bool), vs.shape).tolist())
+        return {int(v): tuple(col[k] for col in cols) for k, v in enumerate(vs)}
 
     # -- the state -------------------------------------------------------------------------
     def _flatten(self, base: int) -> tuple[tuple[Any, ...], list[Any]]:
