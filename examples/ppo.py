@@ -6,7 +6,8 @@
 # timerl/agents/ppo.py (`timerl.agents.ppo`); this script trains it and logs the returns.
 #   python examples/ppo.py --num-envs 8 --num-steps 128 --iterations 100 --backend torch
 # --num-seeds K (and --sweep lr=3e-4,1e-3 ...) trains K agents (x the grid) at once in one
-# program along a dim s: agent k as the one-agent run with --seed SEED + k would.
+# program along a dim s: agent k as the one-agent run with --seed SEED + k would, episodic
+# (T: the longest episode of every agent's envs) or with --num-steps N.
 from __future__ import annotations
 
 import time
@@ -31,34 +32,51 @@ def parse_args(defaults: Args | None = None) -> Args:
 
 def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     """Train with one episode per env and iteration (``--num-steps 0``), else with
-    fixed-length rollouts (:func:`main_fixed`); returns the mean return per iteration."""
+    fixed-length rollouts (:func:`main_fixed`); returns the mean return per iteration. With
+    ``--num-seeds`` / ``--sweep`` (K agents in one program): each agent's curve is logged
+    (metrics.csv's ``agent`` column, TensorBoard ``agent_<k>/``), and the mean over the
+    agents returned."""
     trl.run.setup_logging()
     if args.num_steps > 0:
         return main_fixed(args, env_fn)
-    returns: dict[int, list[float]] = {}
-    means: list[float] = []
+    settings = agent_settings(args)
+    n = len(settings)
+    returns: dict[tuple[int, int], list[float]] = {}  # (iteration, agent) -> each env's return
+    per_iter: dict[int, list[float]] = {}  # iteration -> each agent's mean return
+    means: list[float] = []  # per iteration: the mean over the agents
     imported = import_backend(args.backend)  # not part of the compile time below
     t0 = time.perf_counter()
-    steps = 0
+    steps = [0] * n  # env steps so far, per agent (the printed line: their mean)
     run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
-        nonlocal steps
-        it = pt["i"]
-        returns.setdefault(it, []).append(float(v[0]))
-        steps += int(v[1])
-        if len(returns[it]) == args.num_envs:
-            m = float(np.mean(returns[it]))
-            means.append(m)
-            line = f"iter {it:4d}  mean return {m:9.3f}  env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
-            assert run is not None
-            run.log(it, line, mean_return=m, env_steps=steps)
+        it, k = pt["i"], pt.get("s", 0)
+        got = returns.setdefault((it, k), [])
+        got.append(float(v[0]))
+        steps[k] += int(v[1])
+        if len(got) < args.num_envs:
+            return
+        m = float(np.mean(got))
+        del returns[(it, k)]
+        per_iter.setdefault(it, []).append(m)
+        line = None
+        if len(per_iter[it]) == n:  # the last agent of this iteration
+            now = per_iter.pop(it)
+            means.append(float(np.mean(now)))
+            spread = f" (+- {np.std(now):.3f} over {n} agents, worst {min(now):.3f})" if n > 1 else ""
+            line = (
+                f"iter {it:4d}  mean return {means[-1]:9.3f}{spread}  env steps {sum(steps) // n:8d}  "
+                f"time {time.perf_counter() - t0:7.1f}s"
+            )
+        assert run is not None
+        run.log(it, line, agent=k if n > 1 else None, mean_return=m, env_steps=steps[k])
 
     ex = build(args, log_fn, env_fn)
+    who = f" for {n} agents ({_describe(settings)})" if n > 1 else ""
     print(
-        f"{args.backend} imported in {imported:.1f}s; compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}"
+        f"{args.backend} imported in {imported:.1f}s; compiled in {time.perf_counter() - t0:.1f}s; running {args.iterations} iterations on {args.backend}{who}"
     )
-    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet)
+    run = trl.run.RunLog(args.out_dir, args.iterations, f"PPO {args.env_id}", args.quiet, agents=n)
     ex.execute()
     run.close(curve="mean_return", x="env_steps")
     return means

@@ -97,7 +97,7 @@ def test_copied_example_help_shows_every_field_doc(name: str, tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("name", "argv", "said"),
     [
-        ("ppo", ["--num-seeds", "2"], "give --num-steps N"),
+        ("ppo", ["--num-seeds", "2", "--bc-coef", "0.1"], "give --bc-coef 0"),
         ("ppo", ["--num-envs", "0"], "--num-envs must be at least 1"),
         ("ppo_looptune", ["--iterations", "0"], "--iterations must be at least 1"),
         ("reinforce", ["--n", "-1"], "--n must be 0"),

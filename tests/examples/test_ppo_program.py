@@ -72,6 +72,38 @@ def test_short_training_run(backend: str, capsys) -> None:
     assert "env steps" in capsys.readouterr().out
 
 
+def test_num_seeds_episodic_logs_each_agent(tmp_path, capsys) -> None:
+    """``examples/ppo.py --num-seeds 2`` in its default episodic mode: 2 agents in one program,
+    metrics.csv has one row per agent and iteration (an ``agent`` column), TensorBoard one run
+    per agent, and ``main`` returns the mean over the agents per iteration."""
+    import csv
+
+    args = ppo.Args(
+        backend="torch",
+        iterations=2,
+        num_envs=2,
+        hidden=8,
+        seed=1,
+        num_seeds=2,
+        out_dir=str(tmp_path),
+        quiet=True,
+    )
+    means = ppo.main(args)
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((int(float(r["iteration"])), int(float(r["agent"]))) for r in rows) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
+    per = {(int(float(r["iteration"])), int(float(r["agent"]))): float(r["mean_return"]) for r in rows}
+    assert len(means) == 2 and all(8 <= m <= 500 for m in means)
+    assert means == pytest.approx([(per[(i, 0)] + per[(i, 1)]) / 2 for i in range(2)])
+    assert (tmp_path / "agent_0").is_dir() and (tmp_path / "agent_1").is_dir()
+    assert "over 2 agents" in capsys.readouterr().out
+
+
 def _ppo_returns(args: ppo.Args) -> tuple[list[tuple[int, float]], object]:
     got: list[tuple[int, float]] = []
     ex = ppo.build(args, lambda v, p: got.append((p["i"], float(v[0]))))

@@ -16,7 +16,9 @@ Public API (``examples/ppo.py`` is the training script around it)::
     ex.execute()
 
 ``log_fn(value, point)`` is a sink called once per env and iteration (:func:`build`) or
-once per iteration (:func:`build_fixed`). The pieces (:func:`gae`, :func:`normalise`,
+once per iteration (:func:`build_fixed`). With ``num_seeds`` / ``sweep`` (several agents,
+either build) the agents run along a last dim ``s`` (``point["s"]``): agent k as the
+one-agent run with ``seed + k`` and its settings. The pieces (:func:`gae`, :func:`normalise`,
 :func:`clipped_loss`, :func:`surrogate`, :func:`minibatch_loss`) serve agents with their own
 network or env (``examples/ppo_tiramisu.py``).
 """
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
 LogFn = Callable[[np.ndarray, dict[str, int]], None]
 """A sink: ``log_fn(host_value, point)``, ``point`` maps dim names to their values."""
 EnvFn = Callable[[Any, Any], Any]
-"""``env_fn(args, B)``: the env of ``args`` with ``B`` (a bound symbol) envs along dim b."""
+"""``env_fn(args, B)``: the env of ``args`` with ``B`` (a bound symbol) envs along dim b;
+``env_fn(args, B, S)`` with several agents (``B`` envs per agent, S the agent dim's bound)."""
 
 
 @dataclass
@@ -111,8 +114,9 @@ class PPOArgs(RunArgs):
     seed: int = 0
     """random seed"""
     num_seeds: int = 1
-    """agents trained at once in one program, along a dim s (with --num-steps): agent k runs as
-    a one-agent run with --seed SEED + k would (its network, its envs, its random draws)"""
+    """agents trained at once in one program, along a dim s: agent k runs as a one-agent run
+    with --seed SEED + k would (its network, its envs, its random draws); episodic, T is the
+    longest episode of every agent's envs"""
     sweep: tuple[str, ...] = ()
     """settings varied over the agents, a grid: --sweep lr=3e-4,1e-3 ent_coef=0,0.01 trains
     every combination, each with --num-seeds seeds (fields: lr, ent_coef, vf_coef, clip_coef,
@@ -142,9 +146,10 @@ def check_args(args: PPOArgs) -> None:
         )
     if args.layers < 0:
         raise TimeRLError(f"--layers must be 0 or more, got {args.layers}")
-    if len(agent_settings(args)) > 1 and args.num_steps <= 0:
+    if len(agent_settings(args)) > 1 and args.bc_coef > 0.0:
         raise TimeRLError(
-            "--num-seeds / --sweep train several agents with fixed-length rollouts: give --num-steps N"
+            "--bc-coef imitates one agent's demonstrations: with --num-seeds / --sweep (several "
+            "agents) give --bc-coef 0, or train one agent per run"
         )
     n = args.num_envs * args.num_steps
     if args.num_steps > 0 and n % args.num_minibatches:
@@ -154,18 +159,30 @@ def check_args(args: PPOArgs) -> None:
         )
 
 
-def gae(args: PPOArgs, b: Sym, i: Sym, t: Sym, T: Sym, v: RT, r: RT, d: RT) -> tuple[RT, RT, RT]:
+def gae(
+    args: PPOArgs,
+    b: Sym,
+    i: Sym,
+    t: Sym,
+    T: Sym,
+    v: RT,
+    r: RT,
+    d: RT,
+    agents: tuple[Sym, ...] = (),
+) -> tuple[RT, RT, RT]:
     """alive mask (the env had not finished before t), GAE advantages as a backward
-    recurrence over t (dynamic T), and returns."""
-    alive = trl.empty((), domain=(b, i, t), name="alive")
+    recurrence over t (dynamic T), and returns. ``agents``: the agent dim (last in the
+    context: indices leave it implicit; T is then the longest episode of every agent's envs,
+    the steps after an env's end masked by ``alive``)."""
+    alive = trl.empty((), domain=(b, i, t, *agents), name="alive")
     alive[b, i, 0] = trl.ones(())
     alive[b, i, t + 1] = 1.0 - d.cast(trl.float32)
     not_done = 1.0 - d.cast(trl.float32)
-    v_next = trl.empty((), domain=(b, i, t), name="v_next")
+    v_next = trl.empty((), domain=(b, i, t, *agents), name="v_next")
     v_next[b, i, T - 1] = trl.zeros(())
     v_next[b, i, t] = v[b, i, t + 1]
     delta = (r + args.gamma * not_done * v_next.detach() - v.detach()) * alive
-    adv = trl.empty((), domain=(b, i, t), name="adv")
+    adv = trl.empty((), domain=(b, i, t, *agents), name="adv")
     adv[b, i, T - 1] = delta[b, i, T - 1]
     adv[b, i, t] = delta + args.gamma * args.gae_lambda * not_done * adv[b, i, t + 1]
     ret = adv + v.detach()
@@ -173,7 +190,8 @@ def gae(args: PPOArgs, b: Sym, i: Sym, t: Sym, T: Sym, v: RT, r: RT, d: RT) -> t
 
 
 def normalise(args: PPOArgs, adv: RT, alive: RT, B: Sym, i: Sym, T: Sym) -> RT:
-    """(adv - mean) / std over every alive step of iteration i's rollout."""
+    """(adv - mean) / std over every alive step of iteration i's rollout (per agent with an
+    agent dim: it stays implicit in the slices)."""
     if not args.norm_adv:
         return adv
     n = alive[0:B, i, 0:T].sum()
@@ -409,45 +427,53 @@ def build(
     weights: dict[str, np.ndarray] | None = None,
     **options: Any,
 ) -> Executor:
-    """The PPO program, compiled; ``env_fn(args, B)`` makes the env, ``weights`` starts
-    the network from given values (e.g. a checkpoint's); ``options`` go to ``ctx.compile``."""
+    """The PPO program, compiled; ``env_fn(args, B)`` makes the env (``env_fn(args, B, S)``
+    with ``--num-seeds`` / ``--sweep``: ``B`` envs per agent, S agents along a dim s),
+    ``weights`` starts the network from given values (e.g. a checkpoint's); ``options`` go
+    to ``ctx.compile``. With many agents, T is each iteration's longest episode over every
+    agent's envs; ``log_fn``'s point then has the agent ``s``."""
     check_args(args)
     epochs = args.update_epochs > 1 or args.num_minibatches > 1 or args.update_dims
     bc = args.bc_coef > 0.0
+    settings = agent_settings(args)
+    many = len(settings) > 1  # agents along a dim s, last: indices leave it implicit
     # Dim order is loop order where isl has a choice: the update dims come before t, so
     # one (e, m) update sweeps the rollout over t. k: the imitation buffer's slots.
     dims = ("b", "i", "e", "m", "t") if epochs else ("b", "i", "t")
-    ctx = trl.Context(dims=dims + ("k",) if bc else dims)
+    ctx = trl.Context(dims=dims + (("k",) if bc else ()) + (("s",) if many else ()))
     with ctx as syms:
         (b, B), (i, I) = syms[:2]
-        upd, (t, T), slot = list(syms[2 : len(dims) - 1]), syms[len(dims) - 1], syms[len(dims) :]
-        env = env_fn(args, B)
+        upd, (t, T) = list(syms[2 : len(dims) - 1]), syms[len(dims) - 1]
+        slot = syms[len(dims) : len(dims) + 1] if bc else []
+        ag: tuple[Sym, ...] = (syms[-1][0],) if many else ()
+        hp = trl.run.per_agent(args, settings, ag[0]) if many else args  # settings per agent: RTs over s
+        env = env_fn(args, B, syms[-1][1]) if many else env_fn(args, B)
         if bc and not hasattr(env, "demo_buffer"):
             raise TimeRLError(
                 f"--bc-coef needs an env with demonstrations (demo_buffer); {args.env_id} has none"
             )
         pdims = (i, *(s for s, _ in upd))
-        dnn = _network(args, env, pdims, weights)
+        dnn = _network(args, env, pdims, weights, ag, [int(st["seed"]) for st in settings])
         actor = dnn.at(i, 0, 0) if epochs else dnn
         # Acting.
-        o = trl.like(env.obs_space, domain=(b, i, t), name="obs")
-        o[b, i, 0] = env.reset(domain=(b, i))
+        o = trl.like(env.obs_space, domain=(b, i, t, *ag), name="obs")
+        o[b, i, 0] = env.reset(domain=(b, i, *ag))
         a = actor(o)
         v = actor.value()  # V(o[t]) from the same forward pass
         o[b, i, t + 1], r, d = env.step(a)
-        alive, adv, ret = gae(args, b, i, t, T, v, r, d)
-        adv_n = normalise(args, adv, alive, B, i, T)
+        alive, adv, ret = gae(hp, b, i, t, T, v, r, d, ag)
+        adv_n = normalise(hp, adv, alive, B, i, T)
         logp_old = actor.log_prob(a)
         if not epochs:
             # One update: the acting forward pass is the one differentiated (ratio = 1,
             # its gradient is grad log pi).
-            per_point = clipped_loss(args, logp_old, logp_old, actor.entropy(), v, ret, adv_n)
+            per_point = clipped_loss(hp, logp_old, logp_old, actor.entropy(), v, ret, adv_n)
         else:
             m = upd[1][0]
             logp, ent, v_new = dnn.evaluate(o, a)  # parameters at (i, e, m)
             step_mb = trl.as_tensor(t % args.num_minibatches, domain=(i,))  # per i: T is per episode
             in_mb = (step_mb == trl.as_tensor(m)).cast(trl.float32)
-            per_point = clipped_loss(args, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
+            per_point = clipped_loss(hp, logp, logp_old, ent, v_new, ret, adv_n) * in_mb
         loss = per_point * alive / float(args.num_envs)
         loss.backward()
         if bc:  # every update also imitates each task's best episode, from the buffer
@@ -464,12 +490,14 @@ def build(
             )
             logp_d, _, _ = dnn.evaluate(o_d, a_d)
             (bc_loss(logp_d, w_d) * (args.bc_coef / float(args.num_envs))).backward()
-        _adam_step(args, i, dnn)
-        # per env: (episode return, steps alive), reported once per iteration
+        _adam_step(hp, i, dnn)
+        # per env (and agent): (episode return, steps alive), reported once per iteration
         trl.stack([r[b, i, 0:T].sum(0), alive[b, i, 0:T].sum(0)]).sink(log_fn)
     bounds = {B: args.num_envs, I: args.iterations, T: d}
     if epochs:
         bounds.update({upd[0][1]: args.update_epochs, upd[1][1]: args.num_minibatches})
     if bc:
         bounds[slot[0][1]] = env.demo_slots(args.num_minibatches)
+    if many:
+        bounds[syms[-1][1]] = len(settings)
     return checkpoint_and_compile(ctx, args, dnn, i, bounds, **options)
