@@ -83,6 +83,18 @@ def test_cli_checkpoint_and_resume(tmp_path) -> None:
     assert rest == straight[2:]
 
 
+def test_checkpoint_and_resume_with_agents(tmp_path) -> None:
+    """--num-seeds 2 with --checkpoint-every: one file set for both agents (a request is per
+    iteration, not per agent), and resuming from it continues as the straight run."""
+    base = dict(backend="torch", iterations=3, num_envs=3, seed=4, checkpoint_every=2, num_seeds=2)
+    straight = reinforce.main(reinforce.Args(**base, checkpoint_dir=str(tmp_path / "a")))
+    assert sorted(f.name for f in (tmp_path / "a").glob("ckpt_*")) == ["ckpt_1.json", "ckpt_1.npz"]
+    first = reinforce.main(reinforce.Args(**{**base, "iterations": 2}, checkpoint_dir=str(tmp_path / "b")))
+    rest = reinforce.main(reinforce.Args(**{**base, "checkpoint_every": 0}, resume=str(tmp_path / "b")))
+    assert first == straight[:2]
+    assert rest == straight[2:]
+
+
 PASSES_OFF = dict(
     vectorize_time=False, simplify=False, cse=False, contract=False, scan_lift=False, fuse=False
 )

@@ -135,7 +135,8 @@ def vectorize(pdg: PDG, dims: list[Sym] | None = None, required: frozenset[Sym] 
                 tables.add(nid)
             elif s in n.domain:
                 op = n.op
-                if op.kind is OpKind.SINK:
+                if op.kind is OpKind.SINK and not getattr(op.attr("fn"), "serves_checkpoints", False):
+                    # a checkpoint request names an iteration: one for all agents (one file set)
                     op = Op.make(OpKind.SINK, fn=_per_batch_sink(op.attr("fn"), s.name, len(n.batch)))
                 elif op.kind in (OpKind.RAND_UNIFORM, OpKind.RAND_NORMAL) and s in pdg.agent_dims:
                     op = Op.make(op.kind, **{**dict(op.attrs), "point_dims": (*op.attr("point_dims", ()), s)})
