@@ -55,6 +55,12 @@ class RuntimeExecutionError(TimeRLError):
     """Execution failed at runtime (for example an environment raised)."""
 
 
+class EnvNotResetError(RuntimeExecutionError):
+    """An environment was stepped before any reset (e.g. a run resumed from a checkpoint whose
+    episodes continue across iterations: checkpoints hold the program's values, not the
+    environment's own state)."""
+
+
 class MemoryBudgetError(TimeRLError):
     """The program cannot run within the ``memory_budget`` given to ``ctx.compile``."""
 

@@ -11,6 +11,7 @@ from example_pdg import lower_example, ppo
 
 import timerl as trl
 from timerl.agents.ppo import minibatch_loss
+from timerl.errors import EnvNotResetError
 from timerl.pdg.ops import OpKind
 from timerl.schedule.ast import Exec, Loop, walk
 from timerl.schedule.cluster import LAYOUT_KINDS
@@ -160,6 +161,30 @@ def test_update_dims_with_one_epoch_equal_the_plain_update(tmp_path) -> None:
     # the parameters moved (Adam's first moments are not zero): the check is not vacuous
     moved = [k for k in names if ".adam_m" in k and np.abs(next(iter(v0[k].values()))).max() > 0]
     assert moved
+
+
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_checkpoint_and_resume_with_agents(tmp_path, seeds: int) -> None:
+    """--checkpoint-every with one or two agents (episodic rollouts): one file set for every
+    agent after iteration 1, and resuming from it continues as the straight run."""
+    base = dict(backend="torch", iterations=3, num_envs=2, hidden=8, seed=3, num_seeds=seeds, quiet=True)
+    straight = ppo.main(
+        ppo.Args(**base, checkpoint_every=2, checkpoint_dir=str(tmp_path / "a"), out_dir=str(tmp_path / "oa"))
+    )
+    assert sorted(f.name for f in (tmp_path / "a").glob("ckpt_*")) == ["ckpt_1.json", "ckpt_1.npz"]
+    rest = ppo.main(ppo.Args(**base, resume=str(tmp_path / "a"), out_dir=str(tmp_path / "ob")))
+    assert len(straight) == 3 and rest == straight[2:]
+
+
+def test_resume_of_fixed_length_rollouts_says_why_it_cannot(tmp_path) -> None:
+    """Fixed-length rollouts continue their episodes across iterations in the env's own state,
+    which checkpoints do not hold: a resume fails naming the checkpoint and what resumes."""
+    base = dict(backend="torch", iterations=3, num_envs=2, hidden=8, seed=3, num_steps=6, quiet=True)
+    ppo.main(
+        ppo.Args(**base, checkpoint_every=2, checkpoint_dir=str(tmp_path / "a"), out_dir=str(tmp_path / "oa"))
+    )
+    with pytest.raises(EnvNotResetError, match=r"(?s)step before reset.*resumed from .*ckpt_1.*episodic"):
+        ppo.main(ppo.Args(**base, resume=str(tmp_path / "a"), out_dir=str(tmp_path / "ob")))
 
 
 def _fixed_run(backend: str, epochs: int = 1, **options) -> tuple[list, dict[str, np.ndarray]]:

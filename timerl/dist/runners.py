@@ -19,7 +19,7 @@ import numpy as np
 from timerl.dist.cluster import connect
 from timerl.envs.common import static_num_envs
 from timerl.envs.gym_env import episode_seed
-from timerl.errors import DistributedError, RTDefinitionError, RuntimeExecutionError
+from timerl.errors import DistributedError, EnvNotResetError, RTDefinitionError, RuntimeExecutionError
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.dist")
@@ -195,7 +195,7 @@ class RemoteGymState:
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.last_obs is None:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         action = np.asarray(action)
         if not self.batched:
             action = action[None]

@@ -36,7 +36,7 @@ import numpy as np
 
 from timerl.envs.common import jax_argument, static_num_envs
 from timerl.envs.gym_env import GymEnv
-from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.errors import EnvNotResetError, RTDefinitionError, TimeRLError
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.envs")
@@ -212,7 +212,7 @@ class _BraxState:
         import jax
 
         if self.state is None:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         action = jax_argument(action, self.c.device)
         if not self.batched:
             action = action[None]

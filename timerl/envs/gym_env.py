@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from timerl.envs.common import agent_seeds, bind_agent_seeds, static_num_envs
-from timerl.errors import RTDefinitionError, RuntimeExecutionError, TimeRLError
+from timerl.errors import EnvNotResetError, RTDefinitionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.context import current
 from timerl.rt.creation import space_spec
@@ -87,7 +87,7 @@ class _GymState:
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.done is None or self.last_obs is None:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         if not self.batched:  # num_envs=1 without a batch dim: the vector env has 1 env
             action = np.asarray(action)[None]
         if self.autoreset:

@@ -44,7 +44,7 @@ import numpy as np
 
 from timerl.envs.common import agent_seeds, bind_agent_seeds, jax_argument, static_num_envs
 from timerl.envs.gym_env import GymEnv
-from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.errors import EnvNotResetError, TimeRLError
 from timerl.symbolic import Sym
 
 log = logging.getLogger("timerl.envs")
@@ -249,7 +249,7 @@ class _GymnaxState:
         import jax
 
         if self.state is None:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         with jax.enable_x64(False):
             action = self._in(jax_argument(action, self.c.device))
             if self.autoreset:
@@ -268,7 +268,7 @@ class _GymnaxState:
 
         def get_state() -> Any:
             if self.state is None:
-                raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+                raise EnvNotResetError(f"env {self.env_id}: step before reset")
             if self.autoreset:
                 return (self.state, self.key)
             return (self.state, self.key, self.last_obs, self.done)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from timerl.errors import TimeRLError
+from timerl.errors import EnvNotResetError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ir import PDG
 from timerl.plan.iterations import carried_values, checkpoint_sinks, iteration_dim
 from timerl.plan.plan import Plan
@@ -182,6 +182,15 @@ def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
 # -- the executor ---------------------------------------------------------------------------------
 
 
+def _env_not_reset(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception it was raised from is an :class:`EnvNotResetError`."""
+    while exc is not None:
+        if isinstance(exc, EnvNotResetError):
+            return True
+        exc = exc.__cause__
+    return False
+
+
 class CheckpointingExecutor(_Interpreter):
     """The interpreter, plus: checkpoint requests served at the end of iterations, resume."""
 
@@ -224,7 +233,19 @@ class CheckpointingExecutor(_Interpreter):
                 s.requests.clear()
             if self.resume_from is not None:
                 self._restore(self.resume_from)
-            run()
+            try:
+                run()
+            except RuntimeExecutionError as exc:
+                if self.resume_from is not None and _env_not_reset(exc):
+                    raise EnvNotResetError(
+                        f"{exc}\nresumed from {self.resume_from.path}: the program steps an "
+                        "environment whose episodes continue across iterations (e.g. fixed-length "
+                        "rollouts: the next iteration starts from the last step's observation) and "
+                        "checkpoints hold the program's values, not the environment's own state; "
+                        "resume programs that reset their environments every iteration (episodic "
+                        "rollouts), or start this run anew"
+                    ) from exc
+                raise
             self._serve_final()
 
         self._run = run_resumed

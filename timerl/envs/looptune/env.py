@@ -54,7 +54,7 @@ from timerl.envs.looptune.ir import (
     is_valid,
 )
 from timerl.envs.looptune.measure import Measurer, machine_peak, make_measurer
-from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.errors import EnvNotResetError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
 from timerl.rt.udf import UDFFn, udf
@@ -214,7 +214,7 @@ class _LoopTuneState:
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.episodes or self.last_obs is None:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         acts = np.asarray(action).reshape(-1)
         if acts.shape[0] != self.n:
             raise RuntimeExecutionError(f"env {self.env_id}: got {acts.shape[0]} actions for {self.n} envs")

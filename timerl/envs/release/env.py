@@ -36,7 +36,7 @@ from timerl.envs.common import static_num_envs
 from timerl.envs.gym_env import GymEnv
 from timerl.envs.release.cost_model import CostModel
 from timerl.envs.release.space import Config, KnobSpace
-from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.errors import EnvNotResetError, RuntimeExecutionError, TimeRLError
 from timerl.symbolic import Sym
 
 DECREMENT, STAY, INCREMENT = 0, 1, 2
@@ -89,7 +89,7 @@ class _KnobState:
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.configs:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         acts = np.asarray(action).reshape(self.n, len(self.space.knobs))
         if acts.min() < DECREMENT or acts.max() > INCREMENT:
             raise RuntimeExecutionError(

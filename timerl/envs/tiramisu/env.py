@@ -46,7 +46,7 @@ from timerl.envs.tiramisu.measure import Measurer
 from timerl.envs.tiramisu.program import Program
 from timerl.envs.tiramisu.schedule import Schedule, initial_schedule
 from timerl.envs.tiramisu.surrogate import Surrogate
-from timerl.errors import RuntimeExecutionError, TimeRLError
+from timerl.errors import EnvNotResetError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.tensor import RecurrentTensor
 from timerl.rt.udf import UDFFn, udf
@@ -338,7 +338,7 @@ class _TiramisuState:
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.episodes or self.last_obs is None:
-            raise RuntimeExecutionError(f"env {self.env_id}: step before reset")
+            raise EnvNotResetError(f"env {self.env_id}: step before reset")
         acts = np.asarray(action).reshape(-1)
         if acts.shape[0] != self.n:
             raise RuntimeExecutionError(f"env {self.env_id}: got {acts.shape[0]} actions for {self.n} envs")
