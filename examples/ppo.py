@@ -82,11 +82,15 @@ def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     return means
 
 
-def finished_returns(running: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> list[float]:
+def finished_returns(
+    running: np.ndarray, rewards: np.ndarray, dones: np.ndarray, known: np.ndarray | None = None
+) -> list[float]:
     """The returns of the episodes that end in a rollout (``rewards``, ``dones``: (envs, steps)),
     env by env in step order; ``running`` (per env: the return of its unfinished episode) is
     carried in place. In NumPy: a loop over the steps cost ~5 ms per 8 x 1,000 rollout, a
-    sixth of PPO's whole iteration there."""
+    sixth of PPO's whole iteration there. ``known`` (per env, carried in place): whether its
+    unfinished episode's return is known; after a resume it is not (the episode began before
+    the checkpoint), so that env's first finished episode is left out."""
     totals = np.cumsum(rewards, axis=1) + running[:, None]  # each env's return so far
     env, _ = np.nonzero(dones)
     ends = totals[dones]  # row-major: env by env, steps in order
@@ -98,7 +102,12 @@ def finished_returns(running: np.ndarray, rewards: np.ndarray, dones: np.ndarray
     last = np.zeros(len(running))
     last[env[final]] = ends[final]  # each env's last end
     running[:] = totals[:, -1] - last
-    return (ends - starts).tolist()
+    got = ends - starts
+    if known is not None:
+        keep = ~(first & ~known[env])
+        known[env] = True
+        got = got[keep]
+    return got.tolist()
 
 
 def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
@@ -111,18 +120,19 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     settings = agent_settings(args)
     n = len(settings)
     running = np.zeros((n, args.num_envs))  # return of each env's current episode, per agent
-    curves: list[list[float]] = [[] for _ in range(n)]  # per agent: the mean return per iteration
+    known = np.full((n, args.num_envs), not args.resume)  # resumed: episodes began before it
+    curves: list[dict[int, float]] = [{} for _ in range(n)]  # per agent: the mean return per iteration
     means: list[float] = []
     run: trl.run.RunLog | None = None  # made once compiled: its bar times iterations only
 
     def log_fn(v: np.ndarray, pt: dict[str, int]) -> None:
         it, k = pt["i"], pt.get("s", 0)
-        eps = finished_returns(running[k], v[0], v[1] > 0)
-        m = float(np.mean(eps)) if eps else (curves[k][-1] if curves[k] else 0.0)
-        curves[k].append(m)
+        eps = finished_returns(running[k], v[0], v[1] > 0, known[k])
+        m = float(np.mean(eps)) if eps else (curves[k][max(curves[k])] if curves[k] else 0.0)
+        curves[k][it] = m
         steps = (it + 1) * args.num_envs * args.num_steps
         line = None
-        if all(len(c) > it for c in curves):  # the last agent of this iteration
+        if all(it in c for c in curves):  # the last agent of this iteration
             now = [c[it] for c in curves]
             means.append(float(np.mean(now)))
             spread = f" (+- {np.std(now):.3f} over {n} agents, worst {min(now):.3f})" if n > 1 else ""

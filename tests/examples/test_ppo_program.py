@@ -163,26 +163,60 @@ def test_update_dims_with_one_epoch_equal_the_plain_update(tmp_path) -> None:
     assert moved
 
 
-@pytest.mark.parametrize("seeds", [1, 2])
-def test_checkpoint_and_resume_with_agents(tmp_path, seeds: int) -> None:
-    """--checkpoint-every with one or two agents (episodic rollouts): one file set for every
-    agent after iteration 1, and resuming from it continues as the straight run."""
-    base = dict(backend="torch", iterations=3, num_envs=2, hidden=8, seed=3, num_seeds=seeds, quiet=True)
-    straight = ppo.main(
-        ppo.Args(**base, checkpoint_every=2, checkpoint_dir=str(tmp_path / "a"), out_dir=str(tmp_path / "oa"))
+@pytest.mark.parametrize(
+    "backend,env_id,num_steps,seeds",
+    [
+        ("torch", "CartPole-v1", 0, 1),
+        ("torch", "CartPole-v1", 0, 2),
+        ("torch", "CartPole-v1", 6, 1),
+        ("torch", "CartPole-v1", 6, 2),
+        ("jax", "gymnax.CartPole-v1", 6, 2),
+    ],
+)
+def test_checkpoint_and_resume(tmp_path, backend: str, env_id: str, num_steps: int, seeds: int) -> None:
+    """--checkpoint-every, episodic and fixed-length rollouts (episodes continue across
+    iterations in the env's own state, saved beside the values), one agent or two: one file
+    set for every agent after iteration 1, and the iterations after it, resumed, log what the
+    straight run logged."""
+    base = dict(
+        backend=backend,
+        env_id=env_id,
+        iterations=4,
+        num_envs=2,
+        hidden=8,
+        seed=3,
+        num_steps=num_steps,
+        num_seeds=seeds,
+        quiet=True,
     )
-    assert sorted(f.name for f in (tmp_path / "a").glob("ckpt_*")) == ["ckpt_1.json", "ckpt_1.npz"]
-    rest = ppo.main(ppo.Args(**base, resume=str(tmp_path / "a"), out_dir=str(tmp_path / "ob")))
-    assert len(straight) == 3 and rest == straight[2:]
+    logged: dict[str, dict] = {"a": {}, "b": {}}
+    for name in ("a", "b"):
+        args = ppo.Args(**base, checkpoint_every=2, checkpoint_dir=str(tmp_path / name))
+        if name == "b":
+            args.resume, args.checkpoint_every = str(tmp_path / "a" / "ckpt_1.json"), 0
+        build = ppo.build_fixed if num_steps else ppo.build
+        got = logged[name]
+        build(args, lambda v, p, got=got: got.__setitem__(tuple(sorted(p.items())), np.array(v))).execute()
+    files = sorted(f.name for f in (tmp_path / "a").glob("ckpt_1.*"))
+    assert files == ["ckpt_1.envs.pkl", "ckpt_1.json", "ckpt_1.npz"]
+    later = {p: v for p, v in logged["a"].items() if dict(p)["i"] >= 2}
+    assert later and sorted(logged["b"]) == sorted(later)
+    for p, v in later.items():  # returns and steps (episodic), rewards and dones (fixed): bit for bit
+        assert np.array_equal(logged["b"][p], v), p
 
 
-def test_resume_of_fixed_length_rollouts_says_why_it_cannot(tmp_path) -> None:
-    """Fixed-length rollouts continue their episodes across iterations in the env's own state,
-    which checkpoints do not hold: a resume fails naming the checkpoint and what resumes."""
+def test_resume_that_steps_an_env_without_its_state_says_why(tmp_path, monkeypatch) -> None:
+    """An env whose state is not saved (here: a checkpoint written without it) and whose
+    episodes continue across iterations: the resume fails naming the checkpoint and what resumes."""
+    import os
+
     base = dict(backend="torch", iterations=3, num_envs=2, hidden=8, seed=3, num_steps=6, quiet=True)
     ppo.main(
         ppo.Args(**base, checkpoint_every=2, checkpoint_dir=str(tmp_path / "a"), out_dir=str(tmp_path / "oa"))
     )
+    os.remove(tmp_path / "a" / "ckpt_1.envs.pkl")
+    ck = tmp_path / "a" / "ckpt_1.json"
+    ck.write_text(ck.read_text().replace('"env_states"', '"env_states_removed"'))
     with pytest.raises(EnvNotResetError, match=r"(?s)step before reset.*resumed from .*ckpt_1.*episodic"):
         ppo.main(ppo.Args(**base, resume=str(tmp_path / "a"), out_dir=str(tmp_path / "ob")))
 
@@ -468,3 +502,18 @@ def test_finished_returns_matches_a_loop_over_the_steps() -> None:
             got = ppo.finished_returns(running, rewards, dones)
             np.testing.assert_allclose(sorted(got), sorted(expected))
             np.testing.assert_allclose(running, loop_running)
+
+
+def test_finished_returns_after_a_resume_leave_out_episodes_begun_before_it() -> None:
+    """After a resume an env's first finished episode began before the checkpoint (its return
+    is unknown): it is left out, the later ones counted."""
+    rewards = np.ones((2, 6))
+    dones = np.zeros((2, 6), dtype=bool)
+    dones[0, [1, 4]] = True  # env 0: an episode begun before the resume ends at step 1, one more at 4
+    dones[1, 5] = True  # env 1: only the episode begun before
+    known = np.zeros(2, dtype=bool)
+    running = np.zeros(2)
+    assert ppo.finished_returns(running, rewards, dones, known) == [3.0]
+    assert known.tolist() == [True, True] and running.tolist() == [1.0, 0.0]
+    ends = np.ones((2, 2), dtype=bool)
+    assert ppo.finished_returns(running, rewards[:, :2], ends, known) == [2.0, 1.0, 1.0, 1.0]

@@ -88,7 +88,11 @@ def test_checkpoint_and_resume_with_agents(tmp_path) -> None:
     iteration, not per agent), and resuming from it continues as the straight run."""
     base = dict(backend="torch", iterations=3, num_envs=3, seed=4, checkpoint_every=2, num_seeds=2)
     straight = reinforce.main(reinforce.Args(**base, checkpoint_dir=str(tmp_path / "a")))
-    assert sorted(f.name for f in (tmp_path / "a").glob("ckpt_*")) == ["ckpt_1.json", "ckpt_1.npz"]
+    assert sorted(f.name for f in (tmp_path / "a").glob("ckpt_*")) == [
+        "ckpt_1.envs.pkl",
+        "ckpt_1.json",
+        "ckpt_1.npz",
+    ]
     first = reinforce.main(reinforce.Args(**{**base, "iterations": 2}, checkpoint_dir=str(tmp_path / "b")))
     rest = reinforce.main(reinforce.Args(**{**base, "checkpoint_every": 0}, resume=str(tmp_path / "b")))
     assert first == straight[:2]

@@ -47,7 +47,7 @@ def test_resume_is_bit_exact(backend: str, tmp_path) -> None:
     full = _run(backend, 2 * n)
     ck = str(tmp_path / "ckpt")
     first = _run(backend, n, ckpt=ck)
-    assert sorted(os.listdir(ck)) == [f"ckpt_{n - 1}.json", f"ckpt_{n - 1}.npz"]
+    assert sorted(os.listdir(ck)) == [f"ckpt_{n - 1}.envs.pkl", f"ckpt_{n - 1}.json", f"ckpt_{n - 1}.npz"]
     meta = json.load(open(os.path.join(ck, f"ckpt_{n - 1}.json")))
     assert meta["iteration"] == n - 1 and meta["config"]["hidden"] == 8
     carried = meta["fingerprint"]["carried"]
@@ -61,7 +61,7 @@ def test_resume_is_bit_exact(backend: str, tmp_path) -> None:
     # a checkpoint in the middle of a run (plain loop over i), resumed from the file
     ck2 = str(tmp_path / "ckpt2")
     again = _run(backend, 2 * n, ckpt=ck2)
-    assert sorted(os.listdir(ck2)) == ["ckpt_1.json", "ckpt_1.npz", "ckpt_3.json", "ckpt_3.npz"]
+    assert sorted(os.listdir(ck2)) == [f"ckpt_{k}.{x}" for k in (1, 3) for x in ("envs.pkl", "json", "npz")]
     tail = _run(backend, 2 * n, resume=os.path.join(ck2, "ckpt_1.npz"))
     for a, b in zip(again, full, strict=True):
         assert a[:3] == b[:3] and np.array_equal(a[3], b[3])

@@ -17,13 +17,14 @@ episode, the reward of the last step and ``done`` true (gymnasium's ``SAME_STEP`
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from timerl.envs.common import agent_seeds, bind_agent_seeds, static_num_envs
-from timerl.errors import EnvNotResetError, RTDefinitionError, TimeRLError
+from timerl.errors import EnvNotResetError, RTDefinitionError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ops import DType
 from timerl.rt.context import current
 from timerl.rt.creation import space_spec
@@ -78,6 +79,24 @@ class _GymState:
 
     def episode_seed(self, point: dict[str, int]) -> int:
         return episode_seed(self.seed, point)
+
+    def snapshot(self) -> bytes:
+        """The vector env (its envs' states and random generators) and the episodes' flags,
+        pickled (checkpoints); an env that cannot be pickled raises ``RuntimeExecutionError``."""
+        try:
+            return pickle.dumps((self.venv, self.done, self.last_obs))
+        except Exception as exc:  # noqa: BLE001 - any env object that does not pickle
+            raise RuntimeExecutionError(
+                f"env {self.env_id}: its state cannot be saved in a checkpoint ({type(exc).__name__}: "
+                f"{exc}); checkpoint programs that reset it every iteration (episodic rollouts)"
+            ) from exc
+
+    def restore(self, snap: bytes) -> None:
+        """Continue from :meth:`snapshot`'s value (a resumed run)."""
+        venv, self.done, self.last_obs = pickle.loads(snap)
+        if self.venv is not None and self.venv is not venv:
+            self.venv.close()
+        self.venv = venv
 
     def reset(self, point: dict[str, int]) -> np.ndarray:
         obs, _ = self.venv.reset(seed=self.episode_seed(point))
@@ -171,6 +190,15 @@ class _PerAgent:
     def step(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
         outs = [st.step(action[:, k]) for k, st in enumerate(self.states)]
         return tuple(np.stack(xs, axis=1) for xs in zip(*outs, strict=True))
+
+    def snapshot(self) -> list[Any]:
+        """Every agent's env state (checkpoints)."""
+        return [st.snapshot() for st in self.states]
+
+    def restore(self, snap: list[Any]) -> None:
+        """Continue from :meth:`snapshot`'s value."""
+        for st, x in zip(self.states, snap, strict=True):
+            st.restore(x)
 
 
 class _Fn(UDFFn):

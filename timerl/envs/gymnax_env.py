@@ -260,6 +260,23 @@ class _GymnaxState:
             )
         return self._out(self.last_obs), self._out(rew), self._out(self.done)
 
+    def snapshot(self) -> Any:
+        """The live state as host arrays (checkpoints; None before the first reset)."""
+        import jax
+
+        if self.state is None:
+            return None
+        return jax.device_get((self.state, self.key, self.last_obs, self.done))
+
+    def restore(self, snap: Any) -> None:
+        """Continue from :meth:`snapshot`'s value (a resumed run)."""
+        import jax
+
+        if snap is None:
+            self.state = self.key = self.last_obs = self.done = None
+            return
+        self.state, self.key, self.last_obs, self.done = jax.device_put(snap, self.c.device)
+
     def pure_step(self) -> Any:
         """``step`` as a pure function of the live state (threaded through a scan's carry)."""
         from timerl.runtime.scan import PureStep

@@ -458,8 +458,10 @@ class RecurrentTensor:
         """Checkpoint the program into ``path`` at the end of every iteration where this RT runs.
 
         Writes ``<path>/ckpt_<i>.npz`` (all values carried into the next iteration: params,
-        optimiser state, any recurrence over ``i``) and ``<path>/ckpt_<i>.json`` (iteration,
-        program fingerprint, ``config``); ``ctx.compile(..., resume=path)`` continues from it.
+        optimiser state, any recurrence over ``i``), ``<path>/ckpt_<i>.json`` (iteration,
+        program fingerprint, ``config``) and, where the program steps gymnasium or gymnax
+        envs, ``<path>/ckpt_<i>.envs.pkl`` (their states); ``ctx.compile(..., resume=path)``
+        continues from it.
         """
         from timerl.rt.checkpoint import save_sink
 

@@ -18,13 +18,19 @@ is carried under its own name too (``w[i + 1, 0] = new[i, K - 1]`` beside a read
 ``<dir>/ckpt_<k>.json`` holds the iteration, the fingerprint (per carried value: name,
 per-point shape, dtype, batch; the static bounds other than the iteration bound; the
 seed) and a config (compile options and the user's ``config=``).
+``<dir>/ckpt_<k>.envs.pkl`` holds the environments' own states (:func:`env_states`: a
+gymnasium vector env pickled, a gymnax state as host arrays), so fixed-length rollouts,
+whose episodes continue across iterations, resume where they were; an env without
+``snapshot()`` (brax, the loop-optimisation envs, Ray runners) is not saved, and a resumed
+run that steps it before a reset fails saying so (:class:`~timerl.errors.EnvNotResetError`).
 
 **Resume.** :func:`load_checkpoint` picks the file (the latest ``ckpt_<k>`` of a
 directory, or the given file), checks the fingerprint against the program being
 compiled (:class:`~timerl.errors.TimeRLError` naming every difference; nothing is
 written), and :class:`CheckpointingExecutor` puts the saved points into the store before
 running and starts the loop over ``i`` at ``k + 1`` (the plan, ``make_plan(resume_after=k)``). RNG ops and
-env resets are seeded per point, so a resumed run is bit-identical to an uninterrupted one.
+env resets are seeded per point and env states restored, so a resumed run is bit-identical
+to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +48,7 @@ import numpy as np
 
 from timerl.errors import EnvNotResetError, RuntimeExecutionError, TimeRLError
 from timerl.pdg.ir import PDG
+from timerl.pdg.ops import OpKind
 from timerl.plan.iterations import carried_values, checkpoint_sinks, iteration_dim
 from timerl.plan.plan import Plan
 from timerl.runtime.interpreter import Executor as _Interpreter
@@ -102,6 +110,7 @@ class Checkpoint:
     iteration: int
     values: dict[tuple[int, int, Point], np.ndarray]  # (nid, oid, point) -> value
     dynamic: dict[str, dict[Point, int]]
+    envs: dict[str, Any] | None = None  # env states by label (env_states), None where not saved
 
 
 def pick_checkpoint(path: str) -> str:
@@ -176,7 +185,33 @@ def load_checkpoint(path: str, pdg: PDG, seed: int) -> Checkpoint:
         name: {tuple(key): int(v) for key, v in entries}
         for name, entries in meta.get("dynamic_bounds", {}).items()
     }
-    return Checkpoint(jpath, k, values, dynamic)
+    envs = None
+    if meta.get("env_states"):
+        epath = jpath[: -len(".json")] + ".envs.pkl"
+        try:
+            with open(epath, "rb") as f:
+                envs = pickle.load(f)  # the user's own checkpoint, as torch.load reads one
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            raise TimeRLError(f"resume: cannot read the environments' states {epath!r}: {exc}") from exc
+    return Checkpoint(jpath, k, values, dynamic, envs)
+
+
+def env_states(pdg: PDG) -> dict[str, Any]:
+    """The environments whose state a checkpoint saves (objects with ``snapshot()`` and
+    ``restore()`` behind the program's UDFs: gymnasium and gymnax envs), by a label stable
+    across compiles of the same program (``<order>:<env id>``, in node order)."""
+    out: dict[str, Any] = {}
+    seen: set[int] = set()
+    for nid in sorted(pdg.nodes):
+        n = pdg.nodes[nid]
+        if n.op.kind is not OpKind.UDF:
+            continue
+        st = getattr(n.op.attr("fn"), "state", None)
+        if st is None or id(st) in seen or not hasattr(st, "snapshot") or not hasattr(st, "restore"):
+            continue
+        seen.add(id(st))
+        out[f"{len(out)}:{getattr(st, 'env_id', type(st).__name__)}"] = st
+    return out
 
 
 # -- the executor ---------------------------------------------------------------------------------
@@ -342,11 +377,17 @@ class CheckpointingExecutor(_Interpreter):
                 for db in self._dyn.values()
             },
         }
+        envs = {label: st.snapshot() for label, st in env_states(self.pdg).items()}
+        meta["env_states"] = sorted(envs)
         os.makedirs(path or ".", exist_ok=True)
         base = os.path.join(path, f"ckpt_{k}")
         with open(base + ".npz.tmp", "wb") as f:
             np.savez(f, **arrays)
         os.replace(base + ".npz.tmp", base + ".npz")
+        if envs:
+            with open(base + ".envs.pkl.tmp", "wb") as f:
+                pickle.dump(envs, f)
+            os.replace(base + ".envs.pkl.tmp", base + ".envs.pkl")
         with open(base + ".json.tmp", "w") as f:
             json.dump(meta, f, indent=1, default=str)
         os.replace(base + ".json.tmp", base + ".json")
@@ -355,6 +396,14 @@ class CheckpointingExecutor(_Interpreter):
     # -- resuming ------------------------------------------------------------------------------
     def _restore(self, ck: Checkpoint) -> None:
         be = self.backend
+        if ck.envs is not None:
+            for label, st in env_states(self.pdg).items():
+                if label not in ck.envs:
+                    raise TimeRLError(
+                        f"resume: {ck.path} holds no state for env {label!r} "
+                        f"(it holds {sorted(ck.envs) or 'none'})"
+                    )
+                st.restore(ck.envs[label])
         for (nid, oid, point), a in ck.values.items():
             self.store.put(nid, oid, point, be.from_numpy(np.asarray(a)))
         by_name = {db.sym.name: db for db in self._dyn.values()}
