@@ -61,9 +61,8 @@ def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
         per_iter.setdefault(it, []).append(m)
         line = None
         if len(per_iter[it]) == n:  # the last agent of this iteration
-            now = per_iter.pop(it)
-            means.append(float(np.mean(now)))
-            spread = f" (+- {np.std(now):.3f} over {n} agents, worst {min(now):.3f})" if n > 1 else ""
+            mean, spread = _over_agents(per_iter.pop(it))
+            means.append(mean)
             line = (
                 f"iter {it:4d}  mean return {means[-1]:9.3f}{spread}  env steps {sum(steps) // n:8d}  "
                 f"time {time.perf_counter() - t0:7.1f}s"
@@ -133,9 +132,8 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
         steps = (it + 1) * args.num_envs * args.num_steps
         line = None
         if all(it in c for c in curves):  # the last agent of this iteration
-            now = [c[it] for c in curves]
-            means.append(float(np.mean(now)))
-            spread = f" (+- {np.std(now):.3f} over {n} agents, worst {min(now):.3f})" if n > 1 else ""
+            mean, spread = _over_agents([c[it] for c in curves])
+            means.append(mean)
             line = (
                 f"iter {it:4d}  mean return {means[-1]:9.3f}{spread}  episodes {len(eps):4d}  "
                 f"env steps {steps:8d}  time {time.perf_counter() - t0:7.1f}s"
@@ -152,6 +150,13 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
     ex.execute()
     run.close(curve="mean_return", x="env_steps")
     return means
+
+
+def _over_agents(now: list[float]) -> tuple[float, str]:
+    """The mean of one iteration's per-agent values and, with several agents, their spread
+    and worst, as the progress line prints them."""
+    spread = f" (+- {np.std(now):.3f} over {len(now)} agents, worst {min(now):.3f})" if len(now) > 1 else ""
+    return float(np.mean(now)), spread
 
 
 def _describe(settings: list[dict[str, float]]) -> str:
