@@ -585,9 +585,11 @@ def test_torch_tanh_of_views_equals_tanh_of_copies() -> None:
 
     from timerl.backends.torch_backend import _tanh
 
-    x = torch.from_numpy(np.random.default_rng(1).normal(0, 2, (7, 5)).astype(np.float32))
-    for view in (x.T, x[:, ::2], torch._neg_view(x), x.expand(3, 7, 5)):
-        got = _tanh(view)
-        assert got.shape == view.shape
-        np.testing.assert_array_equal(got.numpy(), _tanh(view.contiguous().resolve_neg()).numpy())
-        np.testing.assert_allclose(got.numpy(), np.tanh(view.resolve_neg().numpy()), rtol=0, atol=0)
+    for shape in ((7, 5), (131, 67)):  # below and above the size where torch.tanh is kept
+        x = torch.from_numpy(np.random.default_rng(1).normal(0, 2, shape).astype(np.float32))
+        for view in (x.T, x[:, ::2], torch._neg_view(x), x.expand(3, *shape)):
+            got = _tanh(view)
+            assert got.shape == view.shape
+            np.testing.assert_array_equal(got.numpy(), _tanh(view.contiguous().resolve_neg()).numpy())
+            want = np.tanh(view.resolve_neg().numpy().astype(np.float64))
+            np.testing.assert_allclose(got.numpy(), want, rtol=2 * np.finfo(np.float32).eps, atol=0)

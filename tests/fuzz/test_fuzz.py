@@ -45,10 +45,12 @@ MARGIN = 1e-4  # a comparison closer than this to its threshold may go either wa
 @pytest.fixture(autouse=True)
 def _trace_every_body(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiled iteration bodies (``compile_iterations``) traced the first time each key is
-    seen, so that the few iterations of a random program run through them."""
+    seen, so that the few iterations of a random program run through them; every call fed
+    from the last call's results is checked against the store rebuilt."""
     from timerl.runtime import iteration
 
     monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
+    monkeypatch.setattr(iteration, "CHECK_FED", True)  # calls fed from the last call: checked
 
 
 class IllConditioned(Exception):

@@ -55,6 +55,13 @@ def _program(
     return ctx, {I: iterations, T: steps}, seen
 
 
+@pytest.fixture(autouse=True)
+def _check_fed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call fed from the last call's results also rebuilds the store and checks that it
+    holds the same layout and values (``iteration.CHECK_FED``)."""
+    monkeypatch.setattr(iteration, "CHECK_FED", True)
+
+
 def _run(compiled: bool | str, **kw: object) -> tuple[dict, Any]:
     ctx, bounds, seen = _program(**kw)  # type: ignore[arg-type]
     ex = ctx.compile(bounds, backend="jax", compile_iterations=compiled)
@@ -75,6 +82,64 @@ def test_the_body_runs_as_one_call_with_the_same_values() -> None:
         np.testing.assert_allclose(on["sum"][k], off["sum"][k], rtol=1e-6)
         np.testing.assert_allclose(on["w"][k], off["w"][k], rtol=1e-6)
         assert on["noise"][k] == off["noise"][k]  # the same seeds: the same draws
+
+
+def _held(interp: Any) -> dict[tuple[int, int], list[Any]]:
+    """The points every table of the store holds (a rows table's stacked rows included)."""
+    out = {}
+    for nid, tabs in interp.store.all_tables().items():
+        for oid, tab in enumerate(tabs):
+            pts = sorted(dict.keys(tab))
+            for st in tab.stacks() if hasattr(tab, "stacks") else ():
+                pts += sorted(map(tuple, st.cols[st.alive].tolist()))
+            if pts:
+                out[(nid, oid)] = pts
+    return out
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_calls_are_fed_from_the_last_calls_results(monkeypatch: pytest.MonkeyPatch, check: bool) -> None:
+    """Between two calls with known keys the store is not rebuilt: the next call takes its
+    inputs from the last call's inputs and outputs. The values equal the statement-by-statement
+    run's, and at the end the store holds the same points with the same values."""
+    monkeypatch.setattr(iteration, "CHECK_FED", check)
+    off, ex_off = _run(False, iterations=12)
+    on, ex_on = _run(True, iterations=12)
+    it = ex_on._iteration
+    # iteration 0 runs alone, 1 is the key's first sight, 2 its trace, 3 rebuilds the store
+    # and learns where its values came from; 4..11 are fed
+    assert it.calls == 10 and it.fed == 8 and it._pending is None
+    for k in range(12):
+        np.testing.assert_allclose(on["sum"][k], off["sum"][k], rtol=1e-6)
+        np.testing.assert_allclose(on["w"][k], off["w"][k], rtol=1e-6)
+    held = _held(ex_on)
+    assert held == _held(ex_off) and held
+    for nid, oid in held:
+        tab_on, tab_off = ex_on.store.all_tables()[nid][oid], ex_off.store.all_tables()[nid][oid]
+        for p in dict.keys(tab_off):
+            np.testing.assert_allclose(np.asarray(tab_on[p]), np.asarray(tab_off[p]), rtol=1e-6)
+    assert ex_on.store.live_points == ex_off.store.live_points
+
+
+def test_checkpoints_between_fed_calls_hold_the_last_calls_results(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint served between two calls puts the last call's results in the store first:
+    its files equal the statement-by-statement run's, and the calls after it are fed again
+    (without ``CHECK_FED``, which puts every call's inputs in the store)."""
+    monkeypatch.setattr(iteration, "CHECK_FED", False)
+    files = {}
+    for compiled in (False, True):
+        ck = tmp_path / f"ck{compiled}"
+        _, ex = _run(compiled, ckpt=str(ck), iterations=16)
+        files[compiled] = {f.name: np.load(f) for f in sorted(ck.glob("*.npz"))}
+        if compiled:
+            assert ex._iteration.fed >= 4
+    assert sorted(files[True]) == sorted(files[False]) and len(files[False]) == 8
+    for name, arrs in files[True].items():
+        assert sorted(arrs.files) == sorted(files[False][name].files) and arrs.files
+        for key in arrs.files:
+            np.testing.assert_allclose(arrs[key], files[False][name][key], rtol=1e-6)
 
 
 def test_nothing_host_side_runs_inside_the_compiled_call() -> None:
@@ -160,6 +225,7 @@ def test_checkpoints_are_written_at_the_ends_of_compiled_iterations(tmp_path) ->
         "5.npz",
     ]
     for name, arrs in files[True].items():  # XLA fuses across statements: the last bits may differ
+        assert sorted(arrs.files) == sorted(files[False][name].files) and arrs.files
         for key in arrs.files:
             np.testing.assert_allclose(arrs[key], files[False][name][key], rtol=1e-6)
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, final
 import numpy as np
 import torch
 
-from timerl.backends import base
+from timerl.backends import base, native
 from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
 from timerl.errors import BackendError
 from timerl.pdg.ops import DType, OpKind
@@ -91,13 +91,15 @@ def _index_add_batched(g: torch.Tensor, idx: torch.Tensor, n: int) -> torch.Tens
 
 
 def _tanh(x: torch.Tensor) -> torch.Tensor:
-    """``tanh``: on CPU float tensors NumPy's ufunc, writing into a new tensor through a
-    shared view (no copy); measured with torch 2.13 / NumPy 2.4 on this CPU, one thread:
-    (512, 64) 15 vs 115-130 us for ``torch.tanh``, (128000, 64) 3.1 vs 28-36 ms, within
-    1.4 ulp of the float64 result over [-12, 12] (``torch.tanh``: 0.5). PPO's actor and
-    critic evaluate it 2 x 250 times per acting loop and over the whole rollout when
-    learning. Strided views give the same values as their copies (a lazily negated view is
-    resolved first). ``torch.tanh`` elsewhere (other devices and dtypes, inside
+    """``tanh``: on CPU float tensors a native kernel (float32, where it is faster on this CPU:
+    ``backends/native.py``) or NumPy's ufunc, writing into a new tensor through a shared view
+    (no copy). ``torch.tanh`` (Sleef, one thread) was the slowest of the three on both CPUs
+    measured (torch 2.13 / NumPy 2.4): per (512, 64) 115-130 us against NumPy's 15 on an
+    AVX-512 CPU, 101 us against the native kernel's 31 on an AVX2 one; per (128000, 64) 28-36
+    vs 3.1 ms, 27 vs 7.9 ms. All within 1.4 ulp of the float64 result. PPO's actor and critic
+    evaluate it 2 x 250 times per acting loop and over the whole rollout when learning.
+    Strided views give the same values as their copies (a lazily negated view is resolved
+    first). ``torch.tanh`` elsewhere (small tensors, other devices and dtypes, inside
     ``torch.compile``, tensors with autograd)."""
     if (
         x.device.type != "cpu"
@@ -106,13 +108,24 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
         or torch.compiler.is_compiling()
     ):
         return torch.tanh(x)
+    if x.numel() < _TANH_SMALL:
+        return torch.tanh(x)
     x = x.resolve_neg()
+    kernel = native.tanh_f32() if x.dtype == torch.float32 else None
+    if kernel is not None:
+        x = x.contiguous()
+        out = torch.empty(x.shape, dtype=x.dtype)
+        kernel(x.data_ptr(), out.data_ptr(), x.numel())
+        return out
     out = torch.empty_like(x)
     np.tanh(x.numpy(), out=out.numpy())
     return out
 
 
 _NUMPY_UFUNC_DTYPES = frozenset({torch.float32, torch.float64})
+_TANH_SMALL = 4096
+"""Below this many elements ``torch.tanh``: the call costs more than the kernel there (one
+thread, (8, 64): ``torch.tanh`` 3.6 us, the native kernel through ctypes ~9, NumPy 4.7)."""
 
 
 def _tanh_grad(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

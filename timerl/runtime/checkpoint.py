@@ -318,6 +318,8 @@ class CheckpointingExecutor(_Interpreter):
             if compiled is not None and compiled.ran:  # its sinks run as the call runs
                 compiled.wait()
             if any(s.requests for s in self._sinks):
+                if compiled is not None:
+                    compiled.flush()  # the store as the last call left it
                 self._serve(env[var] + c)
 
         return run_body

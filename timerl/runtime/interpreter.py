@@ -275,7 +275,7 @@ class Executor:
         self.dispatches = 0
         self.donation_stats[:] = [0, 0, 0]
         if self._iteration is not None:
-            self._iteration.queued.clear()
+            self._iteration.reset()
         self._run()
         if self._iteration is not None:
             self._iteration.wait()
@@ -525,6 +525,13 @@ class Executor:
             return cond({**env, **known, **{b: BIG for b in unknown}})
 
         collector = self._collector if node is self._gc_loop else None
+        # the iteration loop's body as one call keeps the store lazily between calls: it runs
+        # the collector itself and puts its last results in the store when the loop ends
+        compiled = self._iteration if node is self.plan.iter_loop else None
+        if compiled is not None and collector is not None:
+            gc, off = collector, self._gc_offset
+            compiled.collector = lambda: gc.collect(self.store, env[var] + off)
+            collector = None
 
         def run_loop() -> None:
             if init_site is None:
@@ -532,17 +539,21 @@ class Executor:
             else:
                 env[var] = self._agree(init, init_site, lambda: f"the init of {var}")
             n, limit = 0, self.max_loop_iterations
-            while cond(env) if cond_site is None else cond_value():
-                if collector is not None:
-                    collector.collect(self.store, env[var] + self._gc_offset)
-                body()
-                env[var] += inc
-                n += 1
-                if n > limit:
-                    raise RuntimeExecutionError(
-                        f"loop over {var} ran more than {limit} iterations (condition `{node.cond}`); "
-                        "a dynamic bound is probably never found (its done-signal never becomes true)"
-                    )
+            try:
+                while cond(env) if cond_site is None else cond_value():
+                    if collector is not None:
+                        collector.collect(self.store, env[var] + self._gc_offset)
+                    body()
+                    env[var] += inc
+                    n += 1
+                    if n > limit:
+                        raise RuntimeExecutionError(
+                            f"loop over {var} ran more than {limit} iterations (condition `{node.cond}`); "
+                            "a dynamic bound is probably never found (its done-signal never becomes true)"
+                        )
+            finally:
+                if compiled is not None:
+                    compiled.flush()
             del env[var]
 
         if collector is None and self.plan.scans:

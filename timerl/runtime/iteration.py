@@ -82,6 +82,9 @@ MIN_LEFT = 50
 SAMPLES = 3
 """auto: steady iterations timed each way before choosing."""
 _MAX_GRID = 1 << 22  # inner iterations a condition is checked over
+CHECK_FED = False
+"""Tests: every call fed from the last call's results also rebuilds and reads the store and
+checks that it holds the same layout and values."""
 SIGNATURE_CHUNK = 64
 """Iterations whose conditions are evaluated in one vectorized pass (one pass per iteration cost
 ~55 us per condition: 1.5 ms of a 10 ms iteration for PPO with CleanRL's settings)."""
@@ -97,6 +100,20 @@ class _Body:
     hosts: list[tuple[Callable[[int], Any], tuple[int, ...], np.dtype]]  # inputs computed per call
     sinks: list[Callable[[np.ndarray, int], None]]  # called back with the call's last outputs
     execs: int
+    # the store's layout at the next iteration's start (after the collector) and where each of
+    # its values comes from: an index into this call's inputs + outputs; learned once, from the
+    # first call whose next iteration rebuilt and flattened the store (None until then)
+    succ: tuple[tuple[Any, ...], list[int]] | None = None
+
+
+@dataclass
+class _Pending:
+    """A call whose results are not in the store yet (the store is kept lazily between calls)."""
+
+    body: _Body
+    base: int
+    pool: list[Any]  # the call's inputs, then its outputs
+    nout: int
 
 
 class CompiledIteration:
@@ -137,6 +154,16 @@ class CompiledIteration:
         self.timed: dict[str, list[tuple[float, float]]] = {"statements": [], "compiled": []}
         self._last: tuple[float, float, str, bool] | None = None  # the previous iteration's start
         self._after_call = False  # the last iteration ran as one call (its sinks may be running)
+        # the last call, while its results are not in the store: the next call with a known key
+        # takes them straight from it (no store rebuilt, flattened and freed between calls)
+        self._pending: _Pending | None = None
+        # the iteration collector (runtime/gc.py) where it frees at this loop: run here, once per
+        # iteration, before the store is read (a call fed from the last one skips it: its effect
+        # is part of the successor layout)
+        self.collector: Callable[[], None] | None = None
+        self._collected = False
+        self._learn_from: _Pending | None = None  # the last call, put in the store, to learn from
+        self.fed = 0  # calls fed from the previous call's results (the store not rebuilt)
 
     @property
     def status(self) -> str:
@@ -241,8 +268,9 @@ class CompiledIteration:
 
     # -- one iteration ---------------------------------------------------------------------
     def __call__(self) -> None:
+        self._collected = False
         if self.off:
-            self.body()
+            self._statements()
             return
         if not self.auto:
             self._step()
@@ -263,11 +291,24 @@ class CompiledIteration:
         v = ex._env[self.var]
         try:
             sig = self._signature(v)
-            struct, leaves = self._flatten(v + self.offset)
+            fed = self._feed(sig, v)
+            if fed is None:
+                self._settle()
+                struct, leaves = self._flatten(v + self.offset)
+                self._learn(struct, leaves)
         except tracing.NotTraceable as exc:
             self._refuse(None, str(exc))
             self._statements()
             return "statements", False
+        if fed is not None:  # the last call's results feed this one: a key known to compile
+            if self.auto and not self.chosen and len(self.timed["compiled"]) >= SAMPLES:
+                self._choose()
+                if self.off:
+                    self._statements()
+                    return "statements", False
+            self._run(*fed, v)
+            self.fed += 1
+            return "compiled", True
         key = (sig, struct)
         self.ran = False
         body = self.bodies.get(key)
@@ -294,7 +335,7 @@ class CompiledIteration:
                 self._statements()
                 return "statements", False
             self._new_in_a_row = 0
-            self._run(body, v, leaves)
+            self._run(body, leaves, v)
             return "trace", False
         self._new_in_a_row = 0
         if self.auto and not self.chosen and len(self.timed["compiled"]) >= SAMPLES:
@@ -302,7 +343,7 @@ class CompiledIteration:
             if self.off:
                 self._statements()
                 return "statements", False
-        self._run(body, v, leaves)
+        self._run(body, leaves, v)
         return "compiled", True
 
     def _statements(self) -> None:
@@ -310,7 +351,79 @@ class CompiledIteration:
         if self._after_call:
             self.wait()
             self._after_call = False
+        self._settle()
+        self._learn_from = None  # a transition is learned between consecutive calls only
         self.body()
+
+    # -- the store between calls -----------------------------------------------------------
+    def _settle(self) -> None:
+        """The store as the statements see it at this iteration's start: the last call's
+        results put in, then the collector's frees."""
+        self.flush()
+        if self.collector is not None and not self._collected:
+            self.collector()
+            self._collected = True
+
+    def flush(self) -> None:
+        """Put the last call's results in the store (statements, checkpoints and the end of the
+        loop read it; between two calls it is not kept up to date)."""
+        pend = self._pending
+        if pend is None:
+            return
+        self._pending = None
+        store, ipos, pool, base = self.ex.store, self.ipos, pend.pool, pend.base
+        nin = len(pool) - pend.nout
+        for nid, oid, entries, stacks in pend.body.rebuild:
+            j = ipos.get(nid)
+            got = {}
+            for p, (kind, k) in entries:
+                if j is not None:
+                    p = (*p[:j], p[j] + base, *p[j + 1 :])
+                got[p] = pool[k if kind == "in" else nin + k]
+            rows = []
+            for (kind, k), axis, share, cols, alive in stacks:
+                if j is not None:
+                    cols = cols.copy()
+                    cols[:, j] += base
+                rows.append((pool[k if kind == "in" else nin + k], axis, share, cols, alive))
+            store.load_table(nid, oid, got, rows)
+        if pend.body.succ is None:
+            self._learn_from = pend
+
+    def _learn(self, struct: tuple[Any, ...], leaves: list[Any]) -> None:
+        """Record where the store's values at this iteration's start came from, when the last
+        iteration was a call whose successor layout is not known yet (:attr:`_Body.succ`)."""
+        src, self._learn_from = self._learn_from, None
+        if src is None or src.body.succ is not None:
+            return
+        index = {id(x): j for j, x in enumerate(src.pool)}
+        feed = [index.get(id(x), -1) for x in leaves]
+        if -1 in feed:  # a value neither in the call's inputs nor its outputs: never fed
+            log.debug("iteration %s: a live value did not come from the last call", self.var)
+            return
+        src.body.succ = (struct, feed)
+
+    def _feed(self, sig: tuple[Any, ...], v: int) -> tuple[_Body, list[Any]] | None:
+        """The body and inputs of iteration ``v`` taken from the last call, where its key is
+        known to compile; None where the store must be rebuilt and read."""
+        pend = self._pending
+        if pend is None or pend.body.succ is None:
+            return None
+        struct, feed = pend.body.succ
+        body = self.bodies.get((sig, struct))
+        if body is None:
+            return None
+        pool = pend.pool
+        leaves = [pool[j] for j in feed]
+        if CHECK_FED:  # tests: the store rebuilt and read gives the same layout and values
+            self._settle()
+            got_struct, got = self._flatten(v + self.offset)
+            same = len(got) == len(leaves) and all(a is b for a, b in zip(got, leaves, strict=True))
+            if got_struct != struct or not same:
+                raise AssertionError(
+                    f"iteration {v}: the inputs fed from the last call differ from the store's"
+                )
+        return body, leaves
 
     def _worth_tracing(self, v: int) -> bool:
         """auto: whether a trace may pay (module doc); False while the statements' times are
@@ -358,41 +471,38 @@ class CompiledIteration:
         self.wait()
         self.bodies.clear()  # the compiled calls' memory
 
-    def _run(self, body: _Body, v: int, leaves: list[Any]) -> None:
+    def _run(self, body: _Body, leaves: list[Any], v: int) -> None:
         ex = self.ex
         base = v + self.offset
         d = base - body.base
         states = [p.get_state() for p in self.pures]
         hosts = [tracing.host_array(fn, shape, dt, d) for fn, shape, dt in body.hosts] if body.hosts else None
         outs, new_states, sunk = body.fn(np.int32(d), leaves, states, hosts)
-        # the previous call's sinks run while this one computes (before the store moves on,
-        # so an error leaves the store as that call left it)
-        self.wait()
+        # the previous call's sinks run while this one computes (an error leaves the store as
+        # that call left it)
+        try:
+            self.wait()
+        except BaseException:
+            self.flush()
+            raise
         if body.sinks:
             self.queued.append((body.sinks, sunk, d))
         for p, st in zip(self.pures, new_states, strict=True):
             p.set_state(st)
-        store, ipos = ex.store, self.ipos
-        for nid, oid, entries, stacks in body.rebuild:
-            j = ipos.get(nid)
-            got = {}
-            for p, (kind, k) in entries:
-                if j is not None:
-                    p = (*p[:j], p[j] + base, *p[j + 1 :])
-                got[p] = leaves[k] if kind == "in" else outs[k]
-            rows = []
-            for (kind, k), axis, share, cols, alive in stacks:
-                if j is not None:
-                    cols = cols.copy()
-                    cols[:, j] += base
-                rows.append((leaves[k] if kind == "in" else outs[k], axis, share, cols, alive))
-            store.load_table(nid, oid, got, rows)
+        # the store is rebuilt from the results only when something reads it (flush)
+        self._pending = _Pending(body, base, [*leaves, *outs], len(outs))
         for h in ex.stack_hints.values():
             h.clear()
         ex.dispatches += 1
         ex.exec_count += body.execs
         self.calls += 1
         self.ran = self._after_call = True
+
+    def reset(self) -> None:
+        """Forget the last run's calls (a new run starts from a new store)."""
+        self.queued.clear()
+        self._pending = self._learn_from = None
+        self._after_call = False
 
     def wait(self) -> None:
         """Run the sinks of the calls so far, in order, as their values arrive (a sink's error
