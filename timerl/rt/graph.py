@@ -58,14 +58,30 @@ class BNode:
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+_API_DIRS = tuple(
+    os.path.join(_PKG_DIR, d)
+    for d in ("rt", "nn", "optim", "symbolic", "pdg", "schedule", "plan", "runtime", "backends", "dist")
+)
+_FLAT_API_DIRS = (_PKG_DIR, os.path.join(_PKG_DIR, "envs"))  # their files, not their subpackages
+
+
+def _in_api(fn: str) -> bool:
+    """Whether ``fn`` is part of timerl's API (where it records nodes for a caller); elsewhere
+    in the package are programs written with it (``timerl/agents``, the envs' own programs)."""
+    d = os.path.dirname(fn)
+    return d in _FLAT_API_DIRS or any(d == a or d.startswith(a + os.sep) for a in _API_DIRS)
+
+
 def user_location() -> str:
-    """``file:line`` of the first stack frame outside the timerl package."""
+    """``file:line`` (and the line) of the first stack frame outside timerl's API: the user's
+    code, or a program shipped in the package (shown by its path in the package)."""
     f = sys._getframe(1)
+    root = os.path.dirname(_PKG_DIR) + os.sep
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
-        if not fn.startswith(_PKG_DIR):
+        if not _in_api(fn):
             line = linecache.getline(fn, f.f_lineno).strip()
-            short = os.path.basename(fn)
+            short = fn[len(root) :] if fn.startswith(_PKG_DIR + os.sep) else os.path.basename(fn)
             return f"{short}:{f.f_lineno} (`{line}`)" if line else f"{short}:{f.f_lineno}"
         f = f.f_back
     return "?"
