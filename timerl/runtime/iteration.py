@@ -15,6 +15,14 @@ as a function of the values the store holds when the iteration starts, and then 
   outputs and, per table, how to rebuild it. The store is then restored, and every call
   rebuilds the tables the body changed from the outputs, its points moved to the iteration
   it runs.
+* **Between calls** the store is kept lazily. A call's inputs and outputs stay pending; where
+  the next iteration's key is known to compile, its inputs are taken straight from them (the
+  successor layout, learned once by identity from a rebuilt store: which input or output
+  each of the next call's inputs is), so no table is rebuilt, flattened or freed between
+  calls. The tables are rebuilt (:meth:`CompiledIteration.flush`) only where something reads
+  them: statements, a checkpoint, an error, the loop's end. The iteration collector
+  (``runtime/gc.py``) runs here for that reason: a fed call's successor layout includes its
+  frees. PPO with CleanRL's settings, one agent: 8.1-9.1 -> 5.8-7.7 ms per iteration.
 * **When a traced body is reused.** Its key is the body's conditions on ``i`` evaluated for
   all iterations of the inner loops (``Plan.body_conds``) and the relative layout of the
   store (every point, shape and dtype): a call runs only where both equal the traced
