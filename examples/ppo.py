@@ -31,7 +31,7 @@ def parse_args(defaults: Args | None = None) -> Args:
     return trl.run.parse_args(Args, defaults, "PPO with GAE as a timerl program", check=check_args)
 
 
-def _timed(env_fn: EnvFn) -> tuple[EnvFn, list[float]]:
+def timed_env(env_fn: EnvFn) -> tuple[EnvFn, list[float]]:
     """``env_fn``, adding the seconds it takes to the list returned beside it (the env's own
     setup: importing its library, compiling its step), reported apart from timerl's compile."""
     spent = [0.0]
@@ -95,7 +95,7 @@ def main(args: Args, env_fn: EnvFn = make_env) -> list[float]:
         assert run is not None
         run.log(it, line, agent=k if n > 1 else None, mean_return=m, env_steps=steps[k])
 
-    env_fn, env_s = _timed(env_fn)
+    env_fn, env_s = timed_env(env_fn)
     ex = build(args, log_fn, env_fn)
     who = f" for {n} agents ({_describe(settings)})" if n > 1 else ""
     print(_ready(args, imported, env_s[0], t0, who))
@@ -165,7 +165,7 @@ def main_fixed(args: Args, env_fn: EnvFn = make_env) -> list[float]:
         assert run is not None
         run.log(it, line, agent=k if n > 1 else None, mean_return=m, episodes=len(eps), env_steps=steps)
 
-    env_fn, env_s = _timed(env_fn)
+    env_fn, env_s = timed_env(env_fn)
     ex = build_fixed(args, log_fn, env_fn)
     who = f" for {n} agents ({_describe(settings)})" if n > 1 else ""
     print(_ready(args, imported, env_s[0], t0, who))
