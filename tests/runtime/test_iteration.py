@@ -142,6 +142,42 @@ def test_checkpoints_between_fed_calls_hold_the_last_calls_results(
             np.testing.assert_allclose(arrs[key], files[False][name][key], rtol=1e-6)
 
 
+def test_seeds_computed_for_a_chunk_of_calls_equal_those_of_each_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seeds of a compiled call's random draws are computed for :data:`HOST_CHUNK` calls
+    at once (``many``): PPO with two agents (a seed per agent) on gymnax, every such host
+    value equal to the one computed for that call alone, across chunk boundaries (a chunk of
+    3), and the rollouts equal to the statement-by-statement run's."""
+    from timerl.agents.ppo import PPOArgs, build_fixed
+
+    monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
+    monkeypatch.setattr(iteration, "HOST_CHUNK", 3)
+    runs = {}
+    for compiled in (False, True):
+        got: list[np.ndarray] = []
+        args = PPOArgs(
+            env_id="gymnax.CartPole-v1", num_envs=3, num_steps=8, iterations=9, update_epochs=1,
+            num_minibatches=1, backend="jax", num_seeds=2,
+        )  # fmt: skip
+        ex = build_fixed(args, lambda *a, got=got: got.append(np.array(a[0])), compile_iterations=compiled)
+        ex.execute()
+        runs[compiled] = got
+    it = ex._interp._iteration
+    assert it.calls >= 7
+    manys = [h for body in it.bodies.values() for h in body.hosts if h[3] is not None]
+    assert manys
+    for fn, shape, dt, many in manys:
+        ds = np.arange(-2, 7)
+        together = np.asarray(many(ds), dtype=dt).reshape((len(ds), *shape))
+        for k, d in enumerate(ds):
+            np.testing.assert_array_equal(together[k], iteration.tracing.host_array(fn, shape, dt, int(d)))
+        assert len({together[k].tobytes() for k in range(len(ds))}) == len(ds)  # they move with i
+    assert len(runs[True]) == len(runs[False]) == 18
+    for a, b in zip(runs[True], runs[False], strict=True):
+        np.testing.assert_array_equal(a, b)  # the same draws: the same rollouts
+
+
 def test_nothing_host_side_runs_inside_the_compiled_call() -> None:
     """The noise's seeds and the step size (from i) are inputs of the call, the sinks' values
     outputs: the compiled body has no host callback, and the sinks still see every iteration

@@ -138,6 +138,29 @@ def point_seed(seed: int, nid: int, point: Sequence[int]) -> int:
 def draw_seeds(node: Node, seed: Seeds, point: Sequence[int], dim_order: Sequence[Sym]) -> np.ndarray:
     """The seeds of a RAND node's per-point draws along its ``point_dims`` at ``point``
     (int32, one per row of :func:`draw_points`)."""
+    base, points, _ = _seed_rows(node, seed, point, dim_order)
+    return point_seeds(base, stream(node), points).astype(np.int32)
+
+
+def draw_seeds_shifted(
+    node: Node, seed: Seeds, point: Sequence[int], dim_order: Sequence[Sym], dim: Sym, shifts: np.ndarray
+) -> np.ndarray:
+    """:func:`draw_seeds` at ``point`` moved ``shifts[k]`` along ``dim``, for every ``k`` at
+    once: an int32 array ``(len(shifts), rows)`` (a compiled iteration's seeds for a chunk
+    of the iterations it runs)."""
+    base, points, cols = _seed_rows(node, seed, point, dim_order)
+    n, rows = len(shifts), len(points)
+    many = np.repeat(points[None], n, axis=0)
+    if dim in cols:
+        many[:, :, cols[dim]] += np.asarray(shifts, np.int64)[:, None]
+    bases = np.tile(base, n) if isinstance(base, np.ndarray) else base
+    return point_seeds(bases, stream(node), many.reshape(n * rows, -1)).astype(np.int32).reshape(n, rows)
+
+
+def _seed_rows(
+    node: Node, seed: Seeds, point: Sequence[int], dim_order: Sequence[Sym]
+) -> tuple[int | np.ndarray, np.ndarray, dict[Sym, int]]:
+    """The base seed(s), the hashed points (one row per draw) and each dim's column in them."""
     pdims = tuple(node.op.attr("point_dims"))
     sizes = tuple(int(n) for n in node.batch[len(node.batch) - len(pdims) :])
     coords = dict(zip(node.domain, point, strict=True))
@@ -152,7 +175,7 @@ def draw_seeds(node: Node, seed: Seeds, point: Sequence[int], dim_order: Sequenc
     points = np.empty((combos.shape[1], len(order)), np.int64)
     for j, s in enumerate(order):
         points[:, j] = column[s] if s in column else coords[s]
-    return point_seeds(base, stream(node), points).astype(np.int32)
+    return base, points, {s: j for j, s in enumerate(order)}
 
 
 def draw_points(

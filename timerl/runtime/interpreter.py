@@ -83,6 +83,7 @@ from timerl.runtime.common import (
     call_udf,
     draw_points,
     draw_seeds,
+    draw_seeds_shifted,
     eval_shape,
     point_dict,
     run_seeds,
@@ -802,8 +803,13 @@ class Executor:
                     n = int(
                         np.prod([int(x) for x in node.batch[len(node.batch) - len(op.attr("point_dims")) :]])
                     )
+                    j = ctx.ipos.get(nid)
+                    dim = node.domain[j] if j is not None else None
                     seeds = ctx.host_value(
-                        lambda d: draw_seeds(node, seed, ctx.shift(nid, point, d), order), (n,), np.int32
+                        lambda d: draw_seeds(node, seed, ctx.shift(nid, point, d), order),
+                        (n,),
+                        np.int32,
+                        many=lambda ds: draw_seeds_shifted(node, seed, point, order, dim, ds),
                     )
                 put(nid, 0, point, draw_points(be, node, seed, point, order, v, seeds))
 

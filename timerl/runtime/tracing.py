@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 Point = tuple[int, ...]
+Host = tuple[Callable[[int], Any], tuple[int, ...], np.dtype, Callable[[np.ndarray], Any] | None]
+"""A host value of a compiled call: ``(fn(delta), shape, dtype, many(deltas) or None)``."""
 
 
 class NotTraceable(Exception):
@@ -42,7 +44,7 @@ class TraceContext:
     def __init__(self, delta: Any, ipos: dict[int, int]) -> None:
         self.delta = delta
         self.ipos = ipos
-        self.hosts: list[tuple[Callable[[int], Any], tuple[int, ...], np.dtype]] = []
+        self.hosts: list[Host] = []
         self.inputs: Sequence[Any] | None = None  # the host values, traced (second trace)
         self.sinks: list[Callable[[np.ndarray, int], None]] = []
         self.sink_values: list[Any] = []
@@ -63,17 +65,25 @@ class TraceContext:
             return point
         return point[:j] + (point[j] + d,) + point[j + 1 :]
 
-    def host_value(self, fn: Callable[[int], Any], shape: Sequence[int], dtype: Any) -> Any:
-        """``fn(delta)`` (a NumPy array of ``shape``) for the iteration a call runs."""
+    def host_value(
+        self,
+        fn: Callable[[int], Any],
+        shape: Sequence[int],
+        dtype: Any,
+        many: Callable[[np.ndarray], Any] | None = None,
+    ) -> Any:
+        """``fn(delta)`` (a NumPy array of ``shape``) for the iteration a call runs. ``many``:
+        the same for an array of deltas at once (``(len(deltas), *shape)``), where ``fn`` is a
+        pure function of ``delta``: the calls then take it from a chunk computed ahead."""
         import jax
 
         shape, dtype = tuple(int(s) for s in shape), np.dtype(dtype)
         k, self._k = self._k, self._k + 1
         if self.inputs is not None:
-            if k >= len(self.hosts) or self.hosts[k][1:] != (shape, dtype):
+            if k >= len(self.hosts) or self.hosts[k][1:3] != (shape, dtype):
                 raise NotTraceable("the body asked for other host values in a second trace")
             return self.inputs[k]
-        self.hosts.append((fn, shape, dtype))
+        self.hosts.append((fn, shape, dtype, many))
 
         def cb(d: Any) -> np.ndarray:
             return host_array(fn, shape, dtype, int(d))
