@@ -142,6 +142,18 @@ def test_checkpoints_between_fed_calls_hold_the_last_calls_results(
             np.testing.assert_allclose(arrs[key], files[False][name][key], rtol=1e-6)
 
 
+def _ppo(compiled: bool, **kw: Any) -> tuple[list[np.ndarray], Any]:
+    """PPO on gymnax (one epoch, one minibatch, JAX): each iteration's rollout log and the
+    compiled iteration (None when off)."""
+    from timerl.agents.ppo import PPOArgs, build_fixed
+
+    got: list[np.ndarray] = []
+    args = PPOArgs(env_id="gymnax.CartPole-v1", update_epochs=1, num_minibatches=1, backend="jax", **kw)
+    ex = build_fixed(args, lambda *a: got.append(np.array(a[0])), compile_iterations=compiled)
+    ex.execute()
+    return got, ex._interp._iteration
+
+
 def test_seeds_computed_for_a_chunk_of_calls_equal_those_of_each_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -149,21 +161,10 @@ def test_seeds_computed_for_a_chunk_of_calls_equal_those_of_each_call(
     at once (``many``): PPO with two agents (a seed per agent) on gymnax, every such host
     value equal to the one computed for that call alone, across chunk boundaries (a chunk of
     3), and the rollouts equal to the statement-by-statement run's."""
-    from timerl.agents.ppo import PPOArgs, build_fixed
-
     monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
     monkeypatch.setattr(iteration, "HOST_CHUNK", 3)
-    runs = {}
-    for compiled in (False, True):
-        got: list[np.ndarray] = []
-        args = PPOArgs(
-            env_id="gymnax.CartPole-v1", num_envs=3, num_steps=8, iterations=9, update_epochs=1,
-            num_minibatches=1, backend="jax", num_seeds=2,
-        )  # fmt: skip
-        ex = build_fixed(args, lambda *a, got=got: got.append(np.array(a[0])), compile_iterations=compiled)
-        ex.execute()
-        runs[compiled] = got
-    it = ex._interp._iteration
+    runs = {c: _ppo(c, num_envs=3, num_steps=8, iterations=9, num_seeds=2) for c in (False, True)}
+    it = runs[True][1]
     assert it.calls >= 7
     manys = [h for body in it.bodies.values() for h in body.hosts if h[3] is not None]
     assert manys
@@ -173,8 +174,8 @@ def test_seeds_computed_for_a_chunk_of_calls_equal_those_of_each_call(
         for k, d in enumerate(ds):
             np.testing.assert_array_equal(together[k], iteration.tracing.host_array(fn, shape, dt, int(d)))
         assert len({together[k].tobytes() for k in range(len(ds))}) == len(ds)  # they move with i
-    assert len(runs[True]) == len(runs[False]) == 18
-    for a, b in zip(runs[True], runs[False], strict=True):
+    assert len(runs[True][0]) == len(runs[False][0]) == 18
+    for a, b in zip(runs[True][0], runs[False][0], strict=True):
         np.testing.assert_array_equal(a, b)  # the same draws: the same rollouts
 
 
@@ -222,21 +223,9 @@ def test_ppo_falls_back_where_a_trace_fails(
     """PPO on gymnax, traced at the first sight of each key: iteration 0 resets the
     environment (there is no state to trace from yet) and runs statement by statement; the others
     run as one call, with the returns of the statement-by-statement run."""
-    from timerl.agents.ppo import PPOArgs, build_fixed
-
     monkeypatch.setattr(iteration, "TRACE_AFTER", 1)
-    runs = {}
-    for compiled in (False, True):
-        got: list[np.ndarray] = []
-        args = PPOArgs(
-            env_id="gymnax.CartPole-v1", num_envs=4, num_steps=16, iterations=4, update_epochs=1,
-            num_minibatches=1, backend="jax", checkpoint_every=0,
-        )  # fmt: skip
-        ex = build_fixed(args, lambda *a, got=got: got.append(np.array(a[0])), compile_iterations=compiled)
-        with caplog.at_level(logging.INFO, logger="timerl.runtime.iteration"):
-            ex.execute()
-        runs[compiled] = (got, ex._interp._iteration)
-    (off, _), (on, it) = runs[False], runs[True]
+    caplog.set_level(logging.INFO, logger="timerl.runtime.iteration")
+    (off, _), (on, it) = (_ppo(c, num_envs=4, num_steps=16, iterations=4) for c in (False, True))
     assert it.calls == 3 and any("before reset" in why for why in it.refused.values())
     assert len(on) == len(off) == 4
     for a, b in zip(on, off, strict=True):
