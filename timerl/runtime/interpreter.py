@@ -529,10 +529,11 @@ class Executor:
         # the iteration loop's body as one call keeps the store lazily between calls: it runs
         # the collector itself and puts its last results in the store when the loop ends
         compiled = self._iteration if node is self.plan.iter_loop else None
+        per_step = collector  # run by the loop before each step, unless the compiled body runs it
         if compiled is not None and collector is not None:
             gc, off = collector, self._gc_offset
             compiled.collector = lambda: gc.collect(self.store, env[var] + off)
-            collector = None
+            per_step = None
 
         def run_loop() -> None:
             if init_site is None:
@@ -542,8 +543,8 @@ class Executor:
             n, limit = 0, self.max_loop_iterations
             try:
                 while cond(env) if cond_site is None else cond_value():
-                    if collector is not None:
-                        collector.collect(self.store, env[var] + self._gc_offset)
+                    if per_step is not None:
+                        per_step.collect(self.store, env[var] + self._gc_offset)
                     body()
                     env[var] += inc
                     n += 1
