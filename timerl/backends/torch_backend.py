@@ -106,9 +106,8 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
         or x.dtype not in _NUMPY_UFUNC_DTYPES
         or x.requires_grad
         or torch.compiler.is_compiling()
+        or x.numel() < _TANH_SMALL
     ):
-        return torch.tanh(x)
-    if x.numel() < _TANH_SMALL:
         return torch.tanh(x)
     x = x.resolve_neg()
     kernel = native.tanh_f32() if x.dtype == torch.float32 else None

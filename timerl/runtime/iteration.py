@@ -394,15 +394,12 @@ class CompiledIteration:
             j = ipos.get(nid)
             got = {}
             for p, (kind, k) in entries:
-                if j is not None:
-                    p = (*p[:j], p[j] + base, *p[j + 1 :])
-                got[p] = pool[k if kind == "in" else nin + k]
+                got[_moved(p, j, base)] = pool[k if kind == "in" else nin + k]
             rows = []
             for (kind, k), axis, share, cols, alive in stacks:
-                if j is not None:
-                    cols = cols.copy()
-                    cols[:, j] += base
-                rows.append((pool[k if kind == "in" else nin + k], axis, share, cols, alive))
+                rows.append(
+                    (pool[k if kind == "in" else nin + k], axis, share, _moved_cols(cols, j, base), alive)
+                )
             store.load_table(nid, oid, got, rows)
         if pend.body.succ is None:
             self._learn_from = pend
@@ -673,19 +670,13 @@ class CompiledIteration:
                     continue
                 if t is not dict and t is not RowsTable:
                     raise tracing.NotTraceable("a block-stored table holds values")
-                entries = []
-                for p, x in dict.items(tab):
-                    if j is not None:
-                        p = (*p[:j], p[j] - base, *p[j + 1 :])
-                    entries.append((p, x))
+                entries = [(_moved(p, j, -base), x) for p, x in dict.items(tab)]
                 stacks = []
                 if t is RowsTable:
                     for st in tab.stacks():
-                        cols = st.cols
-                        if j is not None:
-                            cols = cols.copy()
-                            cols[:, j] -= base
-                        stacks.append((st.arr, st.axis, st.share, cols, st.alive.copy()))
+                        stacks.append(
+                            (st.arr, st.axis, st.share, _moved_cols(st.cols, j, -base), st.alive.copy())
+                        )
                 out[(nid, oid)] = (entries, stacks)
         return out
 
@@ -693,6 +684,20 @@ class CompiledIteration:
         for k, h in self.ex.stack_hints.items():
             h.clear()
             h.update(hints.get(k, {}))
+
+
+def _moved(p: tuple[int, ...], j: int | None, by: int) -> tuple[int, ...]:
+    """Point ``p`` moved ``by`` along coordinate ``j`` (the iteration dim; None: not moved)."""
+    return p if j is None else (*p[:j], p[j] + by, *p[j + 1 :])
+
+
+def _moved_cols(cols: np.ndarray, j: int | None, by: int) -> np.ndarray:
+    """:func:`_moved` for the points of a stack, one per row of ``cols`` (a copy when moved)."""
+    if j is None:
+        return cols
+    cols = cols.copy()
+    cols[:, j] += by
+    return cols
 
 
 def _same(b: tuple[list[Any], list[Any]], a: tuple[list[Any], list[Any]]) -> bool:
