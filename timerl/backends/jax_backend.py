@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from timerl.backends import base
+from timerl.backends import base, jax_random
 from timerl.backends.base import AbstractBackend, Kernel, accumulate_dtype
 from timerl.backends.malloc import limit_malloc_arenas
 from timerl.errors import BackendError
@@ -148,25 +148,10 @@ def _pad(x: jax.Array, axis: int, before: int, after: int) -> jax.Array:
     return jnp.pad(x, widths)
 
 
-@functools.partial(jit, static_argnums=(2, 3, 4))
-def _draw(key: jax.Array, seed: jax.Array, shape: tuple[int, ...], dtype: Any, normal: bool) -> Any:
-    """Split ``key`` (or ``key(seed)`` when ``seed >= 0``) and draw: one dispatch per draw."""
-    key = jax.lax.cond(seed >= 0, lambda: jax.random.key(seed), lambda: key)
-    key, sub = jax.random.split(key)
-    sample = jax.random.normal if normal else jax.random.uniform
-    return key, sample(sub, shape, dtype=dtype)
-
-
 @functools.partial(jit, static_argnums=(1, 2, 3))
-def _draw_points(seeds: jax.Array, shape: tuple[int, ...], dtype: Any, normal: bool) -> Any:
-    """One draw per seed, as :func:`_draw` makes it from ``key(seed)``, in one dispatch."""
-    sample = jax.random.normal if normal else jax.random.uniform
-
-    def one(seed: jax.Array) -> jax.Array:
-        _, sub = jax.random.split(jax.random.key(seed))
-        return sample(sub, shape, dtype=dtype)
-
-    return jax.vmap(one)(seeds)
+def _draw(seeds: jax.Array, shape: tuple[int, ...], dtype: Any, normal: bool) -> Any:
+    """One draw of ``shape`` per seed (:func:`timerl.backends.jax_random.draw`), one dispatch."""
+    return jax_random.draw(seeds, shape, dtype, normal)
 
 
 @functools.partial(jit, static_argnums=(1,))
@@ -183,10 +168,11 @@ def _mask_rows(x: jax.Array, axis: int, stop: jax.Array) -> jax.Array:
 def _random(be: AbstractBackend, shape: tuple[int, ...], dtype: DType, normal: bool) -> jax.Array:
     assert isinstance(be, JaxBackend)
     seed, be._pending_seed = be._pending_seed, -1
-    if isinstance(seed, jax.core.Tracer):  # inside a compiled iteration: the key stays as it is
-        return _draw(be._key, seed, shape, _DTYPES[dtype], normal)[1]
-    be._key, out = _draw(be._key, np.int64(seed), shape, _DTYPES[dtype], normal)
-    return out
+    if isinstance(seed, jax.core.Tracer):  # inside a compiled iteration: the seed of its point
+        return jax_random.draw(seed, shape, _DTYPES[dtype], normal)
+    if seed < 0:
+        seed = be.unseeded()
+    return _draw(np.int64(seed), shape, _DTYPES[dtype], normal)
 
 
 def _one_hot(be: AbstractBackend, c: base.KernelCall, xs: Sequence[Any]) -> jax.Array:
@@ -379,7 +365,9 @@ def _block_row(buf: jax.Array, index: jax.Array) -> jax.Array:
 
 @final
 class JaxBackend(AbstractBackend):
-    """Runs ops with ``jax.numpy``; RNG is a PRNG key split once per random op."""
+    """Runs ops with ``jax.numpy``. ``RAND_*`` ops draw with Philox keyed by the seed set
+    before them (:mod:`timerl.backends.jax_random`); a UDF's keys are ``jax.random`` keys
+    split from one key (:meth:`next_key`)."""
 
     name: ClassVar[str] = "jax"
     kernels: ClassVar[Mapping[OpKind, Kernel]] = _KERNELS
@@ -391,16 +379,29 @@ class JaxBackend(AbstractBackend):
         super().__init__()
         self._key = jax.random.key(seed)
         self._pending_seed = -1  # a seed set by seed() and not used yet
+        self._stream = (seed, 0)  # the last seed set, and the draws made without one since
         self.host_blocks = host_blocks
 
     def seed(self, seed: int) -> None:
-        """Reset the PRNG key (``key(seed)``, made by the next draw in the same dispatch)."""
-        self._pending_seed = seed if isinstance(seed, jax.core.Tracer) else int(seed)
+        """Key the next draw (and :meth:`next_key`'s next key) by ``seed`` (``>= 0``)."""
+        if isinstance(seed, jax.core.Tracer):
+            self._pending_seed = seed
+        else:
+            self._pending_seed = int(seed)
+            self._stream = (int(seed), 0)
+
+    def unseeded(self) -> int:
+        """The key of a draw made without :meth:`seed`: the ``k``-th since the last seed ``s``,
+        apart from every seed a point can have (those are below ``2**31``)."""
+        base, k = self._stream
+        self._stream = (base, k + 1)
+        return ((0x40000000 | (base & 0x3FFFFFFF)) << 32) | (k & 0xFFFFFFFF)
 
     def random_points(self, seeds: Sequence[int], shape: tuple[int, ...], dtype: DType, normal: bool) -> Any:
-        """One vmapped dispatch for all the draws (same values as one draw per seed)."""
-        s = seeds if isinstance(seeds, jax.core.Tracer) else jnp.asarray(np.asarray(seeds, np.int32))
-        return _draw_points(s, tuple(shape), _DTYPES[dtype], normal)
+        """One dispatch for all the draws (the values of one draw per seed)."""
+        if isinstance(seeds, jax.core.Tracer):
+            return jax_random.draw(seeds, tuple(shape), _DTYPES[dtype], normal)
+        return _draw(jnp.asarray(np.asarray(seeds, np.int32)), tuple(shape), _DTYPES[dtype], normal)
 
     def next_key(self) -> jax.Array:
         """Split the PRNG key: keep one half, return the other."""
