@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import timerl as trl
+from timerl.backends.jax_backend import JaxBackend
 from timerl.errors import TimeRLError
 from timerl.runtime import iteration
 
@@ -365,11 +366,15 @@ def test_the_plan_says_why_a_body_is_not_compiled() -> None:
 
 class _Clock:
     """Stands in for ``time`` in runtime/iteration.py: an iteration statement by statement
-    takes ``stmt`` seconds, ``host`` of them on the host thread; a compiled call ``call``."""
+    takes ``stmt`` seconds, ``host`` of them on the host thread, and adds ``compiling`` to the
+    backend's compile time; a compiled call takes ``call``."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, stmt: float, call: float, host: float) -> None:
-        self.t = self.cpu = 0.0
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, stmt: float, call: float, host: float, compiling: float = 0.0
+    ) -> None:
+        self.t = self.cpu = self.compiled = 0.0
         monkeypatch.setattr(iteration, "time", self)
+        monkeypatch.setattr(JaxBackend, "compile_seconds", lambda be: self.compiled)
         run, statements = iteration.CompiledIteration._run, iteration.CompiledIteration._statements
 
         def timed_run(it: Any, *a: Any) -> None:
@@ -379,6 +384,7 @@ class _Clock:
         def timed_statements(it: Any) -> None:
             self.t += stmt
             self.cpu += host * stmt
+            self.compiled += compiling
             statements(it)
 
         monkeypatch.setattr(iteration.CompiledIteration, "_run", timed_run)
@@ -392,19 +398,31 @@ class _Clock:
 
 
 @pytest.mark.parametrize(
-    ("stmt", "call", "host", "min_left", "calls", "want"),
+    ("stmt", "call", "host", "min_left", "compiling", "calls", "want"),
     [
         (
             2.0,
             1.0,
             0.9,
             5,
+            1.0,
             20,
             "one compiled call per iteration: measured 1000.0 ms per iteration against 2000.0",
         ),
-        (2.0, 3.0, 0.9, 5, 4, "statement by statement: one compiled call took 3000.0 ms"),
-        (2.0, 1.0, 0.1, 5, 0, "statement by statement: the host took 10% of an iteration (2000.0 ms)"),
-        (2.0, 1.0, 0.9, 100, 0, "statement by statement: only 19 iterations remain"),
+        (2.0, 3.0, 0.9, 5, 0.0, 4, "statement by statement: one compiled call took 3000.0 ms"),
+        (2.0, 1.0, 0.1, 5, 0.0, 0, "statement by statement: the host took 10% of an iteration (2000.0 ms)"),
+        (2.0, 1.0, 0.9, 100, 0.0, 0, "statement by statement: only 19 iterations remain"),
+        (
+            2.0,
+            1.0,
+            0.9,
+            5,
+            9.0,
+            0,
+            "statement by statement: compiling it would take about 36.0 s (what its iterations' "
+            "statements took to compile), more than the host's 1800.0 ms per iteration can save "
+            "over the 19 iterations left",
+        ),
     ],
 )
 def test_auto_keeps_the_body_compiled_only_where_it_was_timed_faster(
@@ -413,17 +431,20 @@ def test_auto_keeps_the_body_compiled_only_where_it_was_timed_faster(
     call: float,
     host: float,
     min_left: int,
+    compiling: float,
     calls: int,
     want: str,
 ) -> None:
     """``compile_iterations="auto"``: a trace only where the host's share of an iteration
-    run statement by statement is large and enough iterations remain; the compiled body kept
-    only where its calls were no slower than the statements (clocks stood in for); the
-    values are those of the statements whichever way it runs."""
+    run statement by statement is large, enough iterations remain, and the host time they
+    can save exceeds the compile time the statements took (4 x 1 s < 19 x 1.8 s: traced;
+    4 x 9 s > 19 x 1.8 s: not); the compiled body kept only where its calls were no slower
+    than the statements (clocks stood in for); the values are those of the statements
+    whichever way it runs."""
     monkeypatch.setattr(iteration, "SAMPLES", 2)
     monkeypatch.setattr(iteration, "MIN_LEFT", min_left)
     off, _ = _run(False, iterations=24)
-    _Clock(monkeypatch, stmt, call, host)
+    _Clock(monkeypatch, stmt, call, host, compiling)
     on, ex = _run("auto", iterations=24)
     it = ex._iteration
     assert it.status.startswith(want), it.status

@@ -134,6 +134,11 @@ class AbstractBackend(abc.ABC):
     def from_numpy(self, a: np.ndarray) -> Any:
         """Copy a NumPy array into a backend tensor, keeping its dtype."""
 
+    def compile_seconds(self) -> float:
+        """Seconds this process has spent compiling programs for this backend so far (0 where
+        it compiles nothing)."""
+        return 0.0
+
     def from_numpy_all(self, arrays: Sequence[np.ndarray]) -> list[Any]:
         """:meth:`from_numpy` of each array (a UDF's outputs); a backend may batch them."""
         return [self.from_numpy(a) for a in arrays]

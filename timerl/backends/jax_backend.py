@@ -27,6 +27,17 @@ from timerl.pdg.ops import DType, OpKind
 limit_malloc_arenas()
 jax.config.update("jax_enable_x64", True)
 
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # XLA's compile of one program
+_compiled_seconds = [0.0]
+
+
+def _count_compile(event: str, seconds: float, **_: Any) -> None:
+    if event == _COMPILE_EVENT:
+        _compiled_seconds[0] += seconds
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
 
 @functools.cache
 def _device_sharding() -> jax.sharding.Sharding:
@@ -402,6 +413,10 @@ class JaxBackend(AbstractBackend):
         if isinstance(seeds, jax.core.Tracer):
             return jax_random.draw(seeds, tuple(shape), _DTYPES[dtype], normal)
         return _draw(jnp.asarray(np.asarray(seeds, np.int32)), tuple(shape), _DTYPES[dtype], normal)
+
+    def compile_seconds(self) -> float:
+        """XLA's compile time in this process so far (JAX's ``backend_compile_duration`` events)."""
+        return _compiled_seconds[0]
 
     def next_key(self) -> jax.Array:
         """Split the PRNG key: keep one half, return the other."""
