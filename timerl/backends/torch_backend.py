@@ -406,11 +406,13 @@ class TorchBackend(AbstractBackend):
         """``torch.from_dlpack``: zero-copy; the result aliases ``obj``'s buffer (do not write into it).
 
         A JAX array on the host goes through its NumPy view (``np.asarray``: 7 us against 16 us
-        for JAX's own ``__dlpack__``, which checks its sharding at every call)."""
-        if self.device.type == "cpu" and _on_jax_host(obj):
-            obj = np.asarray(obj)
+        for JAX's own ``__dlpack__``, which checks its sharding at every call), straight to a
+        tensor on this CPU backend (an (8, 4) array: 14.6 -> ~6 us)."""
+        host = _on_jax_host(obj)
         try:
-            x = torch.from_dlpack(obj)
+            if host and self.device.type == "cpu":
+                return torch.from_dlpack(np.asarray(obj))
+            x = torch.from_dlpack(np.asarray(obj) if host else obj)
         except (TypeError, BufferError, RuntimeError) as e:
             raise BackendError(f"torch cannot import {type(obj).__name__} through DLPack: {e}") from e
         if x.device != self.device:  # e.g. a JAX env's arrays on a GPU: copied to where this backend computes
