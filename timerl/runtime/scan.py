@@ -83,7 +83,7 @@ from timerl.pdg.ir import Edge, Node
 from timerl.pdg.ops import OpKind
 from timerl.plan.fusable import fusable
 from timerl.plan.scans import flat, frees_only, scan_members
-from timerl.runtime import tracing
+from timerl.runtime import host_loop, tracing
 from timerl.runtime.points import PointRows, member_mask
 from timerl.schedule.ast import AstNode, Dealloc, Exec, If, Loop, Seq
 from timerl.symbolic import TRUE, Expr, Slice, Sym, evaluate, free_symbols, lift, substitute
@@ -1181,7 +1181,7 @@ class ScannedLoop:
         be = self.ex.backend
         static = dict(self.ex._static)
         members = self.members
-        runs: list[Callable[[list[Any], Any, int], list[Any]]] = []
+        calls: list[host_loop.HostMember] = []
         for k, m in enumerate(members):
             n = m.node
             if n.op.kind is OpKind.MERGE:
@@ -1189,22 +1189,29 @@ class ScannedLoop:
                 assert j is not None
                 widen = tuple(n.batch) if n.batch and not m.inputs[j][1] else None
 
-                def merge(ins: list[Any], state: Any, v: int, j: int = j, widen: Any = widen) -> list[Any]:
-                    return [ins[j] if widen is None else be.broadcast_batch(ins[j], widen)]
+                def merge(ins: list[Any], j: int = j, widen: Any = widen) -> Any:
+                    return ins[j] if widen is None else be.broadcast_batch(ins[j], widen)
 
-                runs.append(merge)
+                calls.append(host_loop.HostMember("kernel", merge))
             elif m.pure is not None:
-                runs.append(_host_pure_step(m, be))
+                calls.append(host_loop.HostMember("pure", _host_pure_step(m, be)))
             elif n.op.kind is OpKind.UDF:
-                runs.append(self._host_udf(m))
+                calls.append(host_loop.HostMember("step", self._host_udf(m)))
             elif n.op.kind is OpKind.SET_SYMBOL:
-                runs.append(lambda ins, state, v, out=bool(n.outputs): ins[:1] if out else [])
+                out = bool(n.outputs)
+                calls.append(
+                    host_loop.HostMember("step", lambda ins, state, v, out=out: ins[:1] if out else [])
+                )
             elif n.op.kind in _RANDOM:
-                runs.append(self._host_draw(m))
+                calls.append(host_loop.HostMember("step", self._host_draw(m)))
             else:
-                call = be.prepare(n.op, tuple(n.batch), [b for _, b in m.inputs], static)
-                runs.append(lambda ins, state, v, call=call: [call(ins)])
+                calls.append(
+                    host_loop.HostMember(
+                        "kernel", be.prepare(n.op, tuple(n.batch), [b for _, b in m.inputs], static)
+                    )
+                )
         axes = [len(members[k].node.batch) for k, _ in stored]
+        loop = host_loop.generate(plan, calls, carry_src, stored, setter, be.all_true)
 
         def run(
             carry0: tuple[Any, ...],
@@ -1214,32 +1221,7 @@ class ScannedLoop:
             vals: Sequence[int],
             keeps: Sequence[np.ndarray | None],
         ) -> tuple[list[Any], tuple[Any, ...]]:
-            carry, states = carry0, list(states0)
-            rows: list[list[Any]] = [[] for _ in stored]
-            kept = [np.ones(len(vals), dtype=bool) if kp is None else kp for kp in keeps]
-            count, done = 0, False
-            for it, v in enumerate(vals):
-                vals: dict[int, Any] = {}
-                src = {"local": vals, "carry": carry, "inv": inv}
-                for k, (row, fn) in enumerate(zip(plan, runs, strict=True)):
-                    ins = [
-                        None if kind == "unused" else xs[i][it] if kind == "xs" else src[kind][i]
-                        for kind, i in row
-                    ]
-                    if k == setter:
-                        done = be.all_true(ins[0])
-                    out = fn(ins, states[k], v)
-                    if members[k].pure is not None:
-                        states[k], out = out
-                    for oid, o in enumerate(out):
-                        vals[k * 16 + oid] = o
-                carry = tuple(vals[mk * 16 + oid] for mk, oid in carry_src)
-                for r, (k, oid), kp in zip(rows, stored, kept, strict=True):
-                    if kp[it]:
-                        r.append(vals[k * 16 + oid])
-                count += 1
-                if done:  # the loop's dynamic bound ends here
-                    break
+            states, rows, count, done = loop(carry0, inv, xs, states0, vals, keeps)
             ys = tuple(
                 be.stack(r[::-1] if f else r, a) if r else None
                 for r, a, f in zip(rows, axes, flips, strict=True)
