@@ -555,7 +555,7 @@ def matmul(fn: Callable[[Any, Any], Any], transposed_lhs: Callable[[Any, Any], A
         if ob == 0 and b.ndim == 2 and (transposed_lhs is None or not c.attr("lhs_transposed", False)):
             # one matrix on the right: the library's matmul broadcasts a's leading dims itself
             # (a per-point vector's batch included), with no reshapes (Torch, (8, 4) @ (4, 64):
-            # 15.6 -> ~6 us per call)
+            # 15.6 -> 3.4 us per call)
             return fn(a, b)
         a_vec, b_vec = a.ndim - oa == 1, b.ndim - ob == 1
         if a_vec:  # (k,) -> (1, k)

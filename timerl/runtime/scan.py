@@ -736,7 +736,7 @@ class ScannedLoop:
                 if kind == "unused":
                     row.append(("unused", -1))
                 elif kind == "local":
-                    row.append(("local", self.index[e.src] * 16 + e.oid))
+                    row.append(("local", self.index[e.src] * host_loop.SLOT + e.oid))
                 elif kind == "carry":
                     key = (self.index[e.src], e.oid)
                     if key not in carry_src:
@@ -1126,9 +1126,9 @@ class ScannedLoop:
                     flags = [b for _, b in m.inputs]
                     outs = [be.run(n.op, ins, tuple(n.batch), flags, static)]
                 for oid, o in enumerate(outs):
-                    vals[k * 16 + oid] = o
-            new_carry = tuple(vals[mk * 16 + oid] for mk, oid in carry_src)
-            ys = tuple(vals[k * 16 + oid] for k, oid in stored)
+                    vals[k * host_loop.SLOT + oid] = o
+            new_carry = tuple(vals[mk * host_loop.SLOT + oid] for mk, oid in carry_src)
+            ys = tuple(vals[k * host_loop.SLOT + oid] for k, oid in stored)
             return (new_carry, tuple(states)), ys
 
         axes = [len(members[k].node.batch) for k, _ in stored]
