@@ -81,6 +81,4 @@ def test_the_backend_keys_each_draw_by_its_seed_and_a_stream_after_it() -> None:
     assert not any(np.array_equal(a, first) for a in after)
     draw(11)  # a seed restarts the stream after it
     np.testing.assert_array_equal(draw(), after[0])
-    np.testing.assert_array_equal(
-        np.asarray(be.random_points([11, 5], (4,), DType.float32, False))[0], first
-    )
+    np.testing.assert_array_equal(np.asarray(be.random_points([11, 5], (4,), DType.float32, False))[0], first)
