@@ -160,18 +160,18 @@ def _shift_rows(y: torch.Tensor, axis: int, s: int) -> torch.Tensor:
 
 def _linear_scan(x: torch.Tensor, c: torch.Tensor, y0: torch.Tensor, reverse: bool) -> torch.Tensor:
     """``y[k] = x + c * y[k +/- 1]`` along dim 0 from ``y0`` at the last/first row (``x``, ``c``:
-    one row fewer than ``y``; see ``OpKind.LINEAR_SCAN``). Rows are views made at once
-    (``unbind``) and each step writes into its row (``mul`` then ``add_``: the same values as
-    ``x + c * y``): GAE over (999, 8) 18 -> 11 ms, over (249, 512) 4.6 -> 2.7 ms."""
+    one row fewer than ``y``; see ``OpKind.LINEAR_SCAN``). Each step writes into its row of the
+    output (``mul`` then ``add_``: the same values as ``x + c * y``): (249, 512) 2.9 -> 2.1 ms.
+    Rows are taken per step, not all at once with ``unbind``: hundreds of live views made the
+    garbage collector run a full pass in PPO's learner (26.7 ms per scan, 3.9 with it off)."""
     m = int(x.shape[0])
     out = torch.empty((m + 1,) + tuple(x.shape[1:]), dtype=x.dtype)
-    xs, cs, ys = x.unbind(0), c.unbind(0), out.unbind(0)
-    steps = [(k, k + 1) for k in range(m - 1, -1, -1)] if reverse else [(k + 1, k) for k in range(m)]
-    ys[m if reverse else 0].copy_(y0)
-    for k, prev in steps:
-        j = min(k, prev)  # the row of x and c this step reads
-        torch.mul(cs[j], ys[prev], out=ys[k])
-        ys[k].add_(xs[j])
+    out[m if reverse else 0].copy_(y0)
+    for k in range(m - 1, -1, -1) if reverse else range(m):
+        row, prev = (k, k + 1) if reverse else (k + 1, k)
+        y = out[row]
+        torch.mul(c[k], out[prev], out=y)
+        y.add_(x[k])
     return out
 
 
