@@ -409,13 +409,13 @@ class TorchBackend(AbstractBackend):
         A JAX array on the host goes through its NumPy view (``np.asarray``: 7 us against 16 us
         for JAX's own ``__dlpack__``, which checks its sharding at every call), straight to a
         tensor on this CPU backend (an (8, 4) array: 14.6 -> ~6 us)."""
-        host = _on_jax_host(obj)
+        host = _on_jax_host(obj) and self.device.type == "cpu"
         try:
-            if host and self.device.type == "cpu":
-                return torch.from_dlpack(np.asarray(obj))
             x = torch.from_dlpack(np.asarray(obj) if host else obj)
         except (TypeError, BufferError, RuntimeError) as e:
             raise BackendError(f"torch cannot import {type(obj).__name__} through DLPack: {e}") from e
+        if host:  # a host array on this CPU backend: no device to compare
+            return x
         if x.device != self.device:  # e.g. a JAX env's arrays on a GPU: copied to where this backend computes
             if not self._warned_device_copy:
                 self._warned_device_copy = True
