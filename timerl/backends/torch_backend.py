@@ -95,8 +95,9 @@ def _tanh(x: torch.Tensor) -> torch.Tensor:
     ``backends/native.py``) or NumPy's ufunc, writing into a new tensor through a shared view
     (no copy). ``torch.tanh`` (Sleef, one thread) was the slowest of the three on both CPUs
     measured (torch 2.13 / NumPy 2.4): per (512, 64) 115-130 us against NumPy's 15 on an
-    AVX-512 CPU, 101 us against the native kernel's 31 on an AVX2 one; per (128000, 64) 28-36
-    vs 3.1 ms, 27 vs 7.9 ms. All within 1.4 ulp of the float64 result. PPO's actor and critic
+    AVX-512 CPU, 101 us against the native kernel's 25 on an AVX2 one; per (128000, 64) 28-36
+    vs 3.1 ms, 27 vs 4.3 ms. Within 1.4 ulp of the float64 result (the native kernel: 3.1,
+    ``native.MAX_ULP`` checked when it is built). PPO's actor and critic
     evaluate it 2 x 250 times per acting loop and over the whole rollout when learning.
     Strided views give the same values as their copies (a lazily negated view is resolved
     first). ``torch.tanh`` elsewhere (small tensors, other devices and dtypes, inside
