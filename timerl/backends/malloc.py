@@ -23,10 +23,11 @@ no block is ``mmap``-ed (``M_MMAP_MAX = 0``: all come from the heap and are reus
 heap is trimmed only above 1 GiB and grows 64 MiB at a time, the way PyTorch's CUDA caching
 allocator keeps device memory: resident memory stays near the peak instead of shrinking
 between iterations. Measured (AVX2 VM, one core, PPO gymnax 512 x 250, JAX, median s/iter
-and minor page faults per iteration): statement by statement 0.254 s, 16,500 faults ->
-0.220 s, none; the iteration compiled as one call 0.348 s, 58,300 faults -> 0.214 s, none;
-peak RSS 932 -> 948 MB and 1,124 -> 1,022 MB. ``TIMERL_KEEP_HOST_MEMORY=0`` keeps glibc's
-defaults. A block larger than a thread arena's heap (64 MiB) is still ``mmap``-ed by a thread
+and minor page faults per iteration, two rounds alternated with glibc's defaults): statement
+by statement 0.295 / 0.260 s and 16,500 faults -> 0.238 / 0.221 s and none; the iteration
+compiled as one call 0.382 / 0.361 s and 58,300 faults -> 0.208 / 0.238 s and none; peak RSS
+902-932 -> 883-949 MB and 1,130-1,158 -> 1,022-1,039 MB. ``TIMERL_KEEP_HOST_MEMORY=0`` keeps
+glibc's defaults. A block larger than a thread arena's heap (64 MiB) is still ``mmap``-ed by a thread
 that allocated before the arena limit was set.
 """
 
