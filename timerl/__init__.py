@@ -18,7 +18,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from timerl import nn, optim, run
-from timerl.backends.malloc import configure_malloc
 from timerl.errors import (
     AutodiffError,
     BackendError,
@@ -62,9 +61,6 @@ from timerl.rt.udf import udf
 # builtins on purpose, as the paper writes them; they also accept plain ints.
 from timerl.symbolic import smax as max  # noqa: A004
 from timerl.symbolic import smin as min  # noqa: A004
-
-# glibc's malloc: one arena, freed memory kept; before XLA's threads start (backends/malloc.py)
-configure_malloc()
 
 if TYPE_CHECKING:
     from timerl import agents

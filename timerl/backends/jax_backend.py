@@ -2,7 +2,7 @@
 
 Importing this module enables ``jax_enable_x64`` (process-wide) so that int64/float64
 values keep their dtype; every kernel passes dtypes explicitly so float32 stays float32.
-It also limits glibc's malloc arenas where ``import timerl`` has not (process-wide too;
+It also limits glibc's malloc arenas before XLA's threads start (process-wide too;
 :mod:`timerl.backends.malloc`, ``TIMERL_MALLOC_ARENAS=0`` keeps glibc's default).
 """
 

@@ -69,7 +69,6 @@ from typing import Any
 import numpy as np
 
 from timerl.backends.base import AbstractBackend
-from timerl.backends.malloc import keep_freed_host_memory
 from timerl.errors import BackendError, BoundError, RuntimeExecutionError, ScheduleError, TimeRLError
 from timerl.pdg.ir import PDG, SLICE_VAR, Edge, Node
 from timerl.pdg.ops import OpKind
@@ -92,6 +91,7 @@ from timerl.runtime.common import (
 )
 from timerl.runtime.fusion import make_fused_thunk
 from timerl.runtime.gc import IterationCollector
+from timerl.runtime.host_memory import keep_freed_host_memory
 from timerl.runtime.points import PointBox
 from timerl.runtime.rows_table import RowsTable
 from timerl.runtime.store import DEFAULT_TOP, MemoryStats, MemoryTimeline, Point, PointStore
